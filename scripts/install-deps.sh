@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages strata needs to build, test, run the demo and the
+# benchmarks. Idempotent: installs only what is missing. Run as root (or with sudo).
+set -euo pipefail
+
+packages=(
+  build-essential cmake ninja-build ccache pkg-config clang-format
+  libtorch-dev                        # tensors, autograd, kernels
+  libopenmpi-dev openmpi-bin          # all communication, and the launcher
+  libtomlplusplus-dev nlohmann-json3-dev libcli11-dev
+  libgtest-dev googletest
+  fortunes                            # the demo's English text corpus
+  python3 python3-torch               # the PyTorch peer in bench/ only
+)
+
+missing=()
+for package in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$package")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#packages[@]} packages present"
+  exit 0
+fi
+
+echo "install-deps: installing ${missing[*]}"
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"

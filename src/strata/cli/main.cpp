@@ -1,0 +1,2 @@
+// The `strata` binary (placeholder until the CLI lands).
+int main() { return 0; }

@@ -1,0 +1,113 @@
+// The run configuration: the TOML sections [model] [parallel] [train] [data] [checkpoint]
+// [log], parsed, overridden by --set, validated, and printed back. The key names are the
+// public interface (docs/config.md); every field below is one key.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace strata {
+
+struct ModelConfig {
+  int64_t vocab_size = 256;
+  int64_t d_model = 128;
+  int64_t n_layers = 2;
+  int64_t n_heads = 4;
+  int64_t n_kv_heads = 0;  // 0 = same as n_heads (multi-head); fewer = grouped-query attention
+  int64_t d_ff = 0;        // 0 = 4 * d_model
+  int64_t seq_len = 128;
+  std::string pos = "learned";       // "learned" | "rope"
+  std::string norm = "layernorm";    // "layernorm" | "rmsnorm"
+  std::string activation = "gelu";   // "gelu" | "swiglu"
+  bool tie_embeddings = true;
+  double init_std = 0.02;
+  double norm_eps = 1e-5;
+  double rope_theta = 10000.0;
+
+  int64_t kv_heads() const { return n_kv_heads > 0 ? n_kv_heads : n_heads; }
+  int64_t ff_dim() const { return d_ff > 0 ? d_ff : 4 * d_model; }
+  int64_t head_dim() const { return d_model / n_heads; }
+};
+
+struct ParallelConfig {
+  int64_t tp = 1;
+  int64_t pp = 1;
+  int64_t dp = -1;  // -1 = the remaining ranks: world / (tp * pp * cp)
+  int64_t cp = 1;
+  int64_t ep = 1;
+  int64_t zero = 0;  // 0..3
+  bool sequence_parallel = false;
+  std::string pp_schedule = "1f1b";  // "gpipe" | "1f1b" | "interleaved-1f1b" | "zb-h1"
+  int64_t vpp = 1;
+  int64_t microbatches = 0;  // 0 = derived: global_batch / (dp * micro_batch)
+  double comm_timeout_s = 300.0;
+};
+
+struct TrainConfig {
+  int64_t steps = 100;
+  int64_t global_batch = 8;  // sequences per optimizer step, whatever the layout
+  int64_t micro_batch = 8;   // sequences per forward/backward on one rank
+  double lr = 3e-4;
+  double min_lr = 3e-5;
+  int64_t warmup_steps = 10;
+  double weight_decay = 0.1;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double grad_clip = 1.0;  // 0 = no clipping
+  uint64_t seed = 1234;
+  int64_t eval_every = 0;  // 0 = never
+  int64_t eval_batches = 4;
+  std::string dtype = "float32";  // "float32" | "float64" (tests)
+  int64_t threads = 0;             // intra-op threads per rank; 0 = max(1, cores / local ranks)
+};
+
+struct DataConfig {
+  std::string source = "corpus";  // "corpus" | "synthetic" | "shards"
+  std::string path;               // corpus: text file(s) dir or file; shards: shard dir
+  std::string tokenizer = "byte";
+  double eval_fraction = 0.05;    // held-out share of the tokens for evaluation
+};
+
+struct CheckpointConfig {
+  std::string dir;              // empty = no checkpoints
+  int64_t every = 0;            // 0 = only at the end
+  std::string resume = "auto";  // "auto" | "none" | a checkpoint directory
+  int64_t keep = 3;             // newest complete checkpoints kept; 0 = keep all
+};
+
+struct LogConfig {
+  std::string dir = "runs/default";
+  bool trace = false;
+  std::string progress = "auto";  // "auto" | "bar" | "lines" | "none"
+  int64_t every = 1;              // plain progress line every N steps
+};
+
+struct Config {
+  ModelConfig model;
+  ParallelConfig parallel;
+  TrainConfig train;
+  DataConfig data;
+  CheckpointConfig checkpoint;
+  LogConfig log;
+};
+
+// Reads a TOML file and applies "section.key=value" overrides (values parsed as TOML).
+// Throws UserError naming the file, key and what is allowed for unknown keys, wrong types,
+// unparsable files and bad override syntax. Does not check cross-key constraints.
+Config load_config(const std::string& path, const std::vector<std::string>& overrides = {});
+
+// Same, from TOML text (for tests and for configs embedded in checkpoints).
+Config parse_config(const std::string& toml_text, const std::string& origin,
+                    const std::vector<std::string>& overrides = {});
+
+// Checks every cross-key constraint for a run on world_size ranks, resolves dp = -1 and
+// microbatches = 0, and throws UserError naming the keys and numbers
+// (e.g. "parallel.tp (5) must divide model.n_heads (12)"). Also rejects parallel features
+// that are not implemented yet, saying so.
+Config validate_config(Config config, int64_t world_size);
+
+// The effective config as TOML, every key present (what `strata config` prints).
+std::string to_toml(const Config& config);
+
+}  // namespace strata

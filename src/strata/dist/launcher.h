@@ -1,0 +1,33 @@
+// The local launcher: `strata train --nproc N` re-executes the same command line under
+// mpirun with N ranks (adding --oversubscribe when N exceeds the cores, and the
+// allow-run-as-root switches when running as root), giving each rank
+// max(1, cores / N) intra-op threads for ATen and OpenBLAS (OMP_NUM_THREADS,
+// OPENBLAS_NUM_THREADS, STRATA_THREADS). Started by mpirun/srun directly, nothing is relaunched.
+#pragma once
+#include <string>
+#include <vector>
+
+namespace strata {
+
+// True when this process was started by an MPI launcher (OMPI_COMM_WORLD_SIZE, PMI_SIZE,
+// PMIX_RANK or SLURM_PROCID in the environment).
+bool started_by_mpi_launcher();
+
+// Number of cores this process may use (sched_getaffinity), at least 1.
+int available_cores();
+
+// Intra-op threads per rank: max(1, cores / local_ranks).
+int threads_per_rank(int cores, int local_ranks);
+
+// The argv (argv[0] = mpirun path) that runs `program_args` on nproc local ranks.
+std::vector<std::string> mpirun_command(int nproc, const std::vector<std::string>& program_args);
+
+// Replaces this process with mpirun running program_args (execvp); returns only by throwing
+// UserError if mpirun cannot be started.
+[[noreturn]] void relaunch_under_mpirun(int nproc, const std::vector<std::string>& program_args);
+
+// Sets ATen's and OpenBLAS's thread counts for this rank: `threads` if > 0, else
+// $STRATA_THREADS, else max(1, cores / local ranks on this node). Returns the count used.
+int configure_rank_threads(int threads);
+
+}  // namespace strata

@@ -1,0 +1,61 @@
+// Implementation of the shared test helpers.
+#include "test_support.h"
+
+#include <array>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <sstream>
+#include <sys/wait.h>
+
+namespace strata::testing {
+
+TempDir::TempDir(const std::string& prefix) {
+  const char* base = std::getenv("TMPDIR");
+  std::string pattern = std::string(base ? base : "/tmp") + "/" + prefix + "-XXXXXX";
+  std::vector<char> buffer(pattern.begin(), pattern.end());
+  buffer.push_back('\0');
+  if (mkdtemp(buffer.data()) == nullptr) throw std::runtime_error("mkdtemp failed for " + pattern);
+  path_ = buffer.data();
+}
+
+TempDir::~TempDir() {
+  std::error_code ignored;
+  std::filesystem::remove_all(path_, ignored);
+}
+
+std::string compare_tensors(const at::Tensor& actual, const at::Tensor& expected, double rtol,
+                            double atol) {
+  if (actual.sizes() != expected.sizes()) {
+    std::ostringstream out;
+    out << "shape " << actual.sizes() << " != expected " << expected.sizes();
+    return out.str();
+  }
+  auto a = actual.detach().to(at::kDouble).contiguous().view(-1);
+  auto e = expected.detach().to(at::kDouble).contiguous().view(-1);
+  auto diff = (a - e).abs();
+  auto bound = e.abs() * rtol + atol;
+  auto bad = (diff > bound).logical_or(a.isnan().logical_xor(e.isnan()));
+  if (!bad.any().item<bool>()) return "";
+  int64_t index = bad.nonzero()[0][0].item<int64_t>();
+  std::ostringstream out;
+  out.precision(10);
+  out << "at flat index " << index << ": actual " << a[index].item<double>() << " vs expected "
+      << e[index].item<double>() << " (max abs diff " << diff.max().item<double>() << ", "
+      << bad.sum().item<int64_t>() << " of " << a.numel() << " elements out of tolerance)";
+  return out.str();
+}
+
+int run_command(const std::string& command, std::string* output) {
+  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
+  if (pipe == nullptr) return -1;
+  std::array<char, 4096> buffer;
+  std::string text;
+  size_t n;
+  while ((n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0) text.append(buffer.data(), n);
+  int status = pclose(pipe);
+  if (output) *output = text;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+}  // namespace strata::testing
