@@ -1,2 +1,141 @@
-// The `strata` binary (placeholder until the CLI lands).
-int main() { return 0; }
+// The `strata` binary: train, config, generate, data prepare. User errors print one clear
+// message and exit 2; a failure on one rank of a running job aborts the whole job instead of
+// leaving the other ranks waiting.
+#include <CLI/CLI.hpp>
+
+#include <iostream>
+
+#include "strata/core/config.h"
+#include "strata/core/error.h"
+#include "strata/data/prepare.h"
+#include "strata/data/tokenizer.h"
+#include "strata/dist/launcher.h"
+#include "strata/dist/mesh.h"
+#include "strata/dist/runtime.h"
+#include "strata/infer/generate.h"
+#include "strata/train/trainer.h"
+
+namespace strata {
+namespace {
+
+MeshShape mesh_shape_of(const ParallelConfig& parallel) {
+  MeshShape shape;
+  shape.pp = parallel.pp;
+  shape.dp = parallel.dp;
+  shape.cp = parallel.cp;
+  shape.tp = parallel.tp;
+  shape.ep = parallel.ep;
+  return shape;
+}
+
+int run_train(const std::string& config_path, const std::vector<std::string>& overrides,
+              int nproc, const std::vector<std::string>& argv) {
+  Config config = load_config(config_path, overrides);
+  if (nproc > 0 && !started_by_mpi_launcher()) {
+    validate_config(config, nproc);  // every config error before any rank starts
+    if (nproc > 1) relaunch_under_mpirun(nproc, argv);
+  }
+  int argc = 0;
+  char** no_args = nullptr;
+  const int world_size = init_mpi(&argc, &no_args);
+  int rank = 0;
+  try {
+    config = validate_config(config, world_size);
+    Comm world = Comm::world(config.parallel.comm_timeout_s);
+    rank = world.rank();
+    configure_rank_threads(static_cast<int>(config.train.threads));
+    Mesh mesh(world, mesh_shape_of(config.parallel));
+    Trainer trainer(config, mesh);
+    trainer.run();
+  } catch (const UserError& error) {
+    // Validation errors happen identically on every rank before any work: say it once.
+    if (rank == 0) std::cerr << "strata: error: " << error.what() << std::endl;
+    if (world_size > 1) abort_job(2);
+    finalize_mpi();
+    return 2;
+  } catch (const std::exception& error) {
+    std::cerr << "strata: rank " << rank << ": " << error.what() << std::endl;
+    abort_job(1);
+  }
+  finalize_mpi();
+  return 0;
+}
+
+int run_config(const std::string& config_path, const std::vector<std::string>& overrides,
+               int world_size) {
+  Config config = validate_config(load_config(config_path, overrides), world_size);
+  std::cout << to_toml(config);
+  return 0;
+}
+
+int run_generate(const std::string& checkpoint, const std::string& prompt,
+                 const SamplingOptions& options) {
+  Config config;
+  auto model = load_model_from_checkpoint(checkpoint, &config);
+  auto tokenizer = make_tokenizer(config.data.tokenizer);
+  std::vector<int32_t> encoded = tokenizer->encode(prompt);
+  std::vector<int64_t> prompt_tokens(encoded.begin(), encoded.end());
+  std::vector<int64_t> output = generate(*model, prompt_tokens, options);
+  std::cout << prompt << tokenizer->decode(output) << std::endl;
+  return 0;
+}
+
+}  // namespace
+}  // namespace strata
+
+int main(int argc, char** argv) {
+  using namespace strata;
+  CLI::App app{"strata: train and serve transformer models split across many processes"};
+  app.require_subcommand(1);
+
+  std::string config_path;
+  std::vector<std::string> overrides;
+  int nproc = 0;
+  auto* train = app.add_subcommand("train", "Train a model described by a TOML config");
+  train->add_option("config", config_path, "Config file (TOML)")->required();
+  train->add_option("--set", overrides, "Override a key: section.key=value (repeatable)");
+  train->add_option("--nproc", nproc, "Start N local ranks (re-executes under mpirun)")
+      ->check(CLI::PositiveNumber);
+
+  int world_size = 1;
+  auto* config = app.add_subcommand("config", "Print the effective, validated config");
+  config->add_option("config", config_path, "Config file (TOML)")->required();
+  config->add_option("--set", overrides, "Override a key: section.key=value (repeatable)");
+  config->add_option("--nproc", world_size, "Validate for this many ranks")->check(CLI::PositiveNumber);
+
+  std::string checkpoint, prompt = "\n";
+  SamplingOptions sampling;
+  auto* generate_command = app.add_subcommand("generate", "Sample text from a checkpoint");
+  generate_command->add_option("--checkpoint", checkpoint, "Checkpoint directory (step_*)")->required();
+  generate_command->add_option("--prompt", prompt, "Text to continue");
+  generate_command->add_option("--max-new-tokens", sampling.max_new_tokens, "Tokens to generate")
+      ->check(CLI::NonNegativeNumber);
+  generate_command->add_option("--temperature", sampling.temperature, "0 = greedy")
+      ->check(CLI::NonNegativeNumber);
+  generate_command->add_option("--top-k", sampling.top_k, "Sample among the k likeliest (0 = all)")
+      ->check(CLI::NonNegativeNumber);
+  generate_command->add_option("--seed", sampling.seed, "Sampling seed");
+
+  std::vector<std::string> inputs;
+  std::string out_dir;
+  auto* data = app.add_subcommand("data", "Data preparation");
+  data->require_subcommand(1);
+  auto* prepare = data->add_subcommand("prepare", "Tokenize text files into token shards");
+  prepare->add_option("inputs", inputs, "Text files or directories")->required();
+  prepare->add_option("--out", out_dir, "Output directory")->required();
+
+  CLI11_PARSE(app, argc, argv);
+
+  try {
+    if (*train) {
+      return run_train(config_path, overrides, nproc, std::vector<std::string>(argv, argv + argc));
+    }
+    if (*config) return run_config(config_path, overrides, world_size);
+    if (*generate_command) return run_generate(checkpoint, prompt, sampling);
+    if (*prepare) return run_data_prepare(inputs, out_dir);
+  } catch (const UserError& error) {
+    std::cerr << "strata: error: " << error.what() << std::endl;
+    return 2;
+  }
+  return 0;
+}

@@ -1,0 +1,61 @@
+// Sampling with a KV cache: the prompt is run once, then each new token costs one position.
+#include "strata/infer/generate.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/core/grad_mode.h>
+
+#include "strata/ckpt/checkpoint.h"
+#include "strata/core/error.h"
+
+namespace strata {
+
+std::unique_ptr<GPT> load_model_from_checkpoint(const std::string& dir, Config* config_out) {
+  nlohmann::json state = read_checkpoint_state(dir);
+  Config config = parse_config(state.at("config").get<std::string>(), dir + "/state.json");
+  auto model = std::make_unique<GPT>(config.model, config.train.seed,
+                                     config.train.dtype == "float64" ? at::kDouble : at::kFloat);
+  std::vector<ShardedTensor> tensors;
+  for (auto& parameter : model->parameters()) {
+    tensors.push_back({parameter.name, parameter.value.detach(), parameter.spec.global_shape,
+                       parameter.spec.local_offsets(), false});
+  }
+  {
+    at::NoGradGuard no_grad;
+    load_checkpoint(dir, tensors);
+  }
+  if (config_out) *config_out = config;
+  return model;
+}
+
+std::vector<int64_t> generate(GPT& model, const std::vector<int64_t>& prompt,
+                              const SamplingOptions& options) {
+  STRATA_REQUIRE(!prompt.empty(), "the prompt must hold at least one token");
+  const int64_t seq_len = model.config().seq_len;
+  STRATA_REQUIRE(static_cast<int64_t>(prompt.size()) < seq_len, "the prompt (", prompt.size(),
+                 " tokens) must be shorter than model.seq_len (", seq_len, ")");
+  at::NoGradGuard no_grad;
+  auto generator = at::make_generator<at::CPUGeneratorImpl>(options.seed);
+  KVCache cache;
+  at::Tensor input = at::tensor(prompt, at::kLong).view({1, -1});
+  std::vector<int64_t> output;
+  while (static_cast<int64_t>(output.size()) < options.max_new_tokens && cache.length + input.size(1) <= seq_len) {
+    at::Tensor logits = model.logits(input, &cache).select(1, -1).select(0, 0).to(at::kFloat);  // (V)
+    int64_t next;
+    if (options.temperature <= 0) {
+      next = logits.argmax().item<int64_t>();
+    } else {
+      logits = logits / options.temperature;
+      if (options.top_k > 0 && options.top_k < logits.size(0)) {
+        auto threshold = std::get<0>(logits.topk(options.top_k)).min();
+        logits = logits.masked_fill(logits < threshold, -std::numeric_limits<float>::infinity());
+      }
+      auto probabilities = at::softmax(logits, 0);
+      next = at::multinomial(probabilities, 1, false, generator).item<int64_t>();
+    }
+    output.push_back(next);
+    input = at::full({1, 1}, next, at::kLong);
+  }
+  return output;
+}
+
+}  // namespace strata

@@ -1,0 +1,29 @@
+// Text generation from a trained model: load a checkpoint of any layout into a model on this
+// process, then sample token by token with a KV cache (temperature, top-k).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "strata/core/config.h"
+#include "strata/model/gpt.h"
+
+namespace strata {
+
+struct SamplingOptions {
+  int64_t max_new_tokens = 200;
+  double temperature = 0.8;  // 0 = greedy
+  int64_t top_k = 40;        // 0 = whole vocabulary
+  uint64_t seed = 0;
+};
+
+// Builds the model the checkpoint's config describes and loads its parameters.
+// Throws UserError if dir is not a complete checkpoint.
+std::unique_ptr<GPT> load_model_from_checkpoint(const std::string& dir, Config* config_out);
+
+// Continues `prompt` (token ids) and returns only the new tokens. Stops early at seq_len.
+std::vector<int64_t> generate(GPT& model, const std::vector<int64_t>& prompt,
+                              const SamplingOptions& options);
+
+}  // namespace strata

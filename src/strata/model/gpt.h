@@ -1,0 +1,72 @@
+// The GPT decoder: token embedding, learned or rotary positions, pre-norm blocks of causal
+// (grouped-query) attention and a GELU or SwiGLU MLP, a final norm, and a tied or untied
+// output head with cross-entropy. Written with ATen ops under autograd; every weight is a
+// Parameter with a global name, so initialization and checkpoints are layout-independent.
+#pragma once
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <map>
+#include <vector>
+
+#include "strata/core/config.h"
+#include "strata/model/parameter.h"
+
+namespace strata {
+
+// Keys and values of every layer for incremental decoding.
+struct KVCache {
+  std::vector<at::Tensor> keys;    // per layer (B, n_kv_heads, length, head_dim)
+  std::vector<at::Tensor> values;  // per layer (B, n_kv_heads, length, head_dim)
+  int64_t length = 0;              // positions already cached
+};
+
+class GPT {
+ public:
+  GPT(const ModelConfig& config, uint64_t seed, at::ScalarType dtype);
+
+  const ModelConfig& config() const { return config_; }
+  std::vector<Parameter>& parameters() { return parameters_; }
+  const std::vector<Parameter>& parameters() const { return parameters_; }
+  Parameter& parameter(const std::string& name);
+  int64_t num_parameters() const;
+
+  // tokens (B, T) int64 -> logits (B, T, V). With a cache, the tokens continue the cached
+  // sequence and the cache is extended.
+  at::Tensor logits(const at::Tensor& tokens, KVCache* cache = nullptr);
+  // Mean cross-entropy of targets (B, T) given tokens (B, T).
+  at::Tensor loss(const at::Tensor& tokens, const at::Tensor& targets);
+
+ private:
+  struct BlockParams {  // indices into parameters_
+    size_t norm1_weight, norm1_bias, qkv_weight, attn_out_weight;
+    size_t norm2_weight, norm2_bias, fc_weight, fc_out_weight;
+  };
+  static constexpr size_t kNone = static_cast<size_t>(-1);
+
+  size_t add(const std::string& name, std::vector<int64_t> shape, InitKind kind, double std,
+             bool weight_decay);
+  const at::Tensor& weight(size_t index) const { return parameters_[index].value; }
+  at::Tensor norm(const at::Tensor& x, size_t weight_index, size_t bias_index) const;
+  at::Tensor attention(const at::Tensor& x, const BlockParams& block, int64_t layer,
+                       KVCache* cache);
+  at::Tensor mlp(const at::Tensor& x, const BlockParams& block) const;
+  at::Tensor rotate(const at::Tensor& x, int64_t first_position) const;  // RoPE
+  const at::Tensor& causal_mask(int64_t query_len, int64_t key_len);
+
+  ModelConfig config_;
+  uint64_t seed_;
+  at::ScalarType dtype_;
+  std::vector<Parameter> parameters_;
+  size_t token_embedding_ = kNone, position_embedding_ = kNone;
+  size_t final_norm_weight_ = kNone, final_norm_bias_ = kNone, head_weight_ = kNone;
+  std::vector<BlockParams> blocks_;
+  at::Tensor rope_cos_, rope_sin_;  // (seq_len, head_dim / 2)
+  std::map<std::pair<int64_t, int64_t>, at::Tensor> causal_masks_;  // (Tq, Tk) bool, true = hidden
+};
+
+// Model FLOPs of one training step (forward + backward, no recomputation) per token:
+// 6 * (non-embedding params + head) + 12 * n_layers * d_model * seq_len (attention scores).
+double training_flops_per_token(const ModelConfig& config);
+
+}  // namespace strata

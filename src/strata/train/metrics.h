@@ -1,0 +1,59 @@
+// What a training run reports: one JSON object per optimizer step (and per evaluation) in
+// <log.dir>/metrics.jsonl, written by rank 0, plus a human progress display (a bar on a
+// terminal, plain periodic lines otherwise). Field meanings: docs/metrics.md.
+#pragma once
+#include <cstdint>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "strata/core/config.h"
+
+namespace strata {
+
+struct MemoryBytes {
+  int64_t params = 0, grads = 0, optimizer = 0, activations_peak = 0, rss_peak = 0;
+};
+
+struct StepMetrics {
+  int64_t step = 0;  // 1-based: the number of optimizer steps done
+  double loss = 0, lr = 0, grad_norm = 0, step_time_s = 0, tokens_per_s = 0, mfu = 0;
+  int64_t tokens = 0;  // tokens trained on so far
+  MemoryBytes mem;     // this rank (rank 0)
+  nlohmann::json comm = nlohmann::json::object();  // bytes sent per collective kind, this step
+};
+
+nlohmann::json to_json(const StepMetrics& metrics);
+
+class MetricsLog {
+ public:
+  // Opens <dir>/metrics.jsonl for appending (creating dir); inactive when !active.
+  MetricsLog(const std::string& dir, bool active);
+  void write(const nlohmann::json& line);
+
+ private:
+  std::ofstream file_;
+};
+
+class Progress {
+ public:
+  // mode: "auto" (bar on a terminal, else lines), "bar", "lines", "none".
+  Progress(const std::string& mode, int64_t total_steps, int64_t line_every, bool active);
+  void update(const StepMetrics& metrics);
+  void eval(int64_t step, double eval_loss);
+  void message(const std::string& text);
+  void finish();
+
+ private:
+  bool active_, bar_;
+  int64_t total_steps_, line_every_;
+  double elapsed_s_ = 0;
+  int64_t steps_seen_ = 0;
+  bool bar_open_ = false;
+};
+
+std::string format_duration(double seconds);  // "1h02m", "3m05s", "12s"
+std::string format_rate(double per_second);    // "950", "12.3k", "1.20M"
+
+}  // namespace strata

@@ -1,0 +1,256 @@
+// Trainer: one optimizer step reads like the algorithm; diagnostics sit around it.
+#include "strata/train/trainer.h"
+
+#include <ATen/core/grad_mode.h>
+
+#include <chrono>
+#include <cmath>
+
+#include "strata/ckpt/checkpoint.h"
+#include "strata/core/error.h"
+#include "strata/core/memory.h"
+#include "strata/data/dataset.h"
+#include "strata/train/metrics.h"
+
+namespace strata {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+int64_t bytes_of(const std::vector<Parameter>& parameters, bool grads) {
+  int64_t bytes = 0;
+  for (const auto& parameter : parameters) {
+    const at::Tensor& tensor = grads ? parameter.value.grad() : parameter.value;
+    if (tensor.defined()) bytes += tensor.nbytes();
+  }
+  return bytes;
+}
+
+nlohmann::json comm_bytes_json(const CommCounters& counters) {
+  nlohmann::json out = nlohmann::json::object();
+  for (size_t kind = 0; kind < static_cast<size_t>(CommKind::Count); ++kind) {
+    if (counters.bytes[kind] > 0) out[comm_kind_name(static_cast<CommKind>(kind))] = counters.bytes[kind];
+  }
+  return out;
+}
+
+}  // namespace
+
+double measure_matmul_peak_flops() {
+  constexpr int64_t n = 512;
+  auto a = at::randn({n, n}), b = at::randn({n, n}), c = at::empty({n, n});
+  double best = 0;
+  for (int trial = 0; trial < 5; ++trial) {
+    auto start = Clock::now();
+    for (int i = 0; i < 4; ++i) at::mm_out(c, a, b);
+    best = std::max(best, 4 * 2.0 * n * n * n / seconds_since(start));
+  }
+  return best;
+}
+
+Trainer::Trainer(const Config& config, Mesh& mesh)
+    : config_(config),
+      mesh_(mesh),
+      dtype_(config.train.dtype == "float64" ? at::kDouble : at::kFloat) {
+  install_memory_tracker();
+  model_ = std::make_unique<GPT>(config_.model, config_.train.seed, dtype_);
+  optimizer_ = std::make_unique<AdamW>(model_->parameters(), config_.train);
+  dataset_ = TokenDataset::open(config_.data, config_.model, config_.train.seed);
+  rows_per_dp_rank_ = config_.train.global_batch / mesh_.shape().dp;
+  peak_flops_ = measure_matmul_peak_flops();
+}
+
+Trainer::~Trainer() = default;
+
+double Trainer::train_step(int64_t step) {
+  const int64_t micro_batch = config_.train.micro_batch;
+  const int64_t microbatches = rows_per_dp_rank_ / micro_batch;
+  const int64_t first_row = mesh_.coords().dp * rows_per_dp_rank_;
+  const int64_t T = config_.model.seq_len;
+
+  optimizer_->zero_grad();
+  at::Tensor loss_sum = at::zeros({1}, at::kDouble);
+  for (int64_t mb = 0; mb < microbatches; ++mb) {
+    at::Tensor rows = dataset_->rows(Split::Train, step, first_row + mb * micro_batch, micro_batch, T);
+    at::Tensor loss = model_->loss(rows.narrow(1, 0, T), rows.narrow(1, 1, T));
+    // Every microbatch has the same token count, so the mean over the step's batch is the
+    // mean of the microbatch means: scale each backward by 1 / microbatches.
+    (loss / static_cast<double>(microbatches)).backward();
+    loss_sum += loss.detach().to(at::kDouble);
+  }
+  reduce_gradients();
+  at::Tensor mean_loss = loss_sum / static_cast<double>(microbatches);
+  mesh_.dp().all_reduce(mean_loss, ReduceOp::Avg);
+  return mean_loss.item<double>();
+}
+
+void Trainer::reduce_gradients() {
+  // Plain data parallelism: average the gradients of every parameter over dp in one flat
+  // buffer (bucketed, overlapped reduction and ZeRO come with the data-parallel work).
+  if (mesh_.shape().dp == 1) return;
+  std::vector<at::Tensor> grads;
+  for (auto& parameter : model_->parameters()) grads.push_back(parameter.value.grad().view(-1));
+  at::Tensor flat = at::cat(grads);
+  mesh_.dp().all_reduce(flat, ReduceOp::Avg);
+  int64_t offset = 0;
+  for (auto& grad : grads) {
+    grad.copy_(flat.narrow(0, offset, grad.numel()));
+    offset += grad.numel();
+  }
+}
+
+double Trainer::clip_gradients() {
+  at::NoGradGuard no_grad;
+  // Every parameter is whole on this rank here and its gradient identical over dp, so the
+  // local sum of squares is the global one.
+  at::Tensor sum_squares = at::zeros({}, at::kDouble);
+  for (auto& parameter : model_->parameters()) {
+    sum_squares += parameter.value.grad().to(at::kDouble).pow(2).sum();
+  }
+  const double norm = std::sqrt(sum_squares.item<double>());
+  const double max_norm = config_.train.grad_clip;
+  if (max_norm > 0 && norm > max_norm) {
+    const double scale = max_norm / (norm + 1e-6);
+    for (auto& parameter : model_->parameters()) parameter.value.mutable_grad().mul_(scale);
+  }
+  return norm;
+}
+
+double Trainer::evaluate() {
+  at::NoGradGuard no_grad;
+  const int64_t micro_batch = config_.train.micro_batch;
+  const int64_t first_row = mesh_.coords().dp * rows_per_dp_rank_;
+  const int64_t T = config_.model.seq_len;
+  at::Tensor loss_sum = at::zeros({1}, at::kDouble);
+  int64_t count = 0;
+  for (int64_t batch = 0; batch < config_.train.eval_batches; ++batch) {
+    for (int64_t row = 0; row < rows_per_dp_rank_; row += micro_batch) {
+      at::Tensor rows = dataset_->rows(Split::Eval, batch, first_row + row, micro_batch, T);
+      loss_sum += model_->loss(rows.narrow(1, 0, T), rows.narrow(1, 1, T)).to(at::kDouble);
+      ++count;
+    }
+  }
+  at::Tensor mean = loss_sum / static_cast<double>(count);
+  mesh_.dp().all_reduce(mean, ReduceOp::Avg);
+  return mean.item<double>();
+}
+
+std::vector<ShardedTensor> Trainer::checkpoint_tensors() {
+  // Parameters and both Adam moments, each as a slice of its global tensor. Replicas over dp
+  // are written once, by dp rank 0.
+  std::vector<ShardedTensor> tensors;
+  const bool writer = mesh_.coords().dp == 0 && mesh_.coords().cp == 0;
+  auto& parameters = model_->parameters();
+  auto add = [&](const std::string& name, const at::Tensor& local, const ShardSpec& spec) {
+    tensors.push_back({name, local, spec.global_shape, spec.local_offsets(), writer});
+  };
+  for (size_t i = 0; i < parameters.size(); ++i) {
+    add(parameters[i].name, parameters[i].value.detach(), parameters[i].spec);
+    add("optimizer.exp_avg." + parameters[i].name, optimizer_->exp_avg()[i], parameters[i].spec);
+    add("optimizer.exp_avg_sq." + parameters[i].name, optimizer_->exp_avg_sq()[i], parameters[i].spec);
+  }
+  return tensors;
+}
+
+void Trainer::save(int64_t steps_done, TrainResult& result) {
+  nlohmann::json state = {{"step", steps_done},
+                          {"optimizer_steps", optimizer_->step_count()},
+                          {"seed", config_.train.seed},
+                          {"layout", mesh_.to_string()},
+                          {"world_size", mesh_.shape().world()},
+                          {"config", to_toml(config_)}};
+  result.last_checkpoint = save_checkpoint(config_.checkpoint.dir, steps_done, checkpoint_tensors(),
+                                           state, mesh_.world(), config_.checkpoint.keep);
+}
+
+int64_t Trainer::maybe_resume() {
+  const auto& resume = config_.checkpoint.resume;
+  std::string dir;
+  if (resume == "auto") {
+    if (config_.checkpoint.dir.empty()) return 0;
+    dir = find_latest_checkpoint(config_.checkpoint.dir);
+    if (dir.empty()) return 0;
+  } else if (resume != "none") {
+    dir = resume;
+  } else {
+    return 0;
+  }
+  nlohmann::json state = read_checkpoint_state(dir);
+  Config saved = parse_config(state.at("config").get<std::string>(), dir + "/state.json");
+  STRATA_REQUIRE(to_toml(Config{saved.model}) == to_toml(Config{config_.model}),
+                 "checkpoint ", dir, " was written for a different [model] section; resume it "
+                 "with the same model, or set checkpoint.resume = \"none\"");
+  std::vector<ShardedTensor> tensors = checkpoint_tensors();
+  {
+    at::NoGradGuard no_grad;
+    load_checkpoint(dir, tensors);
+  }
+  optimizer_->set_step_count(state.at("optimizer_steps").get<int64_t>());
+  return state.at("step").get<int64_t>();
+}
+
+TrainResult Trainer::run() {
+  const bool is_rank0 = mesh_.rank() == 0;
+  MetricsLog metrics(config_.log.dir, is_rank0);
+  Progress progress(config_.log.progress, config_.train.steps, config_.log.every, is_rank0);
+  TrainResult result;
+  result.first_step = maybe_resume();
+  if (result.first_step > 0) {
+    progress.message(str("resumed from step ", result.first_step, " of ", config_.checkpoint.dir));
+  }
+  progress.message(str("strata: ", mesh_.to_string(), " | model ", model_->num_parameters(),
+                       " parameters | ", config_.train.global_batch, " x ",
+                       config_.model.seq_len, " tokens per step"));
+
+  const int64_t tokens_per_step = config_.train.global_batch * config_.model.seq_len;
+  const double flops_per_step = training_flops_per_token(config_.model) * tokens_per_step;
+  const double peak_total = peak_flops_ * static_cast<double>(mesh_.shape().world());
+  const int64_t state_bytes = bytes_of(model_->parameters(), false);
+
+  for (int64_t step = result.first_step; step < config_.train.steps; ++step) {
+    mesh_.world().counters().reset();
+    reset_tracked_peak();
+    const int64_t live_before = tracked_bytes_now();
+    auto start = Clock::now();
+
+    // data -> forward/backward per microbatch -> reduce over dp -> clip -> update
+    const double loss = train_step(step);
+    const double grad_norm = clip_gradients();
+    const double lr = learning_rate(config_.train, step);
+    optimizer_->step(lr);
+
+    StepMetrics m;
+    m.step = step + 1;
+    m.loss = loss;
+    m.lr = lr;
+    m.grad_norm = grad_norm;
+    m.step_time_s = seconds_since(start);
+    m.tokens_per_s = tokens_per_step / m.step_time_s;
+    m.mfu = flops_per_step / m.step_time_s / peak_total;
+    m.tokens = tokens_per_step * m.step;
+    m.mem = {state_bytes, bytes_of(model_->parameters(), true), optimizer_->state_bytes(),
+             tracked_bytes_peak() - live_before, rss_peak_bytes()};
+    m.comm = comm_bytes_json(mesh_.world().counters());
+    metrics.write(to_json(m));
+    progress.update(m);
+    result.losses.push_back(loss);
+
+    const bool last = m.step == config_.train.steps;
+    if (config_.train.eval_every > 0 && (m.step % config_.train.eval_every == 0 || last)) {
+      const double eval_loss = evaluate();
+      result.eval_losses.push_back(eval_loss);
+      metrics.write({{"step", m.step}, {"eval_loss", eval_loss}});
+      progress.eval(m.step, eval_loss);
+    }
+    const bool due = config_.checkpoint.every > 0 && m.step % config_.checkpoint.every == 0;
+    if (!config_.checkpoint.dir.empty() && (due || last)) save(m.step, result);
+  }
+  progress.finish();
+  return result;
+}
+
+}  // namespace strata

@@ -1,0 +1,155 @@
+// The GPT: gradients against finite differences (double precision), layout-independent
+// initialization, the parameter count in closed form, and KV-cache decoding equal to the full
+// forward pass.
+#include <gtest/gtest.h>
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/core/grad_mode.h>
+
+#include <cmath>
+
+#include "strata/core/error.h"
+#include "strata/model/gpt.h"
+#include "test_support.h"
+
+namespace strata {
+namespace {
+
+ModelConfig tiny_model() {
+  ModelConfig config;
+  config.vocab_size = 11;
+  config.d_model = 8;
+  config.n_layers = 2;
+  config.n_heads = 2;
+  config.seq_len = 6;
+  config.d_ff = 12;
+  config.init_std = 0.3;  // large enough that every path carries signal
+  return config;
+}
+
+struct Variant {
+  std::string pos, norm, activation;
+  bool tie;
+  int64_t n_kv_heads;
+};
+
+std::string variant_name(const ::testing::TestParamInfo<Variant>& info) {
+  const Variant& v = info.param;
+  return v.pos + "_" + v.norm + "_" + v.activation + (v.tie ? "_tied" : "_untied") + "_kv" +
+         std::to_string(v.n_kv_heads);
+}
+
+class GptGradient : public ::testing::TestWithParam<Variant> {};
+
+TEST_P(GptGradient, MatchesFiniteDifferences) {
+  ModelConfig config = tiny_model();
+  config.pos = GetParam().pos;
+  config.norm = GetParam().norm;
+  config.activation = GetParam().activation;
+  config.tie_embeddings = GetParam().tie;
+  config.n_heads = 4;
+  config.n_kv_heads = GetParam().n_kv_heads;
+  GPT model(config, /*seed=*/7, at::kDouble);
+
+  auto generator = at::make_generator<at::CPUGeneratorImpl>(3);
+  at::Tensor tokens = at::randint(config.vocab_size, {2, config.seq_len}, generator, at::kLong);
+  at::Tensor targets = at::randint(config.vocab_size, {2, config.seq_len}, generator, at::kLong);
+
+  model.loss(tokens, targets).backward();
+  const double h = 1e-6;
+  for (auto& parameter : model.parameters()) {
+    at::Tensor flat = parameter.value.detach().view(-1);  // shares storage with the parameter
+    at::Tensor grad = parameter.value.grad().view(-1);
+    // Up to 12 elements per tensor, spread over it.
+    const int64_t stride = std::max<int64_t>(1, flat.numel() / 12);
+    for (int64_t i = 0; i < flat.numel(); i += stride) {
+      const double original = flat[i].item<double>();
+      flat[i] = original + h;
+      const double plus = model.loss(tokens, targets).item<double>();
+      flat[i] = original - h;
+      const double minus = model.loss(tokens, targets).item<double>();
+      flat[i] = original;
+      const double numeric = (plus - minus) / (2 * h);
+      const double analytic = grad[i].item<double>();
+      EXPECT_NEAR(analytic, numeric, 1e-6 + 1e-5 * std::abs(numeric))
+          << parameter.name << " element " << i;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Variants, GptGradient,
+    ::testing::Values(Variant{"learned", "layernorm", "gelu", true, 4},
+                      Variant{"rope", "rmsnorm", "swiglu", false, 2},
+                      Variant{"rope", "layernorm", "gelu", false, 1},
+                      Variant{"learned", "rmsnorm", "swiglu", true, 4}),
+    variant_name);
+
+TEST(GptInit, DependsOnlyOnSeedAndName) {
+  ModelConfig two = tiny_model();
+  ModelConfig three = tiny_model();
+  three.n_layers = 3;
+  GPT a(two, 5, at::kFloat), b(three, 5, at::kFloat), c(two, 6, at::kFloat);
+  for (auto& parameter : a.parameters()) {
+    auto& same = b.parameter(parameter.name);
+    EXPECT_EQ(testing::compare_tensors(parameter.value, same.value, 0.0), "") << parameter.name;
+  }
+  EXPECT_FALSE(at::equal(a.parameter("blocks.0.attn.qkv.weight").value,
+                         c.parameter("blocks.0.attn.qkv.weight").value));
+  // Float64 models start from the same (float32-drawn) values.
+  GPT d(two, 5, at::kDouble);
+  EXPECT_TRUE(at::equal(d.parameter("blocks.1.mlp.fc.weight").value.to(at::kFloat),
+                        a.parameter("blocks.1.mlp.fc.weight").value));
+}
+
+TEST(GptShape, ParameterCountInClosedForm) {
+  // Pre-norm GPT without linear biases, LayerNorm with bias:
+  // per layer 4h^2 (qkv + out) + 2*h*F (mlp) + 4h (two norms); plus V*h, s*h, 2h final norm.
+  ModelConfig config = tiny_model();
+  config.vocab_size = 50;
+  config.d_model = 16;
+  config.n_heads = 4;
+  config.d_ff = 0;  // 4h
+  config.n_layers = 3;
+  const int64_t h = 16, F = 64, l = 3, V = 50, s = config.seq_len;
+  EXPECT_EQ(GPT(config, 1, at::kFloat).num_parameters(),
+            l * (4 * h * h + 2 * h * F + 4 * h) + V * h + s * h + 2 * h);
+  config.tie_embeddings = false;
+  EXPECT_EQ(GPT(config, 1, at::kFloat).num_parameters(),
+            l * (4 * h * h + 2 * h * F + 4 * h) + 2 * V * h + s * h + 2 * h);
+}
+
+TEST(GptShape, FlopsPerTokenFormula) {
+  // 6 * (matmul parameters) + 12 * l * h * s for a standard GPT (d_ff = 4h, multi-head).
+  ModelConfig config;
+  config.vocab_size = 1000;
+  config.d_model = 64;
+  config.n_heads = 4;
+  config.n_layers = 2;
+  config.seq_len = 32;
+  const double h = 64, l = 2, V = 1000, s = 32;
+  EXPECT_DOUBLE_EQ(training_flops_per_token(config), 6 * (12 * l * h * h + V * h) + 12 * l * h * s);
+}
+
+TEST(GptDecode, KvCacheMatchesFullForward) {
+  for (const std::string pos : {"learned", "rope"}) {
+    ModelConfig config = tiny_model();
+    config.pos = pos;
+    config.n_heads = 4;
+    config.n_kv_heads = 2;
+    GPT model(config, 9, at::kDouble);
+    at::NoGradGuard no_grad;
+    at::Tensor tokens = at::arange(config.seq_len, at::kLong).remainder(config.vocab_size).view({1, -1});
+    at::Tensor full = model.logits(tokens);
+    KVCache cache;
+    at::Tensor prefix = model.logits(tokens.narrow(1, 0, 3), &cache);
+    std::vector<at::Tensor> pieces{prefix};
+    for (int64_t t = 3; t < config.seq_len; ++t) pieces.push_back(model.logits(tokens.narrow(1, t, 1), &cache));
+    EXPECT_EQ(testing::compare_tensors(at::cat(pieces, 1), full, 1e-10, 1e-12), "") << pos;
+    EXPECT_EQ(cache.length, config.seq_len);
+    EXPECT_THROW(model.logits(tokens.narrow(1, 0, 1), &cache), UserError);
+  }
+}
+
+}  // namespace
+}  // namespace strata
