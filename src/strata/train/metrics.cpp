@@ -30,7 +30,7 @@ nlohmann::json to_json(const StepMetrics& metrics) {
 }
 
 MetricsLog::MetricsLog(const std::string& dir, bool active) {
-  if (!active) return;
+  if (!active || dir.empty()) return;
   std::error_code error;
   std::filesystem::create_directories(dir, error);
   STRATA_REQUIRE(!error, "cannot create log.dir '", dir, "': ", error.message());

@@ -28,7 +28,7 @@ nlohmann::json to_json(const StepMetrics& metrics);
 
 class MetricsLog {
  public:
-  // Opens <dir>/metrics.jsonl for appending (creating dir); inactive when !active.
+  // Opens <dir>/metrics.jsonl for appending (creating dir); inactive when !active or dir is "".
   MetricsLog(const std::string& dir, bool active);
   void write(const nlohmann::json& line);
 

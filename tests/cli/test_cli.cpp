@@ -1,0 +1,116 @@
+// The `strata` binary as a user runs it: config errors, a two-rank training run through the
+// launcher with its metrics, generation from the checkpoint, and refusal of a corrupt one.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "test_support.h"
+
+namespace strata {
+namespace {
+
+const std::string kStrata = STRATA_BINARY;
+
+std::string write_config(const testing::TempDir& dir, const std::string& extra = "") {
+  const std::string path = dir.file("run.toml");
+  std::ofstream(path) << R"([model]
+vocab_size = 256
+d_model = 32
+n_layers = 2
+n_heads = 4
+seq_len = 32
+[train]
+steps = 6
+global_batch = 4
+micro_batch = 2
+lr = 0.003
+min_lr = 0.0003
+warmup_steps = 2
+eval_every = 3
+[data]
+source = "synthetic"
+[log]
+progress = "lines"
+dir = ")" + dir.file("log") + R"("
+[checkpoint]
+dir = ")" + dir.file("ckpt") + "\"\n" + extra;
+  return path;
+}
+
+TEST(Cli, ConfigErrorsNameTheKey) {
+  testing::TempDir dir;
+  std::string output;
+  EXPECT_EQ(testing::run_command(kStrata + " config " + write_config(dir) + " --set model.n_head=3", &output), 2);
+  EXPECT_NE(output.find("model.n_head"), std::string::npos) << output;
+  EXPECT_EQ(testing::run_command(kStrata + " config " + write_config(dir) + " --set parallel.tp=3", &output), 2);
+  EXPECT_NE(output.find("parallel.tp"), std::string::npos) << output;
+  EXPECT_EQ(testing::run_command(kStrata + " config " + dir.file("missing.toml"), &output), 2);
+  EXPECT_NE(output.find("missing.toml"), std::string::npos) << output;
+  EXPECT_EQ(testing::run_command(kStrata + " train " + write_config(dir) + " --nproc 3", &output), 2);
+  EXPECT_NE(output.find("global_batch"), std::string::npos) << output;
+}
+
+TEST(Cli, ConfigPrintsEffectiveValues) {
+  testing::TempDir dir;
+  std::string output;
+  ASSERT_EQ(testing::run_command(kStrata + " config " + write_config(dir) + " --nproc 2", &output), 0) << output;
+  EXPECT_NE(output.find("dp = 2"), std::string::npos) << output;
+  EXPECT_NE(output.find("microbatches = 1"), std::string::npos) << output;
+}
+
+TEST(Cli, TrainTwoRanksThenGenerateAndRefuseCorruption) {
+  testing::TempDir dir;
+  std::string output;
+  ASSERT_EQ(testing::run_command(kStrata + " train " + write_config(dir) + " --nproc 2", &output), 0) << output;
+  EXPECT_NE(output.find("step 6/6"), std::string::npos) << output;
+
+  std::ifstream metrics(dir.file("log/metrics.jsonl"));
+  std::string line;
+  int steps = 0, evals = 0;
+  while (std::getline(metrics, line)) {
+    auto json = nlohmann::json::parse(line);
+    if (json.contains("eval_loss")) {
+      ++evals;
+      continue;
+    }
+    ++steps;
+    for (const char* key : {"step", "loss", "lr", "grad_norm", "step_time_s", "tokens_per_s", "mfu"}) {
+      EXPECT_TRUE(json.contains(key)) << key << " missing in " << line;
+    }
+    for (const char* key : {"params", "grads", "optimizer", "activations_peak", "rss_peak"}) {
+      EXPECT_GT(json["mem"][key].get<int64_t>(), 0) << key << " in " << line;
+    }
+    EXPECT_GT(json["comm_bytes"]["all_reduce"].get<int64_t>(), 0) << line;
+  }
+  EXPECT_EQ(steps, 6);
+  EXPECT_EQ(evals, 2);
+
+  const std::string checkpoint = dir.file("ckpt/step_00000006");
+  ASSERT_TRUE(std::filesystem::exists(checkpoint + "/COMPLETE"));
+  ASSERT_EQ(testing::run_command(kStrata + " generate --checkpoint " + checkpoint +
+                                     " --prompt 'The ' --max-new-tokens 20 --seed 1", &output), 0) << output;
+  EXPECT_EQ(output.rfind("The ", 0), 0u) << output;
+
+  // Flip one byte of the rank file: the checkpoint must be refused, naming the file.
+  std::string victim;
+  for (const auto& entry : std::filesystem::directory_iterator(checkpoint)) {
+    if (entry.path().extension() == ".safetensors") victim = entry.path();
+  }
+  ASSERT_FALSE(victim.empty());
+  {
+    std::fstream file(victim, std::ios::in | std::ios::out | std::ios::binary);
+    file.seekg(-5, std::ios::end);
+    char byte = 0;
+    file.read(&byte, 1);
+    byte = static_cast<char>(byte ^ 0x5a);
+    file.seekp(-5, std::ios::end);
+    file.write(&byte, 1);
+  }
+  EXPECT_EQ(testing::run_command(kStrata + " generate --checkpoint " + checkpoint, &output), 2);
+  EXPECT_NE(output.find(std::filesystem::path(victim).filename().string()), std::string::npos) << output;
+}
+
+}  // namespace
+}  // namespace strata
