@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "test_support.h"
 
@@ -33,6 +34,7 @@ eval_every = 3
 source = "synthetic"
 [log]
 progress = "lines"
+trace = true
 dir = ")" + dir.file("log") + R"("
 [checkpoint]
 dir = ")" + dir.file("ckpt") + "\"\n" + extra;
@@ -86,6 +88,16 @@ TEST(Cli, TrainTwoRanksThenGenerateAndRefuseCorruption) {
   }
   EXPECT_EQ(steps, 6);
   EXPECT_EQ(evals, 2);
+
+  // The Chrome trace holds one track per rank, each with its forward/backward events.
+  std::ifstream trace_file(dir.file("log/trace.json"));
+  ASSERT_TRUE(trace_file.good());
+  auto trace = nlohmann::json::parse(trace_file);
+  std::set<int> ranks_with_events;
+  for (const auto& event : trace["traceEvents"]) {
+    if (event["ph"] == "X" && event["name"] == "forward_backward") ranks_with_events.insert(event["tid"].get<int>());
+  }
+  EXPECT_EQ(ranks_with_events, (std::set<int>{0, 1}));
 
   const std::string checkpoint = dir.file("ckpt/step_00000006");
   ASSERT_TRUE(std::filesystem::exists(checkpoint + "/COMPLETE"));

@@ -11,6 +11,7 @@
 #include "strata/core/memory.h"
 #include "strata/data/dataset.h"
 #include "strata/train/metrics.h"
+#include "strata/train/trace.h"
 
 namespace strata {
 namespace {
@@ -62,6 +63,7 @@ Trainer::Trainer(const Config& config, Mesh& mesh)
   dataset_ = TokenDataset::open(config_.data, config_.model, config_.train.seed);
   rows_per_dp_rank_ = config_.train.global_batch / mesh_.shape().dp;
   peak_flops_ = measure_matmul_peak_flops();
+  trace_ = std::make_unique<Trace>(config_.log.trace && !config_.log.dir.empty(), mesh_.rank());
 }
 
 Trainer::~Trainer() = default;
@@ -75,6 +77,7 @@ double Trainer::train_step(int64_t step) {
   optimizer_->zero_grad();
   at::Tensor loss_sum = at::zeros({1}, at::kDouble);
   for (int64_t mb = 0; mb < microbatches; ++mb) {
+    Trace::Scope scope(*trace_, "forward_backward", step, mb);
     at::Tensor rows = dataset_->rows(Split::Train, step, first_row + mb * micro_batch, micro_batch, T);
     at::Tensor loss = model_->loss(rows.narrow(1, 0, T), rows.narrow(1, 1, T));
     // Every microbatch has the same token count, so the mean over the step's batch is the
@@ -82,7 +85,10 @@ double Trainer::train_step(int64_t step) {
     (loss / static_cast<double>(microbatches)).backward();
     loss_sum += loss.detach().to(at::kDouble);
   }
-  reduce_gradients();
+  {
+    Trace::Scope scope(*trace_, "reduce_gradients", step);
+    reduce_gradients();
+  }
   at::Tensor mean_loss = loss_sum / static_cast<double>(microbatches);
   mesh_.dp().all_reduce(mean_loss, ReduceOp::Avg);
   return mean_loss.item<double>();
@@ -218,10 +224,15 @@ TrainResult Trainer::run() {
     auto start = Clock::now();
 
     // data -> forward/backward per microbatch -> reduce over dp -> clip -> update
-    const double loss = train_step(step);
-    const double grad_norm = clip_gradients();
-    const double lr = learning_rate(config_.train, step);
-    optimizer_->step(lr);
+    double loss, grad_norm, lr;
+    {
+      Trace::Scope scope(*trace_, "step", step);
+      loss = train_step(step);
+      Trace::Scope update(*trace_, "clip_and_update", step);
+      grad_norm = clip_gradients();
+      lr = learning_rate(config_.train, step);
+      optimizer_->step(lr);
+    }
 
     StepMetrics m;
     m.step = step + 1;
@@ -241,15 +252,20 @@ TrainResult Trainer::run() {
 
     const bool last = m.step == config_.train.steps;
     if (config_.train.eval_every > 0 && (m.step % config_.train.eval_every == 0 || last)) {
+      Trace::Scope scope(*trace_, "evaluate", step);
       const double eval_loss = evaluate();
       result.eval_losses.push_back(eval_loss);
       metrics.write({{"step", m.step}, {"eval_loss", eval_loss}});
       progress.eval(m.step, eval_loss);
     }
     const bool due = config_.checkpoint.every > 0 && m.step % config_.checkpoint.every == 0;
-    if (!config_.checkpoint.dir.empty() && (due || last)) save(m.step, result);
+    if (!config_.checkpoint.dir.empty() && (due || last)) {
+      Trace::Scope scope(*trace_, "checkpoint", step);
+      save(m.step, result);
+    }
   }
   progress.finish();
+  trace_->write(config_.log.dir, mesh_.world());
   return result;
 }
 

@@ -13,6 +13,7 @@
 namespace strata {
 
 class TokenDataset;
+class Trace;
 struct ShardedTensor;
 
 struct TrainResult {
@@ -50,6 +51,7 @@ class Trainer {
   std::shared_ptr<TokenDataset> dataset_;
   int64_t rows_per_dp_rank_;  // sequences of the global batch this dp rank processes
   double peak_flops_ = 0;     // measured matmul rate of this rank
+  std::unique_ptr<Trace> trace_;
 };
 
 // Best of a few dense float32 matmuls on this rank's threads, in FLOP/s.
