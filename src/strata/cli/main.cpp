@@ -3,6 +3,7 @@
 // leaving the other ranks waiting.
 #include <CLI/CLI.hpp>
 
+#include <filesystem>
 #include <iostream>
 
 #include "strata/core/config.h"
@@ -68,15 +69,36 @@ int run_config(const std::string& config_path, const std::vector<std::string>& o
   return 0;
 }
 
+// Generation on one process, or with the model split over every rank (tensor parallel):
+// all ranks sample the same tokens, rank 0 prints them.
 int run_generate(const std::string& checkpoint, const std::string& prompt,
-                 const SamplingOptions& options) {
-  Config config;
-  auto model = load_model_from_checkpoint(checkpoint, &config);
-  auto tokenizer = make_tokenizer(config.data.tokenizer);
-  std::vector<int32_t> encoded = tokenizer->encode(prompt);
-  std::vector<int64_t> prompt_tokens(encoded.begin(), encoded.end());
-  std::vector<int64_t> output = generate(*model, prompt_tokens, options);
-  std::cout << prompt << tokenizer->decode(output) << std::endl;
+                 const SamplingOptions& options, int nproc, const std::vector<std::string>& argv) {
+  if (nproc > 1 && !started_by_mpi_launcher()) relaunch_under_mpirun(nproc, argv);
+  int argc = 0;
+  char** no_args = nullptr;
+  const int world_size = init_mpi(&argc, &no_args);
+  int rank = 0;
+  try {
+    Comm world = Comm::world();
+    rank = world.rank();
+    configure_rank_threads(0);
+    Config config;
+    auto model = load_model_from_checkpoint(checkpoint, &config, &world);
+    auto tokenizer = make_tokenizer(config.data.tokenizer);
+    std::vector<int32_t> encoded = tokenizer->encode(prompt);
+    std::vector<int64_t> prompt_tokens(encoded.begin(), encoded.end());
+    std::vector<int64_t> output = generate(*model, prompt_tokens, options);
+    if (rank == 0) std::cout << prompt << tokenizer->decode(output) << std::endl;
+  } catch (const UserError& error) {
+    if (rank == 0) std::cerr << "strata: error: " << error.what() << std::endl;
+    if (world_size > 1) abort_job(2);
+    finalize_mpi();
+    return 2;
+  } catch (const std::exception& error) {
+    std::cerr << "strata: rank " << rank << ": " << error.what() << std::endl;
+    abort_job(1);
+  }
+  finalize_mpi();
   return 0;
 }
 
@@ -115,6 +137,8 @@ int main(int argc, char** argv) {
   generate_command->add_option("--top-k", sampling.top_k, "Sample among the k likeliest (0 = all)")
       ->check(CLI::NonNegativeNumber);
   generate_command->add_option("--seed", sampling.seed, "Sampling seed");
+  generate_command->add_option("--nproc", nproc, "Serve the model split over N local ranks (tensor parallel)")
+      ->check(CLI::PositiveNumber);
 
   std::vector<std::string> inputs;
   std::string out_dir;
@@ -125,13 +149,16 @@ int main(int argc, char** argv) {
   prepare->add_option("--out", out_dir, "Output directory")->required();
 
   CLI11_PARSE(app, argc, argv);
+  // The command line to re-execute under mpirun, with this binary's absolute path.
+  std::vector<std::string> args(argv, argv + argc);
+  std::error_code error;
+  auto self = std::filesystem::read_symlink("/proc/self/exe", error);
+  if (!error) args[0] = self.string();
 
   try {
-    if (*train) {
-      return run_train(config_path, overrides, nproc, std::vector<std::string>(argv, argv + argc));
-    }
+    if (*train) return run_train(config_path, overrides, nproc, args);
     if (*config) return run_config(config_path, overrides, world_size);
-    if (*generate_command) return run_generate(checkpoint, prompt, sampling);
+    if (*generate_command) return run_generate(checkpoint, prompt, sampling, nproc, args);
     if (*prepare) return run_data_prepare(inputs, out_dir);
   } catch (const UserError& error) {
     std::cerr << "strata: error: " << error.what() << std::endl;

@@ -9,15 +9,18 @@
 
 namespace strata {
 
-std::unique_ptr<GPT> load_model_from_checkpoint(const std::string& dir, Config* config_out) {
+std::unique_ptr<GPT> load_model_from_checkpoint(const std::string& dir, Config* config_out,
+                                                Comm* tp) {
   nlohmann::json state = read_checkpoint_state(dir);
   Config config = parse_config(state.at("config").get<std::string>(), dir + "/state.json");
   auto model = std::make_unique<GPT>(config.model, config.train.seed,
-                                     config.train.dtype == "float64" ? at::kDouble : at::kFloat);
+                                     config.train.dtype == "float64" ? at::kDouble : at::kFloat,
+                                     TensorParallel{tp, false});
   std::vector<ShardedTensor> tensors;
   for (auto& parameter : model->parameters()) {
-    tensors.push_back({parameter.name, parameter.value.detach(), parameter.spec.global_shape,
-                       parameter.spec.local_offsets(), false});
+    for (auto& slice : sharded_slices(parameter.name, parameter.value.detach(), parameter.spec, false)) {
+      tensors.push_back(std::move(slice));
+    }
   }
   {
     at::NoGradGuard no_grad;

@@ -11,6 +11,8 @@
 
 namespace strata {
 
+class Comm;
+
 struct SamplingOptions {
   int64_t max_new_tokens = 200;
   double temperature = 0.8;  // 0 = greedy
@@ -18,9 +20,12 @@ struct SamplingOptions {
   uint64_t seed = 0;
 };
 
-// Builds the model the checkpoint's config describes and loads its parameters.
+// Builds the model the checkpoint's config describes and loads its parameters (any layout
+// the checkpoint was written with). With a tp group, the model is split over it and every tp
+// rank must call generate() with the same arguments: each rank samples the same tokens.
 // Throws UserError if dir is not a complete checkpoint.
-std::unique_ptr<GPT> load_model_from_checkpoint(const std::string& dir, Config* config_out);
+std::unique_ptr<GPT> load_model_from_checkpoint(const std::string& dir, Config* config_out,
+                                                Comm* tp = nullptr);
 
 // Continues `prompt` (token ids) and returns only the new tokens. Stops early at seq_len.
 std::vector<int64_t> generate(GPT& model, const std::vector<int64_t>& prompt,

@@ -1,46 +1,81 @@
 // GPT forward pass (backward comes from autograd). Shapes: B batch, T tokens, C d_model,
-// H query heads, K key/value heads, D head_dim, F d_ff, V vocab.
+// H query heads, K key/value heads, D head_dim, F d_ff, V vocab; a trailing _l means "this
+// tp rank's part" (H_l = H / tp, F_l = F / tp, V_l = padded V / tp). Under sequence
+// parallelism the residual stream is (B, T / tp, C).
 #include "strata/model/gpt.h"
 
 #include <cmath>
 
 #include "strata/core/error.h"
+#include "strata/dist/comm.h"
+#include "strata/parallel/regions.h"
 
 namespace strata {
 
-GPT::GPT(const ModelConfig& config, uint64_t seed, at::ScalarType dtype)
-    : config_(config), seed_(seed), dtype_(dtype) {
+GPT::GPT(const ModelConfig& config, uint64_t seed, at::ScalarType dtype, TensorParallel tp)
+    : config_(config),
+      seed_(seed),
+      dtype_(dtype),
+      tp_comm_(tp.comm && tp.comm->size() > 1 ? tp.comm : nullptr),
+      sequence_parallel_(tp.sequence_parallel && tp_comm_ != nullptr) {
+  if (tp_comm_) {
+    tp_size_ = tp_comm_->size();
+    tp_rank_ = tp_comm_->rank();
+  }
   const int64_t C = config.d_model, V = config.vocab_size, T = config.seq_len;
   const int64_t H = config.n_heads, K = config.kv_heads(), D = config.head_dim();
   const int64_t F = config.ff_dim();
+  STRATA_REQUIRE(H % tp_size_ == 0, "parallel.tp (", tp_size_, ") must divide model.n_heads (", H, ")");
+  STRATA_REQUIRE(F % tp_size_ == 0, "parallel.tp (", tp_size_, ") must divide model.d_ff (", F, ")");
+  local_heads_ = H / tp_size_;
+  kv_replicated_ = K % tp_size_ != 0;
+  local_kv_heads_ = kv_replicated_ ? K : K / tp_size_;
+  vocab_per_rank_ = (V + tp_size_ - 1) / tp_size_;
+
   const bool layernorm = config.norm == "layernorm";
   const bool swiglu = config.activation == "swiglu";
   const double std = config.init_std;
   // GPT-2's scaled init for the projections that write into the residual stream.
   const double residual_std = std / std::sqrt(2.0 * config.n_layers);
+  // Norm weights see only this rank's tokens under sequence parallelism.
+  auto add_norm = [&](const std::string& name, InitKind kind) {
+    size_t index = add(name, {C}, kind, 0, false);
+    parameters_[index].tp_partial_grad = sequence_parallel_;
+    return index;
+  };
 
-  token_embedding_ = add("embedding.token.weight", {V, C}, InitKind::Normal, std, true);
+  // Vocabulary rows are split over tp (padded to a multiple of tp).
+  token_embedding_ = add("embedding.token.weight", {V, C}, InitKind::Normal, std, true, 0);
   if (config.pos == "learned") {
     position_embedding_ = add("embedding.position.weight", {T, C}, InitKind::Normal, std, true);
+    parameters_[position_embedding_].tp_partial_grad = sequence_parallel_;
   }
   for (int64_t layer = 0; layer < config.n_layers; ++layer) {
     const std::string prefix = "blocks." + std::to_string(layer) + ".";
     BlockParams block{};
-    block.norm1_weight = add(prefix + "norm1.weight", {C}, InitKind::Ones, 0, false);
-    block.norm1_bias = layernorm ? add(prefix + "norm1.bias", {C}, InitKind::Zeros, 0, false) : kNone;
-    block.qkv_weight = add(prefix + "attn.qkv.weight", {(H + 2 * K) * D, C}, InitKind::Normal, std, true);
-    block.attn_out_weight = add(prefix + "attn.out.weight", {C, H * D}, InitKind::Normal, residual_std, true);
-    block.norm2_weight = add(prefix + "norm2.weight", {C}, InitKind::Ones, 0, false);
-    block.norm2_bias = layernorm ? add(prefix + "norm2.bias", {C}, InitKind::Zeros, 0, false) : kNone;
-    // SwiGLU's up-projection is fused: rows [0, F) are the gate, rows [F, 2F) the value.
-    block.fc_weight = add(prefix + "mlp.fc.weight", {swiglu ? 2 * F : F, C}, InitKind::Normal, std, true);
-    block.fc_out_weight = add(prefix + "mlp.out.weight", {C, F}, InitKind::Normal, residual_std, true);
+    block.norm1_weight = add_norm(prefix + "norm1.weight", InitKind::Ones);
+    block.norm1_bias = layernorm ? add_norm(prefix + "norm1.bias", InitKind::Zeros) : kNone;
+    // Column-parallel: query heads split; keys and values (blocks K*D, K*D) split when tp
+    // divides K, else replicated with partial gradients.
+    block.q_weight = add(prefix + "attn.q.weight", {H * D, C}, InitKind::Normal, std, true, 0);
+    block.kv_weight = add(prefix + "attn.kv.weight", {2 * K * D, C}, InitKind::Normal, std, true,
+                          kv_replicated_ ? -1 : 0, {K * D, K * D});
+    parameters_[block.kv_weight].tp_partial_grad = kv_replicated_ && tp_comm_ != nullptr;
+    // Row-parallel: the input dim (heads) split.
+    block.attn_out_weight = add(prefix + "attn.out.weight", {C, H * D}, InitKind::Normal, residual_std, true, 1);
+    block.norm2_weight = add_norm(prefix + "norm2.weight", InitKind::Ones);
+    block.norm2_bias = layernorm ? add_norm(prefix + "norm2.bias", InitKind::Zeros) : kNone;
+    // SwiGLU's up-projection is fused as blocks {F, F}: gate rows, then value rows.
+    block.fc_weight = swiglu ? add(prefix + "mlp.fc.weight", {2 * F, C}, InitKind::Normal, std, true, 0, {F, F})
+                             : add(prefix + "mlp.fc.weight", {F, C}, InitKind::Normal, std, true, 0);
+    block.fc_out_weight = add(prefix + "mlp.out.weight", {C, F}, InitKind::Normal, residual_std, true, 1);
     blocks_.push_back(block);
   }
-  final_norm_weight_ = add("final_norm.weight", {C}, InitKind::Ones, 0, false);
-  final_norm_bias_ = layernorm ? add("final_norm.bias", {C}, InitKind::Zeros, 0, false) : kNone;
-  head_weight_ = config.tie_embeddings ? token_embedding_
-                                       : add("head.weight", {V, C}, InitKind::Normal, std, true);
+  final_norm_weight_ = add_norm("final_norm.weight", InitKind::Ones);
+  final_norm_bias_ = layernorm ? add_norm("final_norm.bias", InitKind::Zeros) : kNone;
+  head_weight_ = config.tie_embeddings
+                     ? token_embedding_
+                     : add("head.weight", {V, C}, InitKind::Normal, std, true, 0);
 
   if (config.pos == "rope") {
     auto inverse_frequency =
@@ -52,9 +87,16 @@ GPT::GPT(const ModelConfig& config, uint64_t seed, at::ScalarType dtype)
 }
 
 size_t GPT::add(const std::string& name, std::vector<int64_t> shape, InitKind kind, double std,
-                bool weight_decay) {
+                bool weight_decay, int64_t split_dim, std::vector<int64_t> blocks) {
   ShardSpec spec;
   spec.global_shape = std::move(shape);
+  if (split_dim >= 0 && tp_size_ > 1) {
+    spec.split_dim = split_dim;
+    spec.split_axis = ShardAxis::Tp;
+    spec.split_index = tp_rank_;
+    spec.split_count = tp_size_;
+    spec.split_blocks = std::move(blocks);
+  }
   parameters_.push_back(make_parameter(name, spec, kind, std, seed_, dtype_, weight_decay));
   return parameters_.size() - 1;
 }
@@ -70,6 +112,17 @@ int64_t GPT::num_parameters() const {
   int64_t total = 0;
   for (const auto& parameter : parameters_) total += numel_of(parameter.spec.global_shape);
   return total;
+}
+
+at::Tensor GPT::enter_tp(const at::Tensor& x, bool sequence_parallel) {
+  if (!tp_comm_) return x;
+  return sequence_parallel ? gather_from_sequence(x, *tp_comm_) : copy_to_tp_region(x, *tp_comm_);
+}
+
+at::Tensor GPT::leave_tp(const at::Tensor& x, bool sequence_parallel) {
+  if (!tp_comm_) return x;
+  return sequence_parallel ? reduce_scatter_to_sequence(x, *tp_comm_)
+                           : reduce_from_tp_region(x, *tp_comm_);
 }
 
 at::Tensor GPT::norm(const at::Tensor& x, size_t weight_index, size_t bias_index) const {
@@ -100,15 +153,16 @@ const at::Tensor& GPT::causal_mask(int64_t query_len, int64_t key_len) {
 }
 
 at::Tensor GPT::attention(const at::Tensor& x, const BlockParams& block, int64_t layer,
-                          KVCache* cache) {
-  const int64_t B = x.size(0), T = x.size(1);
-  const int64_t H = config_.n_heads, K = config_.kv_heads(), D = config_.head_dim();
+                          KVCache* cache, bool sequence_parallel) {
+  at::Tensor input = enter_tp(x, sequence_parallel);  // (B, T, C) on every tp rank
+  const int64_t B = input.size(0), T = input.size(1);
+  const int64_t H_l = local_heads_, K_l = local_kv_heads_, D = config_.head_dim();
   const int64_t past = cache ? cache->length : 0;
 
-  auto qkv = at::matmul(x, weight(block.qkv_weight).t());  // (B, T, (H + 2K) * D)
-  auto q = qkv.narrow(-1, 0, H * D).view({B, T, H, D}).transpose(1, 2);  // (B, H, T, D)
-  auto k = qkv.narrow(-1, H * D, K * D).view({B, T, K, D}).transpose(1, 2);  // (B, K, T, D)
-  auto v = qkv.narrow(-1, (H + K) * D, K * D).view({B, T, K, D}).transpose(1, 2);
+  auto q = at::matmul(input, weight(block.q_weight).t()).view({B, T, H_l, D}).transpose(1, 2);
+  auto kv = at::matmul(input, weight(block.kv_weight).t());  // (B, T, 2 * K_l * D)
+  auto k = kv.narrow(-1, 0, K_l * D).view({B, T, K_l, D}).transpose(1, 2);  // (B, K_l, T, D)
+  auto v = kv.narrow(-1, K_l * D, K_l * D).view({B, T, K_l, D}).transpose(1, 2);
   if (config_.pos == "rope") {
     q = rotate(q, past);
     k = rotate(k, past);
@@ -121,29 +175,56 @@ at::Tensor GPT::attention(const at::Tensor& x, const BlockParams& block, int64_t
     cache->keys[layer] = k;
     cache->values[layer] = v;
   }
-  if (K != H) {  // grouped-query: each key/value head serves H / K query heads
-    k = k.repeat_interleave(H / K, 1);
-    v = v.repeat_interleave(H / K, 1);
+  // Grouped-query: each key/value head serves H / K query heads. With replicated kv heads,
+  // expand all of them and keep the ones this rank's query heads use.
+  const int64_t group = config_.n_heads / config_.kv_heads();
+  if (group > 1 || kv_replicated_) {
+    k = k.repeat_interleave(group, 1);
+    v = v.repeat_interleave(group, 1);
+    if (kv_replicated_) {
+      k = k.narrow(1, tp_rank_ * H_l, H_l);
+      v = v.narrow(1, tp_rank_ * H_l, H_l);
+    }
   }
   auto scores = at::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(D)));
   scores = scores.masked_fill(causal_mask(T, past + T), -std::numeric_limits<double>::infinity());
-  auto y = at::matmul(at::softmax(scores, -1), v);  // (B, H, T, D)
-  y = y.transpose(1, 2).reshape({B, T, H * D});
-  return at::matmul(y, weight(block.attn_out_weight).t());
+  auto y = at::matmul(at::softmax(scores, -1), v);  // (B, H_l, T, D)
+  y = y.transpose(1, 2).reshape({B, T, H_l * D});
+  return leave_tp(at::matmul(y, weight(block.attn_out_weight).t()), sequence_parallel);
 }
 
-at::Tensor GPT::mlp(const at::Tensor& x, const BlockParams& block) const {
-  auto h = at::matmul(x, weight(block.fc_weight).t());
+at::Tensor GPT::mlp(const at::Tensor& x, const BlockParams& block, bool sequence_parallel) {
+  auto h = at::matmul(enter_tp(x, sequence_parallel), weight(block.fc_weight).t());
   if (config_.activation == "swiglu") {
-    const int64_t F = config_.ff_dim();
-    h = at::silu(h.narrow(-1, 0, F)) * h.narrow(-1, F, F);
+    const int64_t F_l = config_.ff_dim() / tp_size_;
+    h = at::silu(h.narrow(-1, 0, F_l)) * h.narrow(-1, F_l, F_l);
   } else {
     h = at::gelu(h, "tanh");
   }
-  return at::matmul(h, weight(block.fc_out_weight).t());
+  return leave_tp(at::matmul(h, weight(block.fc_out_weight).t()), sequence_parallel);
 }
 
-at::Tensor GPT::logits(const at::Tensor& tokens, KVCache* cache) {
+at::Tensor GPT::embed(const at::Tensor& tokens, int64_t past, bool sequence_parallel) {
+  // Vocab-parallel lookup: rows outside this rank's range contribute zeros, and the partial
+  // embeddings are summed over tp (reduce-scattered along tokens under sequence parallelism).
+  at::Tensor x;
+  if (tp_comm_) {
+    at::Tensor local_ids = tokens - tp_rank_ * vocab_per_rank_;
+    at::Tensor outside = (local_ids < 0).logical_or(local_ids >= vocab_per_rank_);
+    x = at::embedding(weight(token_embedding_), local_ids.masked_fill(outside, 0));
+    x = leave_tp(x.masked_fill(outside.unsqueeze(-1), 0), sequence_parallel);
+  } else {
+    x = at::embedding(weight(token_embedding_), tokens);  // (B, T, C)
+  }
+  if (position_embedding_ != kNone) {
+    const int64_t T_l = x.size(1);
+    const int64_t first = past + (sequence_parallel ? tp_rank_ * T_l : 0);
+    x = x + weight(position_embedding_).narrow(0, first, T_l);
+  }
+  return x;
+}
+
+at::Tensor GPT::hidden(const at::Tensor& tokens, KVCache* cache, bool sequence_parallel) {
   const int64_t T = tokens.size(1);
   const int64_t past = cache ? cache->length : 0;
   STRATA_REQUIRE(past + T <= config_.seq_len, "sequence of ", past + T,
@@ -152,23 +233,37 @@ at::Tensor GPT::logits(const at::Tensor& tokens, KVCache* cache) {
     cache->keys.resize(config_.n_layers);
     cache->values.resize(config_.n_layers);
   }
-  auto x = at::embedding(weight(token_embedding_), tokens);  // (B, T, C)
-  if (position_embedding_ != kNone) {
-    x = x + weight(position_embedding_).narrow(0, past, T);
-  }
+  at::Tensor x = embed(tokens, past, sequence_parallel);
   for (int64_t layer = 0; layer < config_.n_layers; ++layer) {
     const auto& block = blocks_[layer];
-    x = x + attention(norm(x, block.norm1_weight, block.norm1_bias), block, layer, cache);
-    x = x + mlp(norm(x, block.norm2_weight, block.norm2_bias), block);
+    x = x + attention(norm(x, block.norm1_weight, block.norm1_bias), block, layer, cache, sequence_parallel);
+    x = x + mlp(norm(x, block.norm2_weight, block.norm2_bias), block, sequence_parallel);
   }
   if (cache) cache->length += T;
-  x = norm(x, final_norm_weight_, final_norm_bias_);
-  return at::matmul(x, weight(head_weight_).t());  // (B, T, V)
+  return enter_tp(norm(x, final_norm_weight_, final_norm_bias_), sequence_parallel);
+}
+
+at::Tensor GPT::logits(const at::Tensor& tokens, KVCache* cache) {
+  // Generation runs without sequence parallelism (one new token cannot be split); the
+  // weights are the same either way.
+  at::Tensor local = at::matmul(hidden(tokens, cache, false), weight(head_weight_).t());
+  if (!tp_comm_) return local;  // (B, T, V)
+  at::Tensor vocab_first = local.movedim(-1, 0).contiguous();  // (V_l, B, T)
+  auto shape = vocab_first.sizes().vec();
+  shape[0] *= tp_size_;
+  at::Tensor all = at::empty(shape, local.options());
+  tp_comm_->all_gather(all, vocab_first);
+  return all.narrow(0, 0, config_.vocab_size).movedim(0, -1);
 }
 
 at::Tensor GPT::loss(const at::Tensor& tokens, const at::Tensor& targets) {
-  auto logits_btv = logits(tokens);
-  return at::cross_entropy_loss(logits_btv.view({-1, config_.vocab_size}), targets.reshape(-1));
+  at::Tensor x = hidden(tokens, nullptr, sequence_parallel_);  // (B, T, C)
+  at::Tensor local_logits = at::matmul(x, weight(head_weight_).t());  // (B, T, V_l)
+  if (!tp_comm_) {
+    return at::cross_entropy_loss(local_logits.view({-1, config_.vocab_size}), targets.reshape(-1));
+  }
+  return vocab_parallel_cross_entropy(local_logits.view({-1, vocab_per_rank_}), targets.reshape(-1),
+                                      tp_rank_ * vocab_per_rank_, config_.vocab_size, *tp_comm_);
 }
 
 double training_flops_per_token(const ModelConfig& config) {

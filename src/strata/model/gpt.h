@@ -2,6 +2,10 @@
 // (grouped-query) attention and a GELU or SwiGLU MLP, a final norm, and a tied or untied
 // output head with cross-entropy. Written with ATen ops under autograd; every weight is a
 // Parameter with a global name, so initialization and checkpoints are layout-independent.
+//
+// Tensor parallelism (Megatron-style) over the tp group: attention heads, the MLP's hidden
+// units and the vocabulary are split; the communication lives in parallel/regions.h. With
+// sequence parallelism the residual stream between blocks is split along the tokens.
 #pragma once
 #include <ATen/ATen.h>
 
@@ -14,49 +18,68 @@
 
 namespace strata {
 
+class Comm;
+
 // Keys and values of every layer for incremental decoding.
 struct KVCache {
-  std::vector<at::Tensor> keys;    // per layer (B, n_kv_heads, length, head_dim)
-  std::vector<at::Tensor> values;  // per layer (B, n_kv_heads, length, head_dim)
+  std::vector<at::Tensor> keys;    // per layer (B, local kv heads, length, head_dim)
+  std::vector<at::Tensor> values;  // per layer (B, local kv heads, length, head_dim)
   int64_t length = 0;              // positions already cached
+};
+
+struct TensorParallel {
+  Comm* comm = nullptr;  // the tp group; nullptr = no tensor parallelism
+  bool sequence_parallel = false;
 };
 
 class GPT {
  public:
-  GPT(const ModelConfig& config, uint64_t seed, at::ScalarType dtype);
+  GPT(const ModelConfig& config, uint64_t seed, at::ScalarType dtype, TensorParallel tp = {});
 
   const ModelConfig& config() const { return config_; }
   std::vector<Parameter>& parameters() { return parameters_; }
   const std::vector<Parameter>& parameters() const { return parameters_; }
   Parameter& parameter(const std::string& name);
-  int64_t num_parameters() const;
+  int64_t num_parameters() const;  // global count
 
-  // tokens (B, T) int64 -> logits (B, T, V). With a cache, the tokens continue the cached
-  // sequence and the cache is extended.
+  // tokens (B, T) int64 -> logits (B, T, V) over the whole vocabulary (gathered over tp;
+  // for generation and tests). With a cache, the tokens continue the cached sequence.
   at::Tensor logits(const at::Tensor& tokens, KVCache* cache = nullptr);
-  // Mean cross-entropy of targets (B, T) given tokens (B, T).
+  // Mean cross-entropy of targets (B, T) given tokens (B, T); vocab-parallel under tp.
   at::Tensor loss(const at::Tensor& tokens, const at::Tensor& targets);
 
  private:
   struct BlockParams {  // indices into parameters_
-    size_t norm1_weight, norm1_bias, qkv_weight, attn_out_weight;
+    size_t norm1_weight, norm1_bias, q_weight, kv_weight, attn_out_weight;
     size_t norm2_weight, norm2_bias, fc_weight, fc_out_weight;
   };
   static constexpr size_t kNone = static_cast<size_t>(-1);
 
   size_t add(const std::string& name, std::vector<int64_t> shape, InitKind kind, double std,
-             bool weight_decay);
+             bool weight_decay, int64_t split_dim = -1, std::vector<int64_t> blocks = {});
   const at::Tensor& weight(size_t index) const { return parameters_[index].value; }
+  // Hidden states after the final norm, full sequence: (B, T, C), each tp rank a replica.
+  at::Tensor hidden(const at::Tensor& tokens, KVCache* cache, bool sequence_parallel);
+  at::Tensor embed(const at::Tensor& tokens, int64_t past, bool sequence_parallel);
   at::Tensor norm(const at::Tensor& x, size_t weight_index, size_t bias_index) const;
   at::Tensor attention(const at::Tensor& x, const BlockParams& block, int64_t layer,
-                       KVCache* cache);
-  at::Tensor mlp(const at::Tensor& x, const BlockParams& block) const;
+                       KVCache* cache, bool sequence_parallel);
+  at::Tensor mlp(const at::Tensor& x, const BlockParams& block, bool sequence_parallel);
+  at::Tensor enter_tp(const at::Tensor& x, bool sequence_parallel);  // before a column split
+  at::Tensor leave_tp(const at::Tensor& x, bool sequence_parallel);  // after a row split
   at::Tensor rotate(const at::Tensor& x, int64_t first_position) const;  // RoPE
   const at::Tensor& causal_mask(int64_t query_len, int64_t key_len);
 
   ModelConfig config_;
   uint64_t seed_;
   at::ScalarType dtype_;
+  Comm* tp_comm_;  // nullptr when there is no tensor parallelism
+  bool sequence_parallel_;
+  int64_t tp_size_ = 1, tp_rank_ = 0;
+  int64_t local_heads_, local_kv_heads_;  // heads this rank computes
+  bool kv_replicated_;                    // kv heads not divisible by tp: every rank holds all
+  int64_t vocab_per_rank_;                // rows of the (padded) vocabulary on each rank
+
   std::vector<Parameter> parameters_;
   size_t token_embedding_ = kNone, position_embedding_ = kNone;
   size_t final_norm_weight_ = kNone, final_norm_bias_ = kNone, head_weight_ = kNone;
@@ -66,7 +89,7 @@ class GPT {
 };
 
 // Model FLOPs of one training step (forward + backward, no recomputation) per token:
-// 6 * (non-embedding params + head) + 12 * n_layers * d_model * seq_len (attention scores).
+// 6 * (matrix parameters of the blocks and the head) + 12 * n_layers * d_model * seq_len.
 double training_flops_per_token(const ModelConfig& config);
 
 }  // namespace strata

@@ -3,6 +3,7 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 
+#include "strata/ckpt/checkpoint.h"
 #include "strata/core/error.h"
 
 namespace strata {
@@ -16,26 +17,60 @@ const char* shard_axis_name(ShardAxis axis) {
   return "?";
 }
 
+namespace {
+std::vector<int64_t> blocks_of(const ShardSpec& spec) {
+  if (!spec.split_blocks.empty()) return spec.split_blocks;
+  return {spec.global_shape[spec.split_dim]};
+}
+int64_t piece_of(int64_t block, int64_t count) { return (block + count - 1) / count; }
+}  // namespace
+
 std::vector<int64_t> ShardSpec::local_shape() const {
   std::vector<int64_t> shape = global_shape;
-  if (split_dim >= 0) {
-    STRATA_CHECK(shape[split_dim] % split_count == 0, "dim ", split_dim, " of size ",
-                 shape[split_dim], " is not divisible into ", split_count, " pieces");
-    shape[split_dim] /= split_count;
-  }
+  if (split_dim < 0) return shape;
+  int64_t rows = 0;
+  for (int64_t block : blocks_of(*this)) rows += piece_of(block, split_count);
+  shape[split_dim] = rows;
   return shape;
 }
 
-std::vector<int64_t> ShardSpec::local_offsets() const {
-  std::vector<int64_t> offsets(global_shape.size(), 0);
-  if (split_dim >= 0) offsets[split_dim] = split_index * (global_shape[split_dim] / split_count);
-  return offsets;
+std::vector<ShardSpec::Slice> ShardSpec::local_slices() const {
+  if (split_dim < 0) return {Slice{std::vector<int64_t>(global_shape.size(), 0), global_shape, 0}};
+  std::vector<Slice> slices;
+  int64_t block_start = 0, local_start = 0;
+  for (int64_t block : blocks_of(*this)) {
+    const int64_t piece = piece_of(block, split_count);
+    const int64_t begin = std::min(block, split_index * piece);
+    const int64_t rows = std::min(block, begin + piece) - begin;
+    if (rows > 0) {
+      Slice slice{std::vector<int64_t>(global_shape.size(), 0), global_shape, local_start};
+      slice.global_offsets[split_dim] = block_start + begin;
+      slice.shape[split_dim] = rows;
+      slices.push_back(slice);
+    }
+    block_start += block;
+    local_start += piece;
+  }
+  STRATA_CHECK(block_start == global_shape[split_dim], "blocks of ", block_start,
+               " rows for a dim of ", global_shape[split_dim]);
+  return slices;
 }
 
 int64_t numel_of(const std::vector<int64_t>& shape) {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
   return n;
+}
+
+std::vector<ShardedTensor> sharded_slices(const std::string& name, const at::Tensor& local,
+                                          const ShardSpec& spec, bool write) {
+  std::vector<ShardedTensor> out;
+  const int64_t split_dim = std::max<int64_t>(0, spec.split_dim);
+  for (const auto& slice : spec.local_slices()) {
+    at::Tensor piece = local.dim() == 0 ? local : local.narrow(split_dim, slice.local_start, slice.shape[split_dim]);
+    out.push_back({name, piece, spec.global_shape, slice.global_offsets, write});
+  }
+  return out;
 }
 
 uint64_t hash_name(uint64_t seed, const std::string& name) {
@@ -65,14 +100,18 @@ at::Tensor init_global_tensor(const std::string& name, const std::vector<int64_t
 Parameter make_parameter(const std::string& name, const ShardSpec& spec, InitKind kind,
                          double std, uint64_t seed, at::ScalarType dtype, bool weight_decay) {
   at::Tensor global = init_global_tensor(name, spec.global_shape, kind, std, seed);
-  at::Tensor local = global;
-  if (spec.split_dim >= 0) {
-    int64_t piece = spec.global_shape[spec.split_dim] / spec.split_count;
-    local = global.narrow(spec.split_dim, spec.split_index * piece, piece);
+  at::Tensor local = at::zeros(spec.local_shape(), global.options());  // padding stays zero
+  for (const auto& slice : spec.local_slices()) {
+    at::Tensor source = global;
+    for (size_t dim = 0; dim < slice.shape.size(); ++dim) {
+      source = source.narrow(static_cast<int64_t>(dim), slice.global_offsets[dim], slice.shape[dim]);
+    }
+    const int64_t split_dim = std::max<int64_t>(0, spec.split_dim);
+    local.narrow(split_dim, slice.local_start, slice.shape[split_dim]).copy_(source);
   }
   Parameter parameter;
   parameter.name = name;
-  parameter.value = local.to(dtype).contiguous().clone().set_requires_grad(true);
+  parameter.value = local.to(dtype).contiguous().set_requires_grad(true);
   parameter.spec = spec;
   parameter.weight_decay = weight_decay;
   return parameter;

@@ -14,15 +14,30 @@ namespace strata {
 enum class ShardAxis { None, Tp, Ep };
 const char* shard_axis_name(ShardAxis axis);
 
+// How this rank's tensor is cut from the global one. The split dim is a sequence of blocks
+// (one block by default); each block is cut into split_count equal pieces of
+// ceil(block / split_count) rows, and this rank holds piece split_index of every block, in
+// block order. Blocks keep fused weights correct under tensor parallelism: SwiGLU's
+// up-projection is blocks {F, F} (gate, value), so each rank holds matching gate and value
+// rows. A block not divisible by split_count is padded at its end (the vocabulary): padding
+// rows are part of the local tensor but of no global tensor, checkpoint or loss.
 struct ShardSpec {
   std::vector<int64_t> global_shape;
-  int64_t split_dim = -1;           // -1: this rank holds the whole tensor
+  int64_t split_dim = -1;  // -1: this rank holds the whole tensor
   ShardAxis split_axis = ShardAxis::None;
-  int64_t split_index = 0;          // this rank's piece along split_dim
-  int64_t split_count = 1;          // number of equal pieces along split_dim
+  int64_t split_index = 0;             // this rank's piece of each block
+  int64_t split_count = 1;             // pieces per block
+  std::vector<int64_t> split_blocks;   // block sizes along split_dim; empty = one block
 
-  std::vector<int64_t> local_shape() const;
-  std::vector<int64_t> local_offsets() const;  // start of the local piece in the global tensor
+  // One contiguous region of the global tensor held locally.
+  struct Slice {
+    std::vector<int64_t> global_offsets;  // where it starts in the global tensor
+    std::vector<int64_t> shape;
+    int64_t local_start = 0;              // where it starts along split_dim in the local tensor
+  };
+  std::vector<int64_t> local_shape() const;    // including padding rows
+  std::vector<Slice> local_slices() const;     // the real (non-padding) regions, in local order
+  bool is_split() const { return split_dim >= 0 && split_count > 1; }
 };
 
 struct Parameter {
@@ -30,6 +45,9 @@ struct Parameter {
   at::Tensor value;   // local piece; a leaf that requires grad
   ShardSpec spec;
   bool weight_decay = true;  // false for norm weights and biases
+  // Replicated over tp, but each tp rank's gradient is only its part of the sum (norms under
+  // sequence parallelism, replicated key/value heads): the gradient is summed over tp.
+  bool tp_partial_grad = false;
 };
 
 // Deterministic initialization from (seed, name) alone: the global tensor is drawn from a
@@ -40,6 +58,12 @@ at::Tensor init_global_tensor(const std::string& name, const std::vector<int64_t
                               InitKind kind, double std, uint64_t seed);
 Parameter make_parameter(const std::string& name, const ShardSpec& spec, InitKind kind,
                          double std, uint64_t seed, at::ScalarType dtype, bool weight_decay);
+
+// The pieces of a local tensor (shaped like spec.local_shape()) as checkpoint slices, padding
+// left out. `write` = false on ranks whose identical replica another rank writes.
+struct ShardedTensor;
+std::vector<ShardedTensor> sharded_slices(const std::string& name, const at::Tensor& local,
+                                          const ShardSpec& spec, bool write);
 
 uint64_t hash_name(uint64_t seed, const std::string& name);  // FNV-1a mixed with splitmix64
 

@@ -58,7 +58,8 @@ Trainer::Trainer(const Config& config, Mesh& mesh)
       mesh_(mesh),
       dtype_(config.train.dtype == "float64" ? at::kDouble : at::kFloat) {
   install_memory_tracker();
-  model_ = std::make_unique<GPT>(config_.model, config_.train.seed, dtype_);
+  model_ = std::make_unique<GPT>(config_.model, config_.train.seed, dtype_,
+                                 TensorParallel{&mesh_.tp(), config_.parallel.sequence_parallel});
   optimizer_ = std::make_unique<AdamW>(model_->parameters(), config_.train);
   dataset_ = TokenDataset::open(config_.data, config_.model, config_.train.seed);
   rows_per_dp_rank_ = config_.train.global_batch / mesh_.shape().dp;
@@ -94,29 +95,48 @@ double Trainer::train_step(int64_t step) {
   return mean_loss.item<double>();
 }
 
-void Trainer::reduce_gradients() {
-  // Plain data parallelism: average the gradients of every parameter over dp in one flat
-  // buffer (bucketed, overlapped reduction and ZeRO come with the data-parallel work).
-  if (mesh_.shape().dp == 1) return;
+namespace {
+// Reduces the gradients of `parameters` over `group` in one flat buffer.
+void reduce_flat(std::vector<Parameter*> parameters, Comm& group, ReduceOp op) {
+  if (group.size() == 1 || parameters.empty()) return;
   std::vector<at::Tensor> grads;
-  for (auto& parameter : model_->parameters()) grads.push_back(parameter.value.grad().view(-1));
+  for (Parameter* parameter : parameters) grads.push_back(parameter->value.grad().view(-1));
   at::Tensor flat = at::cat(grads);
-  mesh_.dp().all_reduce(flat, ReduceOp::Avg);
+  group.all_reduce(flat, op);
   int64_t offset = 0;
   for (auto& grad : grads) {
     grad.copy_(flat.narrow(0, offset, grad.numel()));
     offset += grad.numel();
   }
 }
+}  // namespace
+
+void Trainer::reduce_gradients() {
+  // 1. Parameters replicated over tp whose gradient each tp rank holds only a part of
+  //    (norms under sequence parallelism, replicated kv heads): sum over tp.
+  // 2. Plain data parallelism: average every gradient over dp (bucketed, overlapped
+  //    reduction and ZeRO come with the data-parallel work).
+  std::vector<Parameter*> tp_partial, all;
+  for (auto& parameter : model_->parameters()) {
+    if (parameter.tp_partial_grad) tp_partial.push_back(&parameter);
+    all.push_back(&parameter);
+  }
+  reduce_flat(tp_partial, mesh_.tp(), ReduceOp::Sum);
+  reduce_flat(all, mesh_.dp(), ReduceOp::Avg);
+}
 
 double Trainer::clip_gradients() {
   at::NoGradGuard no_grad;
-  // Every parameter is whole on this rank here and its gradient identical over dp, so the
-  // local sum of squares is the global one.
-  at::Tensor sum_squares = at::zeros({}, at::kDouble);
+  // Each parameter counted once: pieces split over tp each add their part, replicas over tp
+  // only on tp rank 0; gradients are identical over dp after the reduction.
+  at::Tensor sum_squares = at::zeros({1}, at::kDouble);
+  const bool tp_first = mesh_.coords().tp == 0;
   for (auto& parameter : model_->parameters()) {
-    sum_squares += parameter.value.grad().to(at::kDouble).pow(2).sum();
+    if (parameter.spec.is_split() || tp_first) {
+      sum_squares += parameter.value.grad().to(at::kDouble).pow(2).sum();
+    }
   }
+  mesh_.tp().all_reduce(sum_squares, ReduceOp::Sum);
   const double norm = std::sqrt(sum_squares.item<double>());
   const double max_norm = config_.train.grad_clip;
   if (max_norm > 0 && norm > max_norm) {
@@ -146,18 +166,21 @@ double Trainer::evaluate() {
 }
 
 std::vector<ShardedTensor> Trainer::checkpoint_tensors() {
-  // Parameters and both Adam moments, each as a slice of its global tensor. Replicas over dp
-  // are written once, by dp rank 0.
+  // Parameters and both Adam moments, each as slices of its global tensor. Replicas are
+  // written once: by dp rank 0 (and cp rank 0), and by tp rank 0 unless split over tp.
   std::vector<ShardedTensor> tensors;
-  const bool writer = mesh_.coords().dp == 0 && mesh_.coords().cp == 0;
+  const bool replica_writer = mesh_.coords().dp == 0 && mesh_.coords().cp == 0;
   auto& parameters = model_->parameters();
-  auto add = [&](const std::string& name, const at::Tensor& local, const ShardSpec& spec) {
-    tensors.push_back({name, local, spec.global_shape, spec.local_offsets(), writer});
-  };
   for (size_t i = 0; i < parameters.size(); ++i) {
-    add(parameters[i].name, parameters[i].value.detach(), parameters[i].spec);
-    add("optimizer.exp_avg." + parameters[i].name, optimizer_->exp_avg()[i], parameters[i].spec);
-    add("optimizer.exp_avg_sq." + parameters[i].name, optimizer_->exp_avg_sq()[i], parameters[i].spec);
+    const Parameter& parameter = parameters[i];
+    const bool writer = replica_writer && (parameter.spec.is_split() || mesh_.coords().tp == 0);
+    for (auto [prefix, tensor] : {std::pair<std::string, at::Tensor>{"", parameter.value.detach()},
+                                  {"optimizer.exp_avg.", optimizer_->exp_avg()[i]},
+                                  {"optimizer.exp_avg_sq.", optimizer_->exp_avg_sq()[i]}}) {
+      for (auto& slice : sharded_slices(prefix + parameter.name, tensor, parameter.spec, writer)) {
+        tensors.push_back(std::move(slice));
+      }
+    }
   }
   return tensors;
 }
@@ -187,7 +210,10 @@ int64_t Trainer::maybe_resume() {
   }
   nlohmann::json state = read_checkpoint_state(dir);
   Config saved = parse_config(state.at("config").get<std::string>(), dir + "/state.json");
-  STRATA_REQUIRE(to_toml(Config{saved.model}) == to_toml(Config{config_.model}),
+  Config saved_model, this_model;
+  saved_model.model = saved.model;
+  this_model.model = config_.model;
+  STRATA_REQUIRE(to_toml(saved_model) == to_toml(this_model),
                  "checkpoint ", dir, " was written for a different [model] section; resume it "
                  "with the same model, or set checkpoint.resume = \"none\"");
   std::vector<ShardedTensor> tensors = checkpoint_tensors();

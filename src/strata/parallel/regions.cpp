@@ -1,0 +1,171 @@
+// Autograd functions for the tensor-parallel regions. The Comm travels through the autograd
+// context as an integer (autograd contexts hold IValues only); the Comm outlives every graph.
+#include "strata/parallel/regions.h"
+
+#include <torch/csrc/autograd/custom_function.h>
+
+#include "strata/core/error.h"
+#include "strata/dist/comm.h"
+
+namespace strata {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+void remember(AutogradContext* ctx, Comm& comm) {
+  ctx->saved_data["comm"] = static_cast<int64_t>(reinterpret_cast<intptr_t>(&comm));
+}
+Comm& recall(AutogradContext* ctx) {
+  return *reinterpret_cast<Comm*>(static_cast<intptr_t>(ctx->saved_data["comm"].toInt()));
+}
+
+at::Tensor all_reduced(const at::Tensor& x, Comm& comm) {
+  at::Tensor out = x.contiguous().clone();
+  comm.all_reduce(out, ReduceOp::Sum);
+  return out;
+}
+
+// (B, T, C) -> (B, T * size, C): chunks from every rank, in rank order, along T.
+at::Tensor all_gathered_along_tokens(const at::Tensor& x, Comm& comm) {
+  at::Tensor tokens_first = x.transpose(0, 1).contiguous();  // (T, B, C)
+  auto shape = tokens_first.sizes().vec();
+  shape[0] *= comm.size();
+  at::Tensor out = at::empty(shape, x.options());
+  comm.all_gather(out, tokens_first);
+  return out.transpose(0, 1);
+}
+
+// (B, T, C) -> (B, T / size, C): this rank's chunk of the sum over ranks.
+at::Tensor reduce_scattered_along_tokens(const at::Tensor& x, Comm& comm) {
+  STRATA_CHECK(x.size(1) % comm.size() == 0, "tokens (", x.size(1), ") not divisible by tp (",
+               comm.size(), ")");
+  at::Tensor tokens_first = x.transpose(0, 1).contiguous();
+  auto shape = tokens_first.sizes().vec();
+  shape[0] /= comm.size();
+  at::Tensor out = at::empty(shape, x.options());
+  comm.reduce_scatter(out, tokens_first, ReduceOp::Sum);
+  return out.transpose(0, 1);
+}
+
+at::Tensor own_chunk_along_tokens(const at::Tensor& x, Comm& comm) {
+  const int64_t chunk = x.size(1) / comm.size();
+  return x.narrow(1, comm.rank() * chunk, chunk).contiguous();
+}
+
+struct CopyToRegion : torch::autograd::Function<CopyToRegion> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, Comm* comm) {
+    remember(ctx, *comm);
+    return x.view_as(x);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    return {all_reduced(grads[0], recall(ctx)), at::Tensor()};
+  }
+};
+
+struct ReduceFromRegion : torch::autograd::Function<ReduceFromRegion> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, Comm* comm) {
+    return all_reduced(x, *comm);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    return {grads[0], at::Tensor()};
+  }
+};
+
+struct GatherFromSequence : torch::autograd::Function<GatherFromSequence> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, Comm* comm) {
+    remember(ctx, *comm);
+    return all_gathered_along_tokens(x, *comm);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    return {reduce_scattered_along_tokens(grads[0], recall(ctx)), at::Tensor()};
+  }
+};
+
+struct ReduceScatterToSequence : torch::autograd::Function<ReduceScatterToSequence> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, Comm* comm) {
+    remember(ctx, *comm);
+    return reduce_scattered_along_tokens(x, *comm);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    return {all_gathered_along_tokens(grads[0], recall(ctx)), at::Tensor()};
+  }
+};
+
+struct SplitToSequence : torch::autograd::Function<SplitToSequence> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, Comm* comm) {
+    remember(ctx, *comm);
+    return own_chunk_along_tokens(x, *comm);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    return {all_gathered_along_tokens(grads[0], recall(ctx)), at::Tensor()};
+  }
+};
+
+// Forward: loss_i = log(sum_v exp(z_iv - m_i)) - (z_i,target - m_i), with m_i the global row
+// max; each rank contributes its columns' partial sums and (if it owns the target) the target
+// logit. Backward: dz_iv = (softmax_iv - [v == target_i]) * dloss / N on the local columns.
+struct VocabParallelCrossEntropy : torch::autograd::Function<VocabParallelCrossEntropy> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& logits, const at::Tensor& targets,
+                            int64_t vocab_start, int64_t vocab_size, Comm* comm) {
+    const int64_t local_vocab = logits.size(1);
+    at::Tensor z = logits.detach();
+    // Padding columns (global index >= vocab_size) are excluded by a -inf mask.
+    const int64_t valid = std::max<int64_t>(0, std::min(local_vocab, vocab_size - vocab_start));
+    if (valid < local_vocab) {
+      z = z.clone();
+      z.narrow(1, valid, local_vocab - valid).fill_(-std::numeric_limits<double>::infinity());
+    }
+    at::Tensor row_max = std::get<0>(z.max(1)).contiguous();  // (N)
+    comm->all_reduce(row_max, ReduceOp::Max);
+    at::Tensor shifted = z - row_max.unsqueeze(1);
+    at::Tensor exp = shifted.exp();
+    at::Tensor sum_exp = exp.sum(1).contiguous();  // (N)
+    comm->all_reduce(sum_exp, ReduceOp::Sum);
+
+    at::Tensor local_target = targets - vocab_start;
+    at::Tensor owned = (local_target >= 0).logical_and(local_target < valid);
+    at::Tensor safe_target = local_target.masked_fill(owned.logical_not(), 0);
+    at::Tensor target_logit =
+        shifted.gather(1, safe_target.unsqueeze(1)).squeeze(1).masked_fill(owned.logical_not(), 0);
+    target_logit = target_logit.contiguous();
+    comm->all_reduce(target_logit, ReduceOp::Sum);
+
+    at::Tensor loss = (sum_exp.log() - target_logit).mean();
+    ctx->save_for_backward({exp / sum_exp.unsqueeze(1), safe_target, owned});
+    return loss;
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    auto saved = ctx->get_saved_variables();
+    at::Tensor grad = saved[0].clone();  // softmax over the local columns
+    const at::Tensor& safe_target = saved[1];
+    const at::Tensor& owned = saved[2];
+    grad.scatter_add_(1, safe_target.unsqueeze(1), -owned.to(grad.scalar_type()).unsqueeze(1));
+    grad.mul_(grads[0] / static_cast<double>(grad.size(0)));
+    return {grad, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
+}  // namespace
+
+at::Tensor copy_to_tp_region(const at::Tensor& x, Comm& tp) {
+  return tp.size() == 1 ? x : CopyToRegion::apply(x, &tp);
+}
+at::Tensor reduce_from_tp_region(const at::Tensor& x, Comm& tp) {
+  return tp.size() == 1 ? x : ReduceFromRegion::apply(x, &tp);
+}
+at::Tensor gather_from_sequence(const at::Tensor& x, Comm& tp) {
+  return tp.size() == 1 ? x : GatherFromSequence::apply(x, &tp);
+}
+at::Tensor reduce_scatter_to_sequence(const at::Tensor& x, Comm& tp) {
+  return tp.size() == 1 ? x : ReduceScatterToSequence::apply(x, &tp);
+}
+at::Tensor split_to_sequence(const at::Tensor& x, Comm& tp) {
+  return tp.size() == 1 ? x : SplitToSequence::apply(x, &tp);
+}
+at::Tensor vocab_parallel_cross_entropy(const at::Tensor& logits, const at::Tensor& targets,
+                                        int64_t vocab_start, int64_t vocab_size, Comm& tp) {
+  return VocabParallelCrossEntropy::apply(logits, targets, vocab_start, vocab_size, &tp);
+}
+
+}  // namespace strata
