@@ -16,9 +16,9 @@ struct ModelConfig {
   int64_t n_kv_heads = 0;  // 0 = same as n_heads (multi-head); fewer = grouped-query attention
   int64_t d_ff = 0;        // 0 = 4 * d_model
   int64_t seq_len = 128;
-  std::string pos = "learned";       // "learned" | "rope"
-  std::string norm = "layernorm";    // "layernorm" | "rmsnorm"
-  std::string activation = "gelu";   // "gelu" | "swiglu"
+  std::string pos = "learned";      // "learned" | "rope"
+  std::string norm = "layernorm";   // "layernorm" | "rmsnorm"
+  std::string activation = "gelu";  // "gelu" | "swiglu"
   bool tie_embeddings = true;
   double init_std = 0.02;
   double norm_eps = 1e-5;
@@ -59,14 +59,14 @@ struct TrainConfig {
   int64_t eval_every = 0;  // 0 = never
   int64_t eval_batches = 4;
   std::string dtype = "float32";  // "float32" | "float64" (tests)
-  int64_t threads = 0;             // intra-op threads per rank; 0 = max(1, cores / local ranks)
+  int64_t threads = 0;            // intra-op threads per rank; 0 = max(1, cores / local ranks)
 };
 
 struct DataConfig {
   std::string source = "corpus";  // "corpus" | "synthetic" | "shards"
   std::string path;               // corpus: text file(s) dir or file; shards: shard dir
   std::string tokenizer = "byte";
-  double eval_fraction = 0.05;    // held-out share of the tokens for evaluation
+  double eval_fraction = 0.05;  // held-out share of the tokens for evaluation
 };
 
 struct CheckpointConfig {
@@ -104,10 +104,26 @@ Config parse_config(const std::string& toml_text, const std::string& origin,
 // Checks every cross-key constraint for a run on world_size ranks, resolves dp = -1 and
 // microbatches = 0, and throws UserError naming the keys and numbers
 // (e.g. "parallel.tp (5) must divide model.n_heads (12)"). Also rejects parallel features
-// that are not implemented yet, saying so.
+// that are not implemented yet, saying so. Every problem found is reported in one message.
 Config validate_config(Config config, int64_t world_size);
 
-// The effective config as TOML, every key present (what `strata config` prints).
+// validate_config without check_implemented: for planning and simulating layouts that this
+// release cannot run yet.
+Config resolve_config(Config config, int64_t world_size);
+
+// Throws UserError for every parallel feature the config asks for that this release cannot
+// run yet ("parallel.tp = 2: tensor parallelism is not implemented yet; set parallel.tp = 1").
+void check_implemented(const Config& config);
+
+// The effective config as TOML, every key present (what `strata config` prints);
+// parse_config(to_toml(c), ...) == c.
 std::string to_toml(const Config& config);
+
+// Every key as "section.key", in the order to_toml prints them.
+std::vector<std::string> config_keys();
+
+// Key-by-key equality (doubles compared exactly).
+bool operator==(const Config& a, const Config& b);
+inline bool operator!=(const Config& a, const Config& b) { return !(a == b); }
 
 }  // namespace strata

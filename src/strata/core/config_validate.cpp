@@ -1,0 +1,381 @@
+// Cross-key checks of a parsed config for a run on a given number of ranks, resolution of
+// the derived values (dp = -1, microbatches = 0), and the one list of features this release
+// cannot run yet. Every problem is collected, so one run of `strata` reports all of them.
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "strata/core/config.h"
+#include "strata/core/config_keys.h"
+#include "strata/core/error.h"
+
+namespace strata {
+namespace {
+
+using config_detail::format_double;
+using config_detail::quote;
+
+using Problems = std::vector<std::string>;
+
+// Doubles print in their exact TOML spelling (3e-05, 1.0), integers as usual.
+template <typename T>
+std::string number(T value) {
+  if constexpr (std::is_floating_point_v<T>) {
+    return format_double(value);
+  } else {
+    return std::to_string(value);
+  }
+}
+
+template <typename T>
+void require_at_least(Problems& problems, const char* key, T value, T minimum,
+                      const char* note = "") {
+  if (!(value >= minimum)) {
+    problems.push_back(str(key, " (", number(value), ") must be >= ", number(minimum), note));
+  }
+}
+
+void require_positive(Problems& problems, const char* key, double value) {
+  // Written so that nan fails too.
+  if (!(value > 0)) problems.push_back(str(key, " (", number(value), ") must be > 0"));
+}
+
+void require_fraction(Problems& problems, const char* key, double value) {
+  if (!(value >= 0 && value < 1)) {
+    problems.push_back(str(key, " (", number(value), ") must be in [0, 1)"));
+  }
+}
+
+void require_one_of(Problems& problems, const char* key, const std::string& value,
+                    const std::vector<std::string>& allowed) {
+  if (std::find(allowed.begin(), allowed.end(), value) != allowed.end()) return;
+  std::string list;
+  for (size_t i = 0; i < allowed.size(); ++i) {
+    list += (i == 0 ? "" : i + 1 == allowed.size() ? " or " : ", ") + quote(allowed[i]);
+  }
+  problems.push_back(str(key, " must be ", list, ", got ", quote(value)));
+}
+
+// The divisors of n closest to `near` (at most `count` of them), ascending.
+std::vector<int64_t> divisors_near(int64_t n, int64_t near, size_t count) {
+  std::vector<int64_t> divisors;
+  for (int64_t d = 1; d <= n / d; ++d) {
+    if (n % d != 0) continue;
+    divisors.push_back(d);
+    if (d != n / d) divisors.push_back(n / d);
+  }
+  std::sort(divisors.begin(), divisors.end());
+  std::stable_sort(divisors.begin(), divisors.end(), [near](int64_t a, int64_t b) {
+    return std::llabs(a - near) < std::llabs(b - near);
+  });
+  divisors.resize(std::min(divisors.size(), count));
+  std::sort(divisors.begin(), divisors.end());
+  return divisors;
+}
+
+std::string list_or(const std::vector<int64_t>& values) {
+  std::string out;
+  for (size_t i = 0; i < values.size(); ++i) {
+    out += (i == 0 ? "" : i + 1 == values.size() ? " or " : ", ") + std::to_string(values[i]);
+  }
+  return out;
+}
+
+void check_model(const ModelConfig& model, Problems& problems) {
+  require_at_least<int64_t>(problems, "model.vocab_size", model.vocab_size, 2);
+  require_at_least<int64_t>(problems, "model.d_model", model.d_model, 1);
+  require_at_least<int64_t>(problems, "model.n_layers", model.n_layers, 1);
+  require_at_least<int64_t>(problems, "model.n_heads", model.n_heads, 1);
+  require_at_least<int64_t>(problems, "model.n_kv_heads", model.n_kv_heads, 0,
+                            " (0 means the same as model.n_heads)");
+  require_at_least<int64_t>(problems, "model.d_ff", model.d_ff, 0, " (0 means 4 * model.d_model)");
+  require_at_least<int64_t>(problems, "model.seq_len", model.seq_len, 2);
+  require_one_of(problems, "model.pos", model.pos, {"learned", "rope"});
+  require_one_of(problems, "model.norm", model.norm, {"layernorm", "rmsnorm"});
+  require_one_of(problems, "model.activation", model.activation, {"gelu", "swiglu"});
+  require_positive(problems, "model.init_std", model.init_std);
+  require_positive(problems, "model.norm_eps", model.norm_eps);
+  require_positive(problems, "model.rope_theta", model.rope_theta);
+
+  if (model.d_model >= 1 && model.n_heads >= 1) {
+    if (model.d_model % model.n_heads != 0) {
+      problems.push_back(str("model.d_model (", model.d_model,
+                             ") must be divisible by model.n_heads (", model.n_heads, ")"));
+    } else if (model.pos == "rope" && model.head_dim() % 2 != 0) {
+      problems.push_back(str("model.pos = \"rope\" needs an even head dimension (d_model / ",
+                             "n_heads = ", model.d_model, " / ", model.n_heads, " = ",
+                             model.head_dim(), ")"));
+    }
+  }
+  if (model.n_heads >= 1 && model.n_kv_heads >= 1 && model.n_heads % model.n_kv_heads != 0) {
+    problems.push_back(str("model.n_heads (", model.n_heads,
+                           ") must be divisible by model.n_kv_heads (", model.n_kv_heads, ")"));
+  }
+}
+
+void check_train(const TrainConfig& train, Problems& problems) {
+  require_at_least<int64_t>(problems, "train.steps", train.steps, 1);
+  require_at_least<int64_t>(problems, "train.global_batch", train.global_batch, 1);
+  require_at_least<int64_t>(problems, "train.micro_batch", train.micro_batch, 1);
+  require_at_least(problems, "train.min_lr", train.min_lr, 0.0);
+  if (!(train.lr >= train.min_lr)) {
+    problems.push_back(str("train.lr (", number(train.lr), ") must be >= train.min_lr (",
+                           number(train.min_lr), ")"));
+  }
+  require_at_least<int64_t>(problems, "train.warmup_steps", train.warmup_steps, 0);
+  if (train.warmup_steps > train.steps) {
+    problems.push_back(str("train.warmup_steps (", train.warmup_steps, ") must be <= train.steps (",
+                           train.steps, ")"));
+  }
+  require_at_least(problems, "train.weight_decay", train.weight_decay, 0.0);
+  require_fraction(problems, "train.beta1", train.beta1);
+  require_fraction(problems, "train.beta2", train.beta2);
+  require_positive(problems, "train.eps", train.eps);
+  require_at_least(problems, "train.grad_clip", train.grad_clip, 0.0, " (0 = no clipping)");
+  // TOML integers are signed 64-bit: a larger seed could not be written back by to_toml.
+  const auto max_seed = static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
+  if (train.seed > max_seed) {
+    problems.push_back(str("train.seed (", train.seed, ") must be <= ", max_seed));
+  }
+  require_at_least<int64_t>(problems, "train.eval_every", train.eval_every, 0, " (0 = never)");
+  require_at_least<int64_t>(problems, "train.eval_batches", train.eval_batches, 1);
+  require_one_of(problems, "train.dtype", train.dtype, {"float32", "float64"});
+  require_at_least<int64_t>(problems, "train.threads", train.threads, 0,
+                            " (0 = cores / ranks on this machine)");
+}
+
+void check_data(const Config& config, Problems& problems) {
+  const DataConfig& data = config.data;
+  require_one_of(problems, "data.source", data.source, {"corpus", "synthetic", "shards"});
+  if (data.source == "shards" && data.path.empty()) {
+    problems.push_back("data.source = \"shards\" needs data.path (the directory of token shards)");
+  }
+  if (data.tokenizer.empty()) problems.push_back("data.tokenizer must not be empty");
+  require_fraction(problems, "data.eval_fraction", data.eval_fraction);
+  if (config.train.eval_every > 0 && !(data.eval_fraction > 0)) {
+    problems.push_back(str("train.eval_every (", config.train.eval_every,
+                           ") needs held-out tokens: data.eval_fraction (",
+                           number(data.eval_fraction), ") must be > 0"));
+  }
+}
+
+void check_checkpoint_and_log(const Config& config, Problems& problems) {
+  const CheckpointConfig& checkpoint = config.checkpoint;
+  require_at_least<int64_t>(problems, "checkpoint.every", checkpoint.every, 0,
+                            " (0 = only at the end)");
+  require_at_least<int64_t>(problems, "checkpoint.keep", checkpoint.keep, 0, " (0 = keep all)");
+  if (checkpoint.resume.empty()) {
+    problems.push_back(
+        "checkpoint.resume must be \"auto\", \"none\" or a checkpoint directory, got \"\"");
+  }
+  if (checkpoint.every > 0 && checkpoint.dir.empty()) {
+    problems.push_back(str("checkpoint.every (", checkpoint.every,
+                           ") needs checkpoint.dir, the directory to write checkpoints to"));
+  }
+  const LogConfig& log = config.log;
+  if (log.dir.empty()) problems.push_back("log.dir must not be empty");
+  require_one_of(problems, "log.progress", log.progress, {"auto", "bar", "lines", "none"});
+  require_at_least<int64_t>(problems, "log.every", log.every, 1);
+}
+
+// Sizes of the parallel layout on their own and against the model; leaves dp resolved.
+void check_layout(Config& config, int64_t world_size, Problems& problems) {
+  ParallelConfig& parallel = config.parallel;
+  const ModelConfig& model = config.model;
+  require_at_least<int64_t>(problems, "parallel.tp", parallel.tp, 1);
+  require_at_least<int64_t>(problems, "parallel.pp", parallel.pp, 1);
+  require_at_least<int64_t>(problems, "parallel.cp", parallel.cp, 1);
+  require_at_least<int64_t>(problems, "parallel.ep", parallel.ep, 1);
+  require_at_least<int64_t>(problems, "parallel.vpp", parallel.vpp, 1);
+  if (parallel.dp != -1 && parallel.dp < 1) {
+    problems.push_back(str("parallel.dp (", parallel.dp,
+                           ") must be >= 1, or -1 for the ranks left over by tp, pp and cp"));
+  }
+  if (parallel.zero < 0 || parallel.zero > 3) {
+    problems.push_back(str("parallel.zero (", parallel.zero, ") must be 0, 1, 2 or 3"));
+  }
+  require_one_of(problems, "parallel.pp_schedule", parallel.pp_schedule,
+                 {"gpipe", "1f1b", "interleaved-1f1b", "zb-h1"});
+  require_at_least<int64_t>(problems, "parallel.microbatches", parallel.microbatches, 0,
+                            " (0 = derived from the batch sizes)");
+  require_positive(problems, "parallel.comm_timeout_s", parallel.comm_timeout_s);
+
+  if (parallel.tp >= 1 && model.n_heads >= 1) {
+    if (model.n_heads % parallel.tp != 0) {
+      problems.push_back(
+          str("parallel.tp (", parallel.tp, ") must divide model.n_heads (", model.n_heads, ")"));
+    }
+    if (model.n_kv_heads >= 1 && model.n_kv_heads % parallel.tp != 0) {
+      problems.push_back(str("parallel.tp (", parallel.tp, ") must divide model.n_kv_heads (",
+                             model.n_kv_heads, ")"));
+    }
+    if (model.d_model >= 1 && model.d_ff >= 0 && model.ff_dim() % parallel.tp != 0) {
+      problems.push_back(str("parallel.tp (", parallel.tp, ") must divide the MLP width ",
+                             model.ff_dim(), " (model.d_ff, or 4 * model.d_model when 0)"));
+    }
+  }
+  if (parallel.sequence_parallel && parallel.tp == 1) {
+    problems.push_back("parallel.sequence_parallel = true needs parallel.tp > 1");
+  }
+  if (parallel.sequence_parallel && parallel.tp > 1 && model.seq_len % parallel.tp != 0) {
+    problems.push_back(str("parallel.sequence_parallel = true needs parallel.tp (", parallel.tp,
+                           ") to divide model.seq_len (", model.seq_len, ")"));
+  }
+  if (parallel.cp >= 1 && model.seq_len % parallel.cp != 0) {
+    problems.push_back(
+        str("parallel.cp (", parallel.cp, ") must divide model.seq_len (", model.seq_len, ")"));
+  }
+  if (parallel.pp >= 1 && parallel.vpp >= 1 && model.n_layers >= 1 &&
+      model.n_layers < parallel.pp * parallel.vpp) {
+    problems.push_back(str("model.n_layers (", model.n_layers,
+                           ") must be >= parallel.pp * parallel.vpp = ", parallel.pp, " * ",
+                           parallel.vpp, " = ", parallel.pp * parallel.vpp,
+                           ": every pipeline chunk needs a layer"));
+  }
+  const bool interleaved = parallel.pp_schedule == "interleaved-1f1b";
+  if (parallel.vpp > 1 && !interleaved) {
+    problems.push_back(str("parallel.vpp (", parallel.vpp,
+                           ") > 1 needs parallel.pp_schedule = \"interleaved-1f1b\""));
+  }
+  if (interleaved && parallel.vpp < 2) {
+    problems.push_back(
+        str("parallel.pp_schedule = \"interleaved-1f1b\" needs parallel.vpp >= 2"
+            " (model chunks per stage), got ",
+            parallel.vpp));
+  }
+  if (interleaved && parallel.pp == 1) {
+    problems.push_back("parallel.pp_schedule = \"interleaved-1f1b\" needs parallel.pp > 1");
+  }
+
+  if (parallel.tp < 1 || parallel.pp < 1 || parallel.cp < 1) return;
+  const int64_t model_parallel = parallel.tp * parallel.pp * parallel.cp;
+  if (parallel.dp == -1) {
+    if (world_size % model_parallel != 0) {
+      problems.push_back(str("parallel.dp = -1 needs the number of ranks (", world_size,
+                             ") to be divisible by parallel.tp*pp*cp = ", parallel.tp, "*",
+                             parallel.pp, "*", parallel.cp, " = ", model_parallel));
+      return;
+    }
+    parallel.dp = world_size / model_parallel;
+  } else if (parallel.dp >= 1 && model_parallel * parallel.dp != world_size) {
+    problems.push_back(str("parallel.tp*pp*dp*cp = ", parallel.tp, "*", parallel.pp, "*",
+                           parallel.dp, "*", parallel.cp, " = ", model_parallel * parallel.dp,
+                           " does not match ", world_size, " ranks (or set parallel.dp = -1)"));
+  }
+  if (parallel.dp >= 1 && parallel.ep >= 1 && (parallel.dp * parallel.cp) % parallel.ep != 0) {
+    problems.push_back(str("parallel.ep (", parallel.ep, ") must divide parallel.dp*cp = ",
+                           parallel.dp, "*", parallel.cp, " = ", parallel.dp * parallel.cp));
+  }
+}
+
+// Needs a resolved dp; leaves microbatches resolved.
+void check_batch(Config& config, bool dp_was_derived, Problems& problems) {
+  ParallelConfig& parallel = config.parallel;
+  const TrainConfig& train = config.train;
+  if (parallel.dp < 1 || train.global_batch < 1 || train.micro_batch < 1) return;
+  const int64_t per_step = parallel.dp * train.micro_batch;
+  if (train.global_batch % per_step != 0) {
+    std::string fixes;
+    const int64_t lower = train.global_batch / per_step * per_step;
+    fixes = str("train.global_batch = ",
+                list_or(lower > 0 ? std::vector<int64_t>{lower, lower + per_step}
+                                  : std::vector<int64_t>{per_step}));
+    if (train.global_batch % parallel.dp == 0) {
+      fixes += str(", or train.micro_batch = ",
+                   list_or(divisors_near(train.global_batch / parallel.dp, train.micro_batch, 6)));
+    }
+    problems.push_back(str("train.global_batch (", train.global_batch,
+                           ") must be divisible by parallel.dp * train.micro_batch = ", parallel.dp,
+                           "*", train.micro_batch, " = ", per_step,
+                           dp_was_derived ? " (dp = -1 resolved to the ranks left over)" : "", "; ",
+                           fixes, " would work"));
+    return;
+  }
+  const int64_t derived = train.global_batch / per_step;
+  if (parallel.microbatches == 0) {
+    parallel.microbatches = derived;
+  } else if (parallel.microbatches > 0 && parallel.microbatches != derived) {
+    problems.push_back(str("parallel.microbatches (", parallel.microbatches,
+                           ") must equal train.global_batch / (parallel.dp * train.micro_batch)"
+                           " = ",
+                           train.global_batch, " / (", parallel.dp, "*", train.micro_batch,
+                           ") = ", derived, "; or set it to 0 to derive it"));
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Features this release cannot run yet. Each line goes away when its feature lands; until
+// then a config that asks for one is rejected, never silently run without it. Values that
+// are invalid anyway (tp = 0) are left to the consistency checks.
+void collect_unimplemented(const Config& config, Problems& problems) {
+  const ParallelConfig& parallel = config.parallel;
+  auto reject = [&](bool asked, const char* setting, const std::string& value, const char* feature,
+                    const char* fix) {
+    if (asked) {
+      problems.push_back(
+          str(setting, " = ", value, ": ", feature, " is not implemented yet; set ", fix));
+    }
+  };
+  reject(parallel.tp > 1, "parallel.tp", number(parallel.tp), "tensor parallelism",
+         "parallel.tp = 1");
+  reject(parallel.pp > 1, "parallel.pp", number(parallel.pp), "pipeline parallelism",
+         "parallel.pp = 1");
+  reject(parallel.cp > 1, "parallel.cp", number(parallel.cp), "context parallelism",
+         "parallel.cp = 1");
+  reject(parallel.ep > 1, "parallel.ep", number(parallel.ep), "expert parallelism",
+         "parallel.ep = 1");
+  reject(parallel.zero >= 1 && parallel.zero <= 3, "parallel.zero", number(parallel.zero),
+         "ZeRO sharding", "parallel.zero = 0");
+  reject(parallel.sequence_parallel, "parallel.sequence_parallel", "true", "sequence parallelism",
+         "parallel.sequence_parallel = false");
+  reject(parallel.vpp > 1, "parallel.vpp", number(parallel.vpp),
+         "the interleaved pipeline schedule", "parallel.vpp = 1");
+}
+// ---------------------------------------------------------------------------------------
+
+[[noreturn]] void throw_problems(const Problems& problems) {
+  if (problems.size() == 1) throw UserError(problems.front());
+  std::string message = str("the config has ", problems.size(), " problems:");
+  for (const std::string& problem : problems) message += "\n  - " + problem;
+  throw UserError(message);
+}
+
+Problems collect_consistency(Config& config, int64_t world_size) {
+  STRATA_CHECK(world_size >= 1, "world_size = ", world_size);
+  Problems problems;
+  check_model(config.model, problems);
+  check_train(config.train, problems);
+  check_data(config, problems);
+  check_checkpoint_and_log(config, problems);
+  const bool dp_was_derived = config.parallel.dp == -1;
+  check_layout(config, world_size, problems);
+  check_batch(config, dp_was_derived, problems);
+  return problems;
+}
+
+}  // namespace
+
+Config resolve_config(Config config, int64_t world_size) {
+  const Problems problems = collect_consistency(config, world_size);
+  if (!problems.empty()) throw_problems(problems);
+  return config;
+}
+
+void check_implemented(const Config& config) {
+  Problems problems;
+  collect_unimplemented(config, problems);
+  if (!problems.empty()) throw_problems(problems);
+}
+
+Config validate_config(Config config, int64_t world_size) {
+  Problems problems = collect_consistency(config, world_size);
+  collect_unimplemented(config, problems);
+  if (!problems.empty()) throw_problems(problems);
+  return config;
+}
+
+}  // namespace strata

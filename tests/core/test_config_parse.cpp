@@ -1,0 +1,240 @@
+// Reading TOML into Config: defaults, every type, unknown sections and keys (with the closest
+// suggestion), wrong types, syntax errors with line and column, and the exact round trip
+// through to_toml.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <limits>
+#include <set>
+
+#include "expect_message.h"
+#include "strata/core/config.h"
+#include "test_support.h"
+
+namespace strata {
+namespace {
+
+using testing::user_error;
+
+std::string parse_error(const std::string& text) {
+  return user_error([&] { parse_config(text, "run.toml"); });
+}
+
+TEST(ConfigParse, EmptyFileGivesTheDefaults) {
+  const Config config = parse_config("", "run.toml");
+  EXPECT_TRUE(config == Config{});
+  EXPECT_EQ(config.model.vocab_size, 256);
+  EXPECT_EQ(config.model.pos, "learned");
+  EXPECT_EQ(config.parallel.dp, -1);
+  EXPECT_EQ(config.parallel.microbatches, 0);
+  EXPECT_EQ(config.train.lr, 3e-4);
+  EXPECT_EQ(config.train.seed, 1234u);
+  EXPECT_EQ(config.data.source, "corpus");
+  EXPECT_EQ(config.checkpoint.resume, "auto");
+  EXPECT_EQ(config.log.progress, "auto");
+}
+
+TEST(ConfigParse, ReadsEveryType) {
+  const Config config = parse_config(R"(
+[model]
+d_model = 64          # integer
+pos = "rope"          # string
+tie_embeddings = false
+init_std = 0.01       # float
+rope_theta = 500000   # an integer is accepted for a float
+
+[train]
+seed = 42             # unsigned
+lr = 1e-3
+
+[data]
+path = 'C:\corpus'    # literal string
+)",
+                                     "run.toml");
+  EXPECT_EQ(config.model.d_model, 64);
+  EXPECT_EQ(config.model.pos, "rope");
+  EXPECT_FALSE(config.model.tie_embeddings);
+  EXPECT_EQ(config.model.init_std, 0.01);
+  EXPECT_EQ(config.model.rope_theta, 500000.0);
+  EXPECT_EQ(config.train.seed, 42u);
+  EXPECT_EQ(config.train.lr, 1e-3);
+  EXPECT_EQ(config.data.path, "C:\\corpus");
+  EXPECT_EQ(config.model.n_layers, ModelConfig{}.n_layers) << "untouched keys keep defaults";
+
+  // Dotted keys and inline tables are plain TOML.
+  const Config dotted =
+      parse_config("model.d_model = 32\ntrain = { steps = 7, lr = 0.5 }\n", "run.toml");
+  EXPECT_EQ(dotted.model.d_model, 32);
+  EXPECT_EQ(dotted.train.steps, 7);
+  EXPECT_EQ(dotted.train.lr, 0.5);
+}
+
+TEST(ConfigParse, UnknownKeysSuggestTheClosestAndListAllowed) {
+  const std::string message = parse_error("[model]\nd_model = 64\nn_head = 4\n");
+  EXPECT_CONTAINS(message, "unknown key 'model.n_head' in run.toml:3:1");
+  EXPECT_CONTAINS(message, "did you mean 'model.n_heads'?");
+  EXPECT_CONTAINS(message,
+                  "allowed in [model]: vocab_size, d_model, n_layers, n_heads, n_kv_heads, d_ff, "
+                  "seq_len, pos, norm, activation, tie_embeddings, init_std, norm_eps, "
+                  "rope_theta");
+  EXPECT_CONTAINS(parse_error("[train]\nwramup_steps = 4\n"), "did you mean 'train.warmup_steps'?");
+
+  const std::string far = parse_error("[parallel]\nquantum = 4\n");
+  EXPECT_CONTAINS(far, "unknown key 'parallel.quantum' in run.toml:2:1; allowed in [parallel]:");
+  EXPECT_NOT_CONTAINS(far, "did you mean");
+
+  EXPECT_CONTAINS(parse_error("[model]\nsteps = 4\n"),
+                  "unknown key 'model.steps' in run.toml:2:1; did you mean 'train.steps'?");
+  EXPECT_CONTAINS(parse_error("[model.extra]\nsize = 1\n"), "unknown key 'model.extra'");
+}
+
+TEST(ConfigParse, UnknownSectionsAndKeysOutsideSections) {
+  const std::string message = parse_error("[modle]\nd_model = 64\n");
+  EXPECT_CONTAINS(message, "unknown section [modle] in run.toml:1");
+  EXPECT_CONTAINS(message, "did you mean [model]?");
+  EXPECT_CONTAINS(message, "allowed sections: model, parallel, train, data, checkpoint, log");
+
+  const std::string outside = parse_error("steps = 10\n");
+  EXPECT_CONTAINS(outside, "key 'steps' in run.toml:1:1 is outside any section");
+  EXPECT_CONTAINS(outside, "did you mean 'train.steps'?");
+
+  EXPECT_CONTAINS(parse_error("model = 3\n"), "[model] must be a table of keys, got integer 3");
+}
+
+TEST(ConfigParse, WrongTypesNameKeyExpectedAndActual) {
+  struct Case {
+    std::string text, expected;
+  };
+  const std::vector<Case> cases = {
+      {"[train]\nlr = \"fast\"\n", "train.lr must be a number, got string \"fast\" (run.toml:2:6)"},
+      {"[model]\nd_model = 64.5\n", "model.d_model must be an integer, got float 64.5"},
+      {"[model]\nd_model = 64.0\n", "model.d_model must be an integer, got float 64.0"},
+      {"[model]\npos = 3\n", "model.pos must be a string, got integer 3"},
+      {"[model]\ntie_embeddings = \"yes\"\n",
+       "model.tie_embeddings must be a boolean (true or false), got string \"yes\""},
+      {"[log]\ntrace = 1\n", "log.trace must be a boolean (true or false), got integer 1"},
+      {"[train]\nseed = -1\n", "train.seed must be a non-negative integer, got integer -1"},
+      {"[model]\nn_layers = [3, 2]\n", "model.n_layers must be an integer, got array ["},
+      {"[train]\nlr = true\n", "train.lr must be a number, got boolean true"},
+      {"[data]\npath = 2024-01-02\n", "data.path must be a string, got date 2024-01-02"},
+      {"[model]\nd_model = { x = 1 }\n", "model.d_model must be an integer, got a table"},
+  };
+  for (const Case& c : cases) EXPECT_CONTAINS(parse_error(c.text), c.expected);
+}
+
+TEST(ConfigParse, SyntaxErrorsNameFileLineAndColumn) {
+  const std::string message = parse_error("[model]\nd_model = 64\nn_heads = = 4\n");
+  EXPECT_CONTAINS(message, "run.toml:3:");
+  EXPECT_CONTAINS(message, "TOML syntax error");
+  EXPECT_CONTAINS(parse_error("[train]\nsteps = 1\nsteps = 2\n"), "run.toml:3:");
+  EXPECT_CONTAINS(parse_error("[model\n"), "run.toml:1:");
+}
+
+TEST(ConfigParse, LoadConfigReadsAFileAndNamesItInErrors) {
+  testing::TempDir dir;
+  const std::string path = dir.file("run.toml");
+  std::ofstream(path) << "[model]\nd_model = 32\n";
+  EXPECT_EQ(load_config(path).model.d_model, 32);
+  EXPECT_EQ(load_config(path, {"model.d_model=16"}).model.d_model, 16);
+
+  std::ofstream(path) << "[model]\nd_modle = 32\n";
+  EXPECT_CONTAINS(user_error([&] { load_config(path); }),
+                  "unknown key 'model.d_modle' in " + path + ":2:1");
+  EXPECT_CONTAINS(user_error([&] { load_config(dir.file("missing.toml")); }),
+                  "cannot read config file '" + dir.file("missing.toml") + "'");
+}
+
+// Every key set away from its default, with doubles that print awkwardly and strings that
+// need escapes.
+Config unusual_config() {
+  Config config;
+  config.model = {1000,   96,        3,        6,     2,         200,    33,
+                  "rope", "rmsnorm", "swiglu", false, 1.0 / 3.0, 1e-300, 123456.789};
+  config.parallel = {2, 3, 4, 5, 6, 2, true, "interleaved-1f1b", 7, 8, 0.1};
+  config.train.steps = 11;
+  config.train.global_batch = 12;
+  config.train.micro_batch = 13;
+  config.train.lr = 0.1 + 0.2;
+  config.train.min_lr = 5e-324;
+  config.train.warmup_steps = 14;
+  config.train.weight_decay = 0.0;
+  config.train.beta1 = 0.5;
+  config.train.beta2 = 0.999;
+  config.train.eps = 1e-12;
+  config.train.grad_clip = 100;
+  config.train.seed = static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
+  config.train.eval_every = 15;
+  config.train.eval_batches = 16;
+  config.train.dtype = "float64";
+  config.train.threads = 17;
+  config.data = {"shards", "dir with \"quotes\"\\back\tslash\nline\x01 caf\xc3\xa9", "bpe", 0.25};
+  config.checkpoint = {"ckpt", 18, "none", 0};
+  config.log = {"", true, "lines", 19};
+  return config;
+}
+
+TEST(ConfigParse, RoundTripIsExact) {
+  for (const Config& config : {Config{}, unusual_config()}) {
+    const std::string text = to_toml(config);
+    const Config back = parse_config(text, "to_toml output");
+    EXPECT_TRUE(back == config) << text << "\nread back as\n" << to_toml(back);
+    EXPECT_EQ(to_toml(back), text);
+  }
+  EXPECT_EQ(parse_config(to_toml(unusual_config()), "x").train.lr, 0.1 + 0.2);
+  Config config;
+  config.train.grad_clip = std::numeric_limits<double>::infinity();
+  config.model.init_std = std::nan("");
+  const Config back = parse_config(to_toml(config), "x");
+  EXPECT_TRUE(std::isinf(back.train.grad_clip));
+  EXPECT_TRUE(std::isnan(back.model.init_std));
+}
+
+TEST(ConfigParse, ToTomlPrintsEverySectionAndKeyInOrder) {
+  const std::string text = to_toml(Config{});
+  size_t position = 0;
+  std::string section;
+  for (const std::string& full_name : config_keys()) {
+    const std::string key_section = full_name.substr(0, full_name.find('.'));
+    if (key_section != section) {
+      section = key_section;
+      position = text.find("[" + section + "]\n", position);
+      ASSERT_NE(position, std::string::npos) << "no [" << section << "] after the previous one";
+    }
+    position = text.find("\n" + full_name.substr(section.size() + 1) + " = ", position);
+    ASSERT_NE(position, std::string::npos) << full_name << " is missing or out of order:\n" << text;
+  }
+  EXPECT_CONTAINS(text, "[model]\nvocab_size = 256\n");
+  EXPECT_CONTAINS(text, "\nlr = 0.0003\n");
+  EXPECT_CONTAINS(text, "\nrope_theta = 10000.0\n");
+  EXPECT_CONTAINS(text, "\npos = \"learned\"\n");
+  EXPECT_CONTAINS(text, "\ntie_embeddings = true\n");
+  EXPECT_CONTAINS(text, "\ndir = \"\"\n");
+  const std::vector<std::string> keys = config_keys();
+  EXPECT_EQ(keys.size(), 53u);
+  EXPECT_EQ(keys.front(), "model.vocab_size");
+  EXPECT_EQ(keys.back(), "log.every");
+  EXPECT_EQ(std::set<std::string>(keys.begin(), keys.end()).size(), keys.size());
+}
+
+// The TOML spelling of one key's value in to_toml output.
+std::string value_in(const std::string& text, const std::string& full_name) {
+  const std::string section = full_name.substr(0, full_name.find('.'));
+  const std::string prefix = "\n" + full_name.substr(section.size() + 1) + " = ";
+  const size_t start = text.find(prefix, text.find("[" + section + "]")) + prefix.size();
+  return text.substr(start, text.find('\n', start) - start);
+}
+
+TEST(ConfigParse, EqualityComparesEveryKey) {
+  // unusual_config differs from the defaults in every key.
+  const std::string unusual = to_toml(unusual_config());
+  for (const std::string& full_name : config_keys()) {
+    const std::string setting = full_name + "=" + value_in(unusual, full_name);
+    const Config changed = parse_config("", "x", {setting});
+    EXPECT_TRUE(changed != Config{}) << setting;
+    EXPECT_EQ(value_in(to_toml(changed), full_name), value_in(unusual, full_name));
+  }
+}
+
+}  // namespace
+}  // namespace strata

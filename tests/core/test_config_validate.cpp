@@ -1,0 +1,278 @@
+// validate_config: every cross-key rule, with the keys and numbers each message must quote;
+// resolution of dp = -1 and microbatches = 0; and the features this release rejects.
+#include <gtest/gtest.h>
+
+#include "expect_message.h"
+#include "strata/core/config.h"
+
+namespace strata {
+namespace {
+
+using testing::user_error;
+
+Config with(const std::vector<std::string>& overrides) {
+  return parse_config("", "run.toml", overrides);
+}
+
+std::string validate_error(const std::vector<std::string>& overrides, int64_t world_size = 1) {
+  return user_error([&] { validate_config(with(overrides), world_size); });
+}
+
+// Errors of the consistency rules alone, for layouts this release cannot run yet.
+std::string resolve_error(const std::vector<std::string>& overrides, int64_t world_size) {
+  return user_error([&] { resolve_config(with(overrides), world_size); });
+}
+
+TEST(ConfigValidate, DefaultsAreValidOnOneRank) {
+  const Config config = validate_config(Config{}, 1);
+  EXPECT_EQ(config.parallel.dp, 1);
+  EXPECT_EQ(config.parallel.microbatches, 1);
+}
+
+TEST(ConfigValidate, DataParallelSize) {
+  for (int64_t world : {1, 2, 3, 4, 8}) {
+    const Config config =
+        validate_config(with({"train.global_batch=24", "train.micro_batch=1"}), world);
+    EXPECT_EQ(config.parallel.dp, world);
+    EXPECT_EQ(config.parallel.microbatches, 24 / world) << "world " << world;
+  }
+  const Config layout = resolve_config(
+      with({"parallel.tp=2", "parallel.pp=2", "train.global_batch=6", "train.micro_batch=2"}), 12);
+  EXPECT_EQ(layout.parallel.dp, 3);
+  EXPECT_EQ(layout.parallel.microbatches, 1);
+  EXPECT_CONTAINS(resolve_error({"parallel.tp=2"}, 3),
+                  "parallel.dp = -1 needs the number of ranks (3) to be divisible by "
+                  "parallel.tp*pp*cp = 2*1*1 = 2");
+  EXPECT_CONTAINS(resolve_error({"parallel.tp=2", "parallel.dp=3"}, 4),
+                  "parallel.tp*pp*dp*cp = 2*1*3*1 = 6 does not match 4 ranks");
+  EXPECT_CONTAINS(validate_error({"parallel.dp=2", "train.micro_batch=4"}, 3),
+                  "parallel.tp*pp*dp*cp = 1*1*2*1 = 2 does not match 3 ranks");
+  const Config explicit_dp = validate_config(with({"parallel.dp=2", "train.micro_batch=4"}), 2);
+  EXPECT_EQ(explicit_dp.parallel.dp, 2) << "plain data parallelism is implemented";
+  EXPECT_EQ(explicit_dp.parallel.microbatches, 1);
+}
+
+TEST(ConfigValidate, ModelShapeRules) {
+  EXPECT_CONTAINS(validate_error({"model.d_model=100", "model.n_heads=12"}),
+                  "model.d_model (100) must be divisible by model.n_heads (12)");
+  EXPECT_CONTAINS(validate_error({"model.d_model=120", "model.n_heads=12", "model.n_kv_heads=5"}),
+                  "model.n_heads (12) must be divisible by model.n_kv_heads (5)");
+  EXPECT_CONTAINS(validate_error({"model.d_model=14", "model.n_heads=2", "model.pos=rope"}),
+                  "model.pos = \"rope\" needs an even head dimension (d_model / n_heads = 14 / 2 "
+                  "= 7)");
+  validate_config(with({"model.d_model=14", "model.n_heads=2"}), 1);  // odd is fine unrotated
+  validate_config(with({"model.d_model=120", "model.n_heads=12", "model.n_kv_heads=4"}), 1);
+}
+
+TEST(ConfigValidate, ModelParallelRules) {
+  EXPECT_CONTAINS(resolve_error({"model.d_model=120", "model.n_heads=12", "parallel.tp=5"}, 5),
+                  "parallel.tp (5) must divide model.n_heads (12)");
+  EXPECT_CONTAINS(resolve_error({"model.n_kv_heads=2", "parallel.tp=4"}, 4),
+                  "parallel.tp (4) must divide model.n_kv_heads (2)");
+  EXPECT_CONTAINS(resolve_error({"model.d_ff=30", "parallel.tp=4"}, 4),
+                  "parallel.tp (4) must divide the MLP width 30");
+  EXPECT_CONTAINS(
+      resolve_error({"model.seq_len=63", "parallel.tp=2", "parallel.sequence_parallel=true"}, 2),
+      "parallel.sequence_parallel = true needs parallel.tp (2) to divide "
+      "model.seq_len (63)");
+  EXPECT_CONTAINS(validate_error({"parallel.sequence_parallel=true"}),
+                  "parallel.sequence_parallel = true needs parallel.tp > 1");
+  EXPECT_CONTAINS(resolve_error({"model.seq_len=100", "parallel.cp=3"}, 3),
+                  "parallel.cp (3) must divide model.seq_len (100)");
+  EXPECT_CONTAINS(resolve_error({"parallel.pp=4"}, 4),
+                  "model.n_layers (2) must be >= parallel.pp * parallel.vpp = 4 * 1 = 4");
+  EXPECT_CONTAINS(resolve_error({"parallel.pp=2", "parallel.vpp=2"}, 2),
+                  "parallel.vpp (2) > 1 needs parallel.pp_schedule = \"interleaved-1f1b\"");
+  EXPECT_CONTAINS(resolve_error({"parallel.pp=2", "parallel.pp_schedule=interleaved-1f1b"}, 2),
+                  "parallel.pp_schedule = \"interleaved-1f1b\" needs parallel.vpp >= 2");
+  EXPECT_CONTAINS(validate_error({"parallel.pp_schedule=interleaved-1f1b", "parallel.vpp=2"}),
+                  "parallel.pp_schedule = \"interleaved-1f1b\" needs parallel.pp > 1");
+  EXPECT_CONTAINS(resolve_error({"parallel.ep=3", "train.micro_batch=2"}, 4),
+                  "parallel.ep (3) must divide parallel.dp*cp = 4*1 = 4");
+  resolve_config(with({"parallel.ep=2", "train.micro_batch=2"}), 4);
+}
+
+TEST(ConfigValidate, BatchRules) {
+  const std::string message =
+      validate_error({"parallel.dp=2", "train.global_batch=10", "train.micro_batch=4"}, 2);
+  EXPECT_CONTAINS(message,
+                  "train.global_batch (10) must be divisible by parallel.dp * train.micro_batch "
+                  "= 2*4 = 8; train.global_batch = 8 or 16, or train.micro_batch = 1 or 5 would "
+                  "work");
+  EXPECT_CONTAINS(validate_error({"train.global_batch=3", "train.micro_batch=4"}),
+                  "train.global_batch = 4, or train.micro_batch = 1 or 3 would work");
+  EXPECT_CONTAINS(validate_error({"train.global_batch=9", "train.micro_batch=2"}, 2),
+                  "= 2*2 = 4 (dp = -1 resolved to the ranks left over); train.global_batch = 8 "
+                  "or 12 would work");
+  EXPECT_EQ(validate_config(with({"train.micro_batch=2"}), 1).parallel.microbatches, 4);
+  EXPECT_EQ(validate_config(with({"train.micro_batch=2", "parallel.microbatches=4"}), 1)
+                .parallel.microbatches,
+            4);
+  EXPECT_CONTAINS(validate_error({"train.micro_batch=4", "parallel.microbatches=3"}),
+                  "parallel.microbatches (3) must equal train.global_batch / (parallel.dp * "
+                  "train.micro_batch) = 8 / (1*4) = 2");
+}
+
+TEST(ConfigValidate, EnumsListTheAllowedValues) {
+  struct Case {
+    std::string setting, expected;
+  };
+  const std::vector<Case> cases = {
+      {"model.pos=alibi", "model.pos must be \"learned\" or \"rope\", got \"alibi\""},
+      {"model.norm=batchnorm",
+       "model.norm must be \"layernorm\" or \"rmsnorm\", got \"batchnorm\""},
+      {"model.activation=relu", "model.activation must be \"gelu\" or \"swiglu\", got \"relu\""},
+      {"parallel.pp_schedule=zb-v",
+       "parallel.pp_schedule must be \"gpipe\", \"1f1b\", \"interleaved-1f1b\" or \"zb-h1\", got "
+       "\"zb-v\""},
+      {"data.source=web",
+       "data.source must be \"corpus\", \"synthetic\" or \"shards\", got \"web\""},
+      {"checkpoint.resume=",
+       "checkpoint.resume must be \"auto\", \"none\" or a checkpoint "
+       "directory, got \"\""},
+      {"log.progress=fancy",
+       "log.progress must be \"auto\", \"bar\", \"lines\" or \"none\", got \"fancy\""},
+      {"train.dtype=bfloat16", "train.dtype must be \"float32\" or \"float64\", got \"bfloat16\""},
+  };
+  for (const Case& c : cases) EXPECT_CONTAINS(validate_error({c.setting}), c.expected);
+  for (const char* ok :
+       {"model.pos=rope", "model.norm=rmsnorm", "model.activation=swiglu",
+        "parallel.pp_schedule=gpipe", "parallel.pp_schedule=zb-h1", "data.source=synthetic",
+        "checkpoint.resume=none", "checkpoint.resume=runs/x/step_10", "log.progress=none",
+        "train.dtype=float64"}) {
+    EXPECT_NO_THROW(validate_config(with({ok}), 1)) << ok;
+  }
+}
+
+TEST(ConfigValidate, SizesAndRanges) {
+  struct Case {
+    std::string setting, expected;
+  };
+  const std::vector<Case> cases = {
+      {"model.vocab_size=1", "model.vocab_size (1) must be >= 2"},
+      {"model.d_model=0", "model.d_model (0) must be >= 1"},
+      {"model.n_layers=0", "model.n_layers (0) must be >= 1"},
+      {"model.n_heads=0", "model.n_heads (0) must be >= 1"},
+      {"model.n_kv_heads=-1", "model.n_kv_heads (-1) must be >= 0"},
+      {"model.d_ff=-1", "model.d_ff (-1) must be >= 0"},
+      {"model.seq_len=1", "model.seq_len (1) must be >= 2"},
+      {"model.init_std=0", "model.init_std (0.0) must be > 0"},
+      {"model.norm_eps=-1e-5", "model.norm_eps (-1e-05) must be > 0"},
+      {"model.rope_theta=0", "model.rope_theta (0.0) must be > 0"},
+      {"parallel.tp=0", "parallel.tp (0) must be >= 1"},
+      {"parallel.pp=0", "parallel.pp (0) must be >= 1"},
+      {"parallel.cp=0", "parallel.cp (0) must be >= 1"},
+      {"parallel.ep=0", "parallel.ep (0) must be >= 1"},
+      {"parallel.vpp=0", "parallel.vpp (0) must be >= 1"},
+      {"parallel.dp=0", "parallel.dp (0) must be >= 1, or -1"},
+      {"parallel.dp=-2", "parallel.dp (-2) must be >= 1, or -1"},
+      {"parallel.zero=4", "parallel.zero (4) must be 0, 1, 2 or 3"},
+      {"parallel.zero=-1", "parallel.zero (-1) must be 0, 1, 2 or 3"},
+      {"parallel.microbatches=-1", "parallel.microbatches (-1) must be >= 0"},
+      {"parallel.comm_timeout_s=0", "parallel.comm_timeout_s (0.0) must be > 0"},
+      {"train.steps=0", "train.steps (0) must be >= 1"},
+      {"train.global_batch=0", "train.global_batch (0) must be >= 1"},
+      {"train.micro_batch=0", "train.micro_batch (0) must be >= 1"},
+      {"train.min_lr=-1", "train.min_lr (-1.0) must be >= 0.0"},
+      {"train.lr=1e-5", "train.lr (1e-05) must be >= train.min_lr (3e-05)"},
+      {"train.lr=nan", "train.lr (nan) must be >= train.min_lr (3e-05)"},
+      {"train.warmup_steps=-1", "train.warmup_steps (-1) must be >= 0"},
+      {"train.warmup_steps=200", "train.warmup_steps (200) must be <= train.steps (100)"},
+      {"train.weight_decay=-0.1", "train.weight_decay (-0.1) must be >= 0.0"},
+      {"train.beta1=1", "train.beta1 (1.0) must be in [0, 1)"},
+      {"train.beta2=-0.5", "train.beta2 (-0.5) must be in [0, 1)"},
+      {"train.eps=0", "train.eps (0.0) must be > 0"},
+      {"train.grad_clip=-1", "train.grad_clip (-1.0) must be >= 0.0"},
+      {"train.eval_every=-1", "train.eval_every (-1) must be >= 0"},
+      {"train.eval_batches=0", "train.eval_batches (0) must be >= 1"},
+      {"train.threads=-1", "train.threads (-1) must be >= 0"},
+      {"data.eval_fraction=1", "data.eval_fraction (1.0) must be in [0, 1)"},
+      {"data.tokenizer=", "data.tokenizer must not be empty"},
+      {"checkpoint.every=-1", "checkpoint.every (-1) must be >= 0"},
+      {"checkpoint.keep=-1", "checkpoint.keep (-1) must be >= 0"},
+      {"log.dir=", "log.dir must not be empty"},
+      {"log.every=0", "log.every (0) must be >= 1"},
+  };
+  for (const Case& c : cases) EXPECT_CONTAINS(validate_error({c.setting}), c.expected);
+}
+
+TEST(ConfigValidate, RulesBetweenSections) {
+  EXPECT_CONTAINS(validate_error({"data.source=shards"}),
+                  "data.source = \"shards\" needs data.path");
+  validate_config(with({"data.source=shards", "data.path=/data/shards"}), 1);
+  EXPECT_CONTAINS(validate_error({"train.eval_every=10", "data.eval_fraction=0"}),
+                  "train.eval_every (10) needs held-out tokens: data.eval_fraction (0.0) must be "
+                  "> 0");
+  EXPECT_CONTAINS(validate_error({"checkpoint.every=10"}),
+                  "checkpoint.every (10) needs checkpoint.dir");
+  Config seed_too_large = Config{};
+  seed_too_large.train.seed = ~uint64_t{0};
+  EXPECT_CONTAINS(user_error([&] { validate_config(seed_too_large, 1); }),
+                  "train.seed (18446744073709551615) must be <= 9223372036854775807");
+}
+
+TEST(ConfigValidate, EveryProblemIsReportedAtOnce) {
+  const std::string message =
+      validate_error({"model.vocab_size=1", "train.steps=0", "log.progress=fancy"});
+  EXPECT_CONTAINS(message, "the config has 4 problems:");
+  EXPECT_CONTAINS(message, "\n  - model.vocab_size (1) must be >= 2");
+  EXPECT_CONTAINS(message, "\n  - train.steps (0) must be >= 1");
+  EXPECT_CONTAINS(message, "\n  - train.warmup_steps (10) must be <= train.steps (0)");
+  EXPECT_CONTAINS(message, "\n  - log.progress must be");
+  EXPECT_THROW(validate_config(Config{}, 0), InternalError);
+}
+
+// Each feature not implemented yet: the layout is consistent (resolve_config accepts it),
+// yet validate_config refuses it with a message saying what to set.
+TEST(ConfigValidate, FeaturesNotImplementedYetAreRejected) {
+  struct Case {
+    std::vector<std::string> settings;
+    int64_t world_size;
+    std::string expected;
+  };
+  const std::vector<Case> cases = {
+      {{"parallel.tp=2"},
+       2,
+       "parallel.tp = 2: tensor parallelism is not implemented yet; set parallel.tp = 1"},
+      {{"parallel.pp=2"},
+       2,
+       "parallel.pp = 2: pipeline parallelism is not implemented yet; set parallel.pp = 1"},
+      {{"parallel.cp=2"},
+       2,
+       "parallel.cp = 2: context parallelism is not implemented yet; set parallel.cp = 1"},
+      {{"parallel.ep=2", "train.micro_batch=4"},
+       2,
+       "parallel.ep = 2: expert parallelism is not implemented yet; set parallel.ep = 1"},
+      {{"parallel.zero=1"},
+       1,
+       "parallel.zero = 1: ZeRO sharding is not implemented yet; set parallel.zero = 0"},
+      {{"parallel.zero=3"}, 1, "parallel.zero = 3: ZeRO sharding is not implemented yet"},
+      {{"parallel.tp=2", "parallel.sequence_parallel=true"},
+       2,
+       "parallel.sequence_parallel = true: sequence parallelism is not implemented yet; set "
+       "parallel.sequence_parallel = false"},
+      {{"parallel.pp=2", "parallel.vpp=2", "parallel.pp_schedule=interleaved-1f1b",
+        "model.n_layers=4"},
+       2,
+       "parallel.vpp = 2: the interleaved pipeline schedule is not implemented yet; set "
+       "parallel.vpp = 1"},
+  };
+  for (const Case& c : cases) {
+    const Config config = with(c.settings);
+    EXPECT_NO_THROW(resolve_config(config, c.world_size)) << c.expected;
+    EXPECT_CONTAINS(user_error([&] { check_implemented(config); }), c.expected);
+    EXPECT_CONTAINS(user_error([&] { validate_config(config, c.world_size); }), c.expected);
+  }
+  EXPECT_NO_THROW(check_implemented(Config{}));
+  EXPECT_NO_THROW(check_implemented(with({"parallel.dp=4", "parallel.pp_schedule=gpipe"})));
+}
+
+TEST(ConfigValidate, ValidatedConfigRoundTrips) {
+  const Config config = validate_config(with({"train.micro_batch=2"}), 2);
+  const Config back = parse_config(to_toml(config), "x");
+  EXPECT_TRUE(back == config);
+  EXPECT_TRUE(validate_config(back, 2) == config) << "validating twice changes nothing";
+}
+
+}  // namespace
+}  // namespace strata
