@@ -21,23 +21,41 @@ class TokenDataset {
   // Opens the source named by `data` (preparing the corpus into shards on first use, once,
   // under a cache dir; safe when several ranks start at once). Throws UserError for a
   // missing path, a token id >= model.vocab_size, or too few tokens for one sequence.
+  //   data.source = "corpus":    data.path (a text file or a directory of .txt files), or
+  //                              with no path the English text of the `fortunes` package
+  //   data.source = "shards":    data.path is a directory made by `strata data prepare`, or
+  //                              one shard file
+  //   data.source = "synthetic": kSyntheticTokens motif tokens drawn from `seed`
   static std::shared_ptr<TokenDataset> open(const DataConfig& data, const ModelConfig& model,
                                             uint64_t seed);
+
+  // A dataset over tokens already in memory, split and checked exactly as open() does.
+  // `origin` names them in error messages and description().
+  static std::shared_ptr<TokenDataset> from_tokens(std::vector<int32_t> tokens,
+                                                   const DataConfig& data, const ModelConfig& model,
+                                                   uint64_t seed, const std::string& origin);
 
   int64_t num_tokens(Split split) const;
 
   // Rows [first_row, first_row + count) of the global batch of `step`: an int64 tensor
-  // (count, seq_len + 1); inputs are [:, :-1], targets [:, 1:]. Row r of step s starts at a
-  // position drawn from a hash of (seed, split, s, r).
+  // (count, seq_len + 1); inputs are [:, :-1], targets [:, 1:]. Row r of step s starts at
+  // row_start(seed, split, s, r, split tokens - seq_len) (sampler.h), so the rows do not
+  // depend on how a batch is divided among ranks.
   at::Tensor rows(Split split, int64_t step, int64_t first_row, int64_t count,
                   int64_t seq_len) const;
 
-  virtual ~TokenDataset() = default;
+  // One line for logs: where the tokens came from and the split sizes.
+  const std::string& description() const { return description_; }
 
- protected:
+ private:
   TokenDataset() = default;
+  const std::vector<int32_t>& tokens(Split split) const {
+    return split == Split::Train ? train_ : eval_;
+  }
+
   uint64_t seed_ = 0;
   std::vector<int32_t> train_, eval_;  // token ids (in memory: corpora here are small)
+  std::string description_;
 };
 
 }  // namespace strata

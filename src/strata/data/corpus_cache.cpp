@@ -1,0 +1,107 @@
+// Cache directory resolution, cache keys, and race-safe creation of cache entries.
+#include "strata/data/corpus_cache.h"
+
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+
+#include "strata/core/error.h"
+#include "strata/data/atomic_file.h"
+#include "strata/data/prepare.h"
+
+namespace fs = std::filesystem;
+
+namespace strata {
+
+namespace {
+
+// Bumped whenever text normalization or the shard layout changes, so old entries are not
+// reused for a different token stream.
+constexpr int kCacheFormatVersion = 1;
+
+// FNV-1a, 64 bit: stable across builds and hosts (std::hash is not), ample for a cache key.
+uint64_t fnv1a(const std::string& text) {
+  uint64_t hash = 0xcbf29ce484222325ull;
+  for (unsigned char byte : text) {
+    hash ^= byte;
+    hash *= 0x100000001b3ull;
+  }
+  return hash;
+}
+
+std::string non_empty_env(const char* name) {
+  const char* value = std::getenv(name);
+  return value != nullptr ? value : "";
+}
+
+bool is_prepared(const std::string& dir) {
+  std::error_code error;
+  return fs::is_regular_file(dir + "/" + kManifestName, error);
+}
+
+}  // namespace
+
+std::string default_cache_dir() {
+  if (auto dir = non_empty_env("STRATA_CACHE_DIR"); !dir.empty()) return dir;
+  if (auto dir = non_empty_env("XDG_CACHE_HOME"); !dir.empty()) return dir + "/strata";
+  if (auto dir = non_empty_env("HOME"); !dir.empty()) return dir + "/.cache/strata";
+  throw UserError(
+      "no cache directory for the tokenized corpus: set STRATA_CACHE_DIR (or XDG_CACHE_HOME "
+      "or HOME)");
+}
+
+std::string corpus_cache_key(const std::vector<TextSource>& sources, const Tokenizer& tokenizer) {
+  std::string description =
+      str("strata-corpus-cache ", kCacheFormatVersion, "\n", "tokenizer ", tokenizer.name(), "\n");
+  for (const auto& source : sources) {
+    struct stat info {};
+    if (::stat(source.path.c_str(), &info) != 0) {
+      throw UserError(str("cannot read text file ", source.path, ": ", std::strerror(errno)));
+    }
+    description += str(source.path, "\t", static_cast<int>(source.format), "\t", info.st_size, "\t",
+                       info.st_mtim.tv_sec, ".", info.st_mtim.tv_nsec, "\n");
+  }
+  char hex[17];
+  std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(fnv1a(description)));
+  return tokenizer.name() + "-" + hex;
+}
+
+std::string cached_corpus_dir(const std::vector<TextSource>& sources, const Tokenizer& tokenizer,
+                              const std::string& cache_dir) {
+  std::string parent = cache_dir + "/corpus";
+  std::string final_dir = parent + "/" + corpus_cache_key(sources, tokenizer);
+  if (is_prepared(final_dir)) return final_dir;
+
+  std::error_code error;
+  fs::create_directories(parent, error);
+  if (!fs::is_directory(parent)) {
+    throw UserError(str("cannot create the corpus cache directory ", parent, ": ", error.message(),
+                        "; set STRATA_CACHE_DIR to a writable directory"));
+  }
+  // The temporary name starts with '.' and lives next to the final one, so the rename stays
+  // on one file system and is atomic.
+  std::string building =
+      unique_sibling_path(parent + "/." + fs::path(final_dir).filename().string());
+  try {
+    prepare_sources(sources, building, tokenizer);
+  } catch (...) {
+    fs::remove_all(building, error);
+    throw;
+  }
+  if (std::rename(building.c_str(), final_dir.c_str()) != 0) {
+    int reason = errno;
+    fs::remove_all(building, error);
+    // Losing the race (the winner's directory is already there and not empty) is fine.
+    if (!is_prepared(final_dir)) {
+      throw UserError(
+          str("cannot move the prepared corpus into ", final_dir, ": ", std::strerror(reason)));
+    }
+  }
+  return final_dir;
+}
+
+}  // namespace strata

@@ -1,0 +1,144 @@
+// Opening token sources, the train/eval split, and building sampled rows.
+#include "strata/data/dataset.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+
+#include "strata/core/error.h"
+#include "strata/data/corpus_cache.h"
+#include "strata/data/prepare.h"
+#include "strata/data/sampler.h"
+#include "strata/data/synthetic.h"
+#include "strata/data/text_source.h"
+#include "strata/data/tokenizer.h"
+
+namespace strata {
+
+namespace {
+
+TokenStream load_corpus(const DataConfig& data, std::string* origin) {
+  auto tokenizer = make_tokenizer(data.tokenizer);
+  std::error_code error;
+  STRATA_REQUIRE(data.path.empty() || std::filesystem::exists(data.path, error), "data.path ",
+                 data.path,
+                 " does not exist: for data.source = \"corpus\" give a text file or a "
+                 "directory of .txt files (or no path for the default corpus)");
+  std::vector<TextSource> sources =
+      data.path.empty() ? fortune_sources() : text_sources({data.path});
+  std::string dir = cached_corpus_dir(sources, *tokenizer, default_cache_dir());
+  TokenStream stream;
+  try {
+    stream = load_token_shards(dir);
+  } catch (const UserError& failure) {
+    throw UserError(str("the corpus cache entry ", dir, " is damaged (", failure.what(),
+                        "); delete that directory and run again"));
+  }
+  *origin =
+      str(data.path.empty() ? "the fortunes corpus" : "corpus " + data.path, " (", sources.size(),
+          " file(s), tokenizer ", tokenizer->name(), ", cached in ", dir, ")");
+  return stream;
+}
+
+TokenStream load_shards(const DataConfig& data, std::string* origin) {
+  STRATA_REQUIRE(!data.path.empty(),
+                 "data.source = \"shards\" needs data.path: a directory "
+                 "made by `strata data prepare` or a single shard file");
+  TokenStream stream = load_token_shards(data.path);
+  STRATA_REQUIRE(stream.tokenizer == data.tokenizer, "the shards in ", data.path,
+                 " were made by tokenizer \"", stream.tokenizer, "\" but data.tokenizer = \"",
+                 data.tokenizer, "\"; set data.tokenizer = \"", stream.tokenizer, "\"");
+  *origin = str("shards ", data.path, " (tokenizer ", stream.tokenizer, ")");
+  return stream;
+}
+
+}  // namespace
+
+std::shared_ptr<TokenDataset> TokenDataset::open(const DataConfig& data, const ModelConfig& model,
+                                                 uint64_t seed) {
+  std::string origin;
+  std::vector<int32_t> tokens;
+  if (data.source == "corpus") {
+    tokens = load_corpus(data, &origin).tokens;
+  } else if (data.source == "shards") {
+    tokens = load_shards(data, &origin).tokens;
+  } else if (data.source == "synthetic") {
+    STRATA_REQUIRE(model.vocab_size >= 1, "model.vocab_size (", model.vocab_size,
+                   ") must be at least 1");
+    tokens = synthetic_tokens(seed, model.vocab_size);
+    origin = str("synthetic motifs (seed ", seed, ")");
+  } else {
+    throw UserError(str("data.source = \"", data.source,
+                        "\" is not available; allowed: corpus, shards, synthetic"));
+  }
+  return from_tokens(std::move(tokens), data, model, seed, origin);
+}
+
+std::shared_ptr<TokenDataset> TokenDataset::from_tokens(std::vector<int32_t> tokens,
+                                                        const DataConfig& data,
+                                                        const ModelConfig& model, uint64_t seed,
+                                                        const std::string& origin) {
+  STRATA_REQUIRE(data.eval_fraction >= 0.0 && data.eval_fraction < 1.0, "data.eval_fraction (",
+                 data.eval_fraction, ") must be in [0, 1)");
+  STRATA_REQUIRE(model.seq_len >= 1, "model.seq_len (", model.seq_len, ") must be at least 1");
+  if (!tokens.empty()) {
+    auto [lowest, highest] = std::minmax_element(tokens.begin(), tokens.end());
+    STRATA_REQUIRE(*lowest >= 0, origin, " holds the negative token id ", *lowest);
+    STRATA_REQUIRE(*highest < model.vocab_size, origin, " holds token id ", *highest,
+                   " but model.vocab_size is ", model.vocab_size,
+                   ": every id must be < model.vocab_size; set model.vocab_size to at least ",
+                   int64_t{*highest} + 1);
+  }
+
+  const int64_t total = static_cast<int64_t>(tokens.size());
+  const int64_t window = model.seq_len + 1;
+  const auto eval_count =
+      static_cast<int64_t>(std::floor(static_cast<double>(total) * data.eval_fraction));
+  const int64_t train_count = total - eval_count;
+  STRATA_REQUIRE(train_count >= window, origin, ": the train split has ", train_count, " of ",
+                 total, " tokens (data.eval_fraction = ", data.eval_fraction,
+                 "), fewer than one sequence of model.seq_len + 1 = ", window,
+                 " tokens; use more data or a smaller model.seq_len");
+  STRATA_REQUIRE(data.eval_fraction == 0.0 || eval_count >= window, origin, ": the eval split has ",
+                 eval_count, " of ", total, " tokens (data.eval_fraction = ", data.eval_fraction,
+                 "), fewer than one sequence of model.seq_len + 1 = ", window,
+                 " tokens; raise data.eval_fraction, use more data, or set it to 0 for no eval");
+
+  std::shared_ptr<TokenDataset> dataset(new TokenDataset());
+  dataset->seed_ = seed;
+  dataset->eval_.assign(tokens.begin() + train_count, tokens.end());
+  tokens.resize(static_cast<size_t>(train_count));
+  dataset->train_ = std::move(tokens);
+  dataset->description_ =
+      str(origin, ": ", total, " tokens, train ", train_count, ", eval ", eval_count);
+  return dataset;
+}
+
+int64_t TokenDataset::num_tokens(Split split) const {
+  return static_cast<int64_t>(tokens(split).size());
+}
+
+at::Tensor TokenDataset::rows(Split split, int64_t step, int64_t first_row, int64_t count,
+                              int64_t seq_len) const {
+  STRATA_CHECK(step >= 0 && first_row >= 0 && count >= 0 && seq_len >= 1, "step ", step,
+               ", first_row ", first_row, ", count ", count, ", seq_len ", seq_len);
+  const std::vector<int32_t>& source = tokens(split);
+  const int64_t available = static_cast<int64_t>(source.size());
+  STRATA_REQUIRE(!(split == Split::Eval && available == 0),
+                 "evaluation needs an eval split but data.eval_fraction is 0; set it above 0 "
+                 "or set train.eval_every = 0");
+  STRATA_REQUIRE(available >= seq_len + 1, "the ", split == Split::Train ? "train" : "eval",
+                 " split has ", available,
+                 " tokens, fewer than one sequence of seq_len + 1 = ", seq_len + 1);
+
+  const int64_t width = seq_len + 1;
+  at::Tensor out = at::empty({count, width}, at::kLong);  // (count, seq_len + 1)
+  int64_t* out_data = out.data_ptr<int64_t>();
+  for (int64_t r = 0; r < count; ++r) {
+    const int64_t start = row_start(seed_, split, step, first_row + r, available - seq_len);
+    std::copy(source.begin() + start, source.begin() + start + width, out_data + r * width);
+  }
+  return out;
+}
+
+}  // namespace strata
