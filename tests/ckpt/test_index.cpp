@@ -77,6 +77,13 @@ TEST(Index, MergesRecordsOfEveryRankAndRoundTripsThroughJson) {
             nlohmann::json({{"size", 101}, {"crc32", "0xabc00001"}}));
   CheckpointIndex parsed = index_from_json(json, "index.json");
   EXPECT_EQ(index_to_json(parsed), json);
+
+  const std::string text = index_to_text(index);
+  EXPECT_EQ(nlohmann::json::parse(text), json);
+  EXPECT_NE(
+      text.find("\n    \"rank_00001.safetensors\": {\"crc32\":\"0xabc00001\",\"size\":101},\n"),
+      std::string::npos)
+      << text;
 }
 
 TEST(Index, RanksWithOnlyReplicasWriteNoFile) {

@@ -219,6 +219,28 @@ nlohmann::json index_to_json(const CheckpointIndex& index) {
           {"files", files},     {"tensors", tensors}};
 }
 
+std::string index_to_text(const CheckpointIndex& index) {
+  const nlohmann::json json = index_to_json(index);
+  std::string text = "{";
+  const char* separator = "\n";
+  for (const auto& [key, value] : json.items()) {
+    text += separator + str("  ", nlohmann::json(key).dump(), ": ");
+    separator = ",\n";
+    if (!value.is_object() || value.empty()) {
+      text += value.dump();
+      continue;
+    }
+    const char* member_separator = "{\n";
+    for (const auto& [member, member_value] : value.items()) {
+      text +=
+          member_separator + str("    ", nlohmann::json(member).dump(), ": ", member_value.dump());
+      member_separator = ",\n";
+    }
+    text += "\n  }";
+  }
+  return text + "\n}\n";
+}
+
 CheckpointIndex index_from_json(const nlohmann::json& json, const std::string& path) {
   auto malformed = [&](const std::string& why) {
     return UserError(str("checkpoint index ", path, " is malformed: ", why,

@@ -89,6 +89,9 @@ struct CheckpointIndex {
 CheckpointIndex build_index(int64_t step, const std::vector<FileRecord>& records);
 
 nlohmann::json index_to_json(const CheckpointIndex& index);
+// index.json as written: one line per file and per tensor, so that a checkpoint of thousands of
+// slices stays readable and greppable.
+std::string index_to_text(const CheckpointIndex& index);
 // UserError naming `path` if the JSON does not have the index.json schema.
 CheckpointIndex index_from_json(const nlohmann::json& json, const std::string& path);
 

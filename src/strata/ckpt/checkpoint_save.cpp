@@ -259,7 +259,7 @@ std::string save_checkpoint(const std::string& root, int64_t step,
     std::vector<FileRecord> parsed;
     for (const nlohmann::json& record : records) parsed.push_back(file_record_from_json(record));
     CheckpointIndex index = build_index(step, parsed);
-    write_file_synced((staging_dir / kIndexFile).string(), index_to_json(index).dump(1) + "\n");
+    write_file_synced((staging_dir / kIndexFile).string(), index_to_text(index));
     write_file_synced((staging_dir / kStateFile).string(), state.dump(1) + "\n");
     // Written last: its presence promises that everything above is on disk.
     write_file_synced((staging_dir / kCompleteMarker).string(), str("step ", step, "\n"));
