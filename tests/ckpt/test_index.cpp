@@ -9,7 +9,7 @@
 namespace strata {
 namespace {
 
-TEST(Box, IntersectionOfOverlappingDisjointAndTouchingBoxes) {
+TEST(CheckpointBox, IntersectionOfOverlappingDisjointAndTouchingBoxes) {
   Box common;
   ASSERT_TRUE(intersect_boxes({{0, 2}, {4, 4}}, {{2, 0}, {4, 3}}, &common));
   EXPECT_EQ(common.offsets, (std::vector<int64_t>{2, 2}));
@@ -22,7 +22,7 @@ TEST(Box, IntersectionOfOverlappingDisjointAndTouchingBoxes) {
   EXPECT_EQ(box_to_string(common), "[]");
 }
 
-TEST(Names, StepDirectoriesRankFilesAndKeys) {
+TEST(CheckpointNames, StepDirectoriesRankFilesAndKeys) {
   EXPECT_EQ(step_dir_name(1200), "step_00001200");
   EXPECT_EQ(step_dir_name(1234567890), "step_1234567890");
   int64_t step = -1;
@@ -59,7 +59,7 @@ std::vector<FileRecord> three_ranks() {
   return records;
 }
 
-TEST(Index, MergesRecordsOfEveryRankAndRoundTripsThroughJson) {
+TEST(CheckpointIndex, MergesRecordsOfEveryRankAndRoundTripsThroughJson) {
   std::vector<FileRecord> records = three_ranks();
   for (FileRecord& record : records) record = file_record_from_json(file_record_to_json(record));
   CheckpointIndex index = build_index(7, records);
@@ -86,7 +86,7 @@ TEST(Index, MergesRecordsOfEveryRankAndRoundTripsThroughJson) {
       << text;
 }
 
-TEST(Index, RanksWithOnlyReplicasWriteNoFile) {
+TEST(CheckpointIndex, RanksWithOnlyReplicasWriteNoFile) {
   std::vector<FileRecord> records = three_ranks();
   records[2].slices.clear();
   records[2].file.clear();
@@ -95,7 +95,7 @@ TEST(Index, RanksWithOnlyReplicasWriteNoFile) {
   EXPECT_EQ(index.files.size(), 2u);
 }
 
-TEST(Index, OverlapGapDisagreementAndUnwrittenReplicasAreBugs) {
+TEST(CheckpointIndex, OverlapGapDisagreementAndUnwrittenReplicasAreBugs) {
   auto expect_bug = [](std::vector<FileRecord> records, const std::string& phrase) {
     try {
       build_index(1, records);
@@ -121,7 +121,7 @@ TEST(Index, OverlapGapDisagreementAndUnwrittenReplicasAreBugs) {
   expect_bug(records, "tensor 'b' is held by rank 1 with write=false, but no rank wrote it");
 }
 
-TEST(Index, DamagedIndexIsAUserErrorNamingIt) {
+TEST(CheckpointIndex, DamagedIndexIsAUserErrorNamingIt) {
   const nlohmann::json good = index_to_json(build_index(1, three_ranks()));
   auto expect_refused = [](const nlohmann::json& json, const std::string& phrase) {
     try {
