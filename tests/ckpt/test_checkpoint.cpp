@@ -11,6 +11,7 @@
 #include "strata/ckpt/checkpoint.h"
 #include "strata/ckpt/checkpoint_index.h"
 #include "strata/ckpt/crc32.h"
+#include "strata/ckpt/safetensors.h"
 #include "strata/core/error.h"
 #include "test_support.h"
 
@@ -164,6 +165,35 @@ TEST(Checkpoint, LargeSlicesAreReadInChunks) {
   load_checkpoint(dir, wanted);
   EXPECT_TRUE(at::equal(wanted[0].local, big.narrow(1, 1, 5)));
   EXPECT_TRUE(at::equal(wanted[1].local, big));
+}
+
+TEST(Checkpoint, LoadsFromMoreFilesThanItKeepsOpen) {
+  // A checkpoint as 70 ranks would write it, one row each, assembled by hand.
+  TempDir root;
+  const std::string dir = root.file("step_00000001");
+  fs::create_directory(dir);
+  const at::Tensor weight = global_tensor({70, 2}, at::kFloat);
+  std::vector<FileRecord> records;
+  for (int rank = 0; rank < 70; ++rank) {
+    FileRecord record;
+    record.file = rank_file_name(rank);
+    SliceRecord slice{"w", slice_key("w", {rank, 0}), "F32", {70, 2}, Box{{rank, 0}, {1, 2}}};
+    WrittenFileInfo written =
+        write_safetensors(dir + "/" + record.file, {{slice.key, weight.narrow(0, rank, 1)}});
+    record.size = written.size;
+    record.crc32 = written.crc32;
+    record.slices.push_back(slice);
+    records.push_back(record);
+  }
+  std::ofstream(dir + "/index.json") << index_to_text(build_index(1, records));
+  std::ofstream(dir + "/state.json") << "{}";
+  std::ofstream(dir + "/COMPLETE") << "";
+
+  std::vector<ShardedTensor> wanted = {region("w", {70, 2}, {0, 0}, {70, 2}, at::kFloat),
+                                       region("w", {70, 2}, {0, 1}, {70, 1}, at::kFloat)};
+  load_checkpoint(dir, wanted);
+  expect_equal(wanted[0].local, weight, "whole");
+  expect_equal(wanted[1].local, weight.narrow(1, 1, 1), "column 1");
 }
 
 TEST(Checkpoint, IndexRecordsSlicesFilesAndChecksums) {

@@ -3,7 +3,7 @@
 // has been checked against the size and CRC-32 that index.json records. Also finding the
 // newest complete checkpoint and reading its training state.
 #include <filesystem>
-#include <memory>
+#include <map>
 
 #include "strata/ckpt/checkpoint.h"
 #include "strata/ckpt/checkpoint_index.h"
@@ -47,27 +47,35 @@ nlohmann::json read_json_file(const fs::path& path) {
   }
 }
 
-// The files of one checkpoint, each opened and verified once, on first use.
-class VerifiedFiles {
+// The files of one checkpoint, each verified once, on first use. Verified headers are kept;
+// open descriptors are capped, so that one process can load whole a checkpoint that thousands
+// of ranks wrote without running out of them.
+class CheckpointFiles {
  public:
-  struct Entry {
-    File file;
-    SafetensorsHeader header;
+  struct Opened {
+    File& file;
+    const SafetensorsHeader& header;
   };
 
-  VerifiedFiles(const fs::path& dir, const CheckpointIndex& index) : dir_(dir), index_(index) {}
+  CheckpointFiles(const fs::path& dir, const CheckpointIndex& index) : dir_(dir), index_(index) {}
 
-  Entry& get(const std::string& name) {
-    auto found = open_.find(name);
-    if (found != open_.end()) return *found->second;
-    File file = File::open_for_reading((dir_ / name).string());
-    verify(file, index_.files.at(name));
-    SafetensorsHeader header = read_safetensors_header(file);
-    auto entry = std::make_unique<Entry>(Entry{std::move(file), std::move(header)});
-    return *open_.emplace(name, std::move(entry)).first->second;
+  Opened open(const std::string& name) {
+    auto handle = handles_.find(name);
+    if (handle == handles_.end()) {
+      if (handles_.size() >= kMaxOpenFiles) handles_.clear();
+      handle = handles_.emplace(name, File::open_for_reading((dir_ / name).string())).first;
+    }
+    auto header = headers_.find(name);
+    if (header == headers_.end()) {
+      verify(handle->second, index_.files.at(name));
+      header = headers_.emplace(name, read_safetensors_header(handle->second)).first;
+    }
+    return {handle->second, header->second};
   }
 
  private:
+  static constexpr size_t kMaxOpenFiles = 64;
+
   static void verify(File& file, const IndexFile& expected) {
     const int64_t size = file.size();
     STRATA_REQUIRE(size == expected.size, "checkpoint file ", file.path(), " is corrupt: size ",
@@ -89,7 +97,8 @@ class VerifiedFiles {
 
   fs::path dir_;
   const CheckpointIndex& index_;
-  std::map<std::string, std::unique_ptr<Entry>> open_;
+  std::map<std::string, SafetensorsHeader> headers_;  // of the files verified so far
+  std::map<std::string, File> handles_;               // open files, at most kMaxOpenFiles
 };
 
 // Copies region `common` (global coordinates) from a saved slice into `local`. The saved slice
@@ -136,7 +145,7 @@ void copy_region(File& file, const SafetensorsEntry& entry, const Box& slice, co
   }
 }
 
-void load_tensor(const fs::path& dir, const CheckpointIndex& index, VerifiedFiles& files,
+void load_tensor(const fs::path& dir, const CheckpointIndex& index, CheckpointFiles& files,
                  ShardedTensor& tensor) {
   auto found = index.tensors.find(tensor.name);
   STRATA_REQUIRE(found != index.tensors.end(), "tensor '", tensor.name, "' is not in checkpoint ",
@@ -166,7 +175,7 @@ void load_tensor(const fs::path& dir, const CheckpointIndex& index, VerifiedFile
   for (const IndexSlice& slice : saved.slices) {
     Box common;
     if (!intersect_boxes(slice.box, local_box, &common)) continue;
-    VerifiedFiles::Entry& file = files.get(slice.file);
+    CheckpointFiles::Opened file = files.open(slice.file);
     auto entry = file.header.entries.find(slice.key);
     STRATA_REQUIRE(entry != file.header.entries.end() &&
                        safetensors_dtype_name(entry->second.dtype) == saved.dtype &&
@@ -213,7 +222,7 @@ nlohmann::json load_checkpoint(const std::string& dir, std::vector<ShardedTensor
   require_complete(dir_path);
   const fs::path index_path = dir_path / kIndexFile;
   const CheckpointIndex index = index_from_json(read_json_file(index_path), index_path.string());
-  VerifiedFiles files(dir_path, index);
+  CheckpointFiles files(dir_path, index);
   for (ShardedTensor& tensor : tensors) load_tensor(dir_path, index, files, tensor);
   return read_json_file(dir_path / kStateFile);
 }
