@@ -1,0 +1,269 @@
+// The schedule generators. Each one decides only the order of compute on every rank; the
+// RankListBuilder below wraps every compute action in the sends and receives it implies.
+#include "strata/pipeline/generators.h"
+
+#include <algorithm>
+#include <deque>
+
+#include "strata/core/error.h"
+
+namespace strata {
+namespace {
+
+// Appends one rank's actions. forward() and backward() add the receive before and the send
+// after the compute (none at the first or last virtual stage), and it counts the microbatch
+// chunks whose activations are held (forward done, backward not complete) so that the
+// generators can assert, at each phase boundary, that the schedule holds what it claims.
+class RankListBuilder {
+ public:
+  RankListBuilder(Schedule* schedule, int rank)
+      : schedule_(schedule), rank_(rank), actions_(&schedule->ranks[rank]) {}
+
+  void forward(int microbatch, int chunk) {
+    const int stage = schedule_->virtual_stage(rank_, chunk);
+    if (stage > 0) add(ActionKind::RecvActivation, microbatch, chunk, stage - 1);
+    add(ActionKind::Forward, microbatch, chunk, -1);
+    if (stage < last_stage()) add(ActionKind::SendActivation, microbatch, chunk, stage + 1);
+    ++inflight_;
+  }
+
+  // kind is Backward (full) or BackwardInput (zero-bubble, a weight() follows later).
+  void backward(int microbatch, int chunk, ActionKind kind) {
+    STRATA_CHECK(kind == ActionKind::Backward || kind == ActionKind::BackwardInput);
+    const int stage = schedule_->virtual_stage(rank_, chunk);
+    if (stage < last_stage()) add(ActionKind::RecvGrad, microbatch, chunk, stage + 1);
+    add(kind, microbatch, chunk, -1);
+    if (stage > 0) add(ActionKind::SendGrad, microbatch, chunk, stage - 1);
+    if (kind == ActionKind::Backward) --inflight_;
+  }
+
+  void weight(int microbatch, int chunk) {
+    add(ActionKind::BackwardWeight, microbatch, chunk, -1);
+    --inflight_;
+  }
+
+  int inflight() const { return inflight_; }
+
+ private:
+  int last_stage() const { return schedule_->virtual_stages() - 1; }
+  void add(ActionKind kind, int microbatch, int chunk, int peer_stage) {
+    actions_->push_back(Action{kind, microbatch, chunk, peer_stage});
+  }
+
+  Schedule* schedule_;
+  int rank_;
+  std::vector<Action>* actions_;
+  int inflight_ = 0;
+};
+
+Schedule empty_schedule(const std::string& name, int stages, int microbatches, int chunks) {
+  STRATA_CHECK(stages >= 1 && microbatches >= 1 && chunks >= 1, "p=", stages, " m=", microbatches,
+               " v=", chunks);
+  Schedule schedule;
+  schedule.name = name;
+  schedule.stages = stages;
+  schedule.microbatches = microbatches;
+  schedule.chunks = chunks;
+  schedule.ranks.resize(stages);
+  return schedule;
+}
+
+// Multiples of `divisor` on either side of `value`, for "use 8 or 12" in error messages.
+std::string nearest_multiples(int value, int divisor) {
+  const int below = value / divisor * divisor;
+  const int above = below + divisor;
+  if (below < divisor) return std::to_string(above);
+  return str(below, " or ", above);
+}
+
+}  // namespace
+
+const std::vector<std::string>& schedule_names() {
+  static const std::vector<std::string> names = {"gpipe", "1f1b", "interleaved-1f1b", "zb-h1"};
+  return names;
+}
+
+void check_schedule_request(const ScheduleRequest& request, const ScheduleParameterNames& names) {
+  const auto& known = schedule_names();
+  if (std::find(known.begin(), known.end(), request.name) == known.end()) {
+    std::string choices;
+    for (const auto& name : known) choices += (choices.empty() ? "" : ", ") + name;
+    throw UserError(
+        str(names.name, " '", request.name, "' is not a known schedule; use one of ", choices));
+  }
+  STRATA_REQUIRE(request.stages >= 1, names.stages, " (", request.stages,
+                 ") must be at least 1 (the number of pipeline stages)");
+  STRATA_REQUIRE(request.microbatches >= 1, names.microbatches, " (", request.microbatches,
+                 ") must be at least 1");
+  if (request.name != "interleaved-1f1b") {
+    STRATA_REQUIRE(request.chunks == 1, names.chunks, " (", request.chunks, ") must be 1 for ",
+                   names.name, " ", request.name, "; model chunks per rank need ", names.name,
+                   " interleaved-1f1b");
+    return;
+  }
+  STRATA_REQUIRE(request.chunks >= 2, names.chunks, " (", request.chunks,
+                 ") must be at least 2 for interleaved-1f1b; with one chunk per rank use ",
+                 names.name, " 1f1b");
+  STRATA_REQUIRE(request.stages >= 2, names.stages, " (", request.stages,
+                 ") must be at least 2 for interleaved-1f1b: one stage has nothing to "
+                 "interleave with");
+  STRATA_REQUIRE(request.microbatches % request.stages == 0, names.microbatches, " (",
+                 request.microbatches, ") must be a multiple of ", names.stages, " (",
+                 request.stages, ") for interleaved-1f1b, as in Megatron; use ", names.microbatches,
+                 " ", nearest_multiples(request.microbatches, request.stages));
+}
+
+Schedule build_schedule(const ScheduleRequest& request, const ScheduleParameterNames& names) {
+  check_schedule_request(request, names);
+  if (request.name == "gpipe") return make_gpipe_schedule(request.stages, request.microbatches);
+  if (request.name == "1f1b") return make_1f1b_schedule(request.stages, request.microbatches);
+  if (request.name == "zb-h1") return make_zb_h1_schedule(request.stages, request.microbatches);
+  return make_interleaved_1f1b_schedule(request.stages, request.microbatches, request.chunks);
+}
+
+// GPipe (Huang et al. 2019). Every stage runs the forwards of all m microbatches, then all m
+// backwards, in microbatch order. Simple and obviously deadlock-free, but each stage holds the
+// activations of all m microbatches at the turn, and the pipeline fills and drains twice per
+// step: p-1 slots of idle before the last stage starts and p-1 after the first stage's
+// forwards, (p-1)(F+B+W) in all.
+Schedule make_gpipe_schedule(int stages, int microbatches) {
+  Schedule schedule = empty_schedule("gpipe", stages, microbatches, 1);
+  for (int rank = 0; rank < stages; ++rank) {
+    RankListBuilder builder(&schedule, rank);
+    // Forward phase: fill.
+    for (int mb = 0; mb < microbatches; ++mb) builder.forward(mb, 0);
+    STRATA_CHECK(builder.inflight() == microbatches);
+    // Backward phase: drain.
+    for (int mb = 0; mb < microbatches; ++mb) builder.backward(mb, 0, ActionKind::Backward);
+    STRATA_CHECK(builder.inflight() == 0);
+  }
+  return schedule;
+}
+
+// 1F1B, PipeDream-Flush (Narayanan et al. 2021). Stage r (0-based) first runs a warmup of
+// w = min(p-r-1, m) forwards: just enough that, once the first gradient comes back, it can
+// alternate one forward with one backward. The steady phase then runs m-w pairs "forward of
+// microbatch w+i, backward of microbatch i"; the cooldown drains the last w backwards. The
+// idle time is GPipe's, (p-1)(F+B+W), but a stage never holds more than w+1 <= p microbatches
+// of activations (p on stage 0) instead of m.
+Schedule make_1f1b_schedule(int stages, int microbatches) {
+  Schedule schedule = empty_schedule("1f1b", stages, microbatches, 1);
+  for (int rank = 0; rank < stages; ++rank) {
+    RankListBuilder builder(&schedule, rank);
+    const int warmup = std::min(stages - rank - 1, microbatches);
+    const int steady = microbatches - warmup;
+    // Warmup: forwards only.
+    for (int mb = 0; mb < warmup; ++mb) builder.forward(mb, 0);
+    STRATA_CHECK(builder.inflight() == warmup, "rank ", rank);
+    // Steady 1F1B: the forward of microbatch warmup+i, then the backward of microbatch i.
+    for (int i = 0; i < steady; ++i) {
+      builder.forward(warmup + i, 0);
+      STRATA_CHECK(builder.inflight() == warmup + 1, "rank ", rank, " step ", i);
+      builder.backward(i, 0, ActionKind::Backward);
+    }
+    STRATA_CHECK(builder.inflight() == warmup, "rank ", rank);
+    // Cooldown: the backwards of the warmup's microbatches.
+    for (int mb = steady; mb < microbatches; ++mb) builder.backward(mb, 0, ActionKind::Backward);
+    STRATA_CHECK(builder.inflight() == 0, "rank ", rank);
+  }
+  return schedule;
+}
+
+// Interleaved 1F1B (Narayanan et al. 2021, Megatron-LM). Each rank holds v chunks; virtual
+// stage s = chunk*p + rank. Microbatches move through the chunks in groups of p: a rank's k-th
+// forward (k = 0..m*v-1) is microbatch (k / (p*v))*p + k % p on chunk (k / p) % v, so it runs
+// p microbatches through chunk 0, the same p through chunk 1, and so on, before the next
+// group; its k-th backward visits the chunks in reverse order. Because the group size is p,
+// every rank sees the same sequence and a microbatch leaving the last rank's chunk c arrives
+// at rank 0 exactly when chunk c+1 wants it: this is why m must be a multiple of p.
+// Warmup on rank r: (p-r-1)*2 + (v-1)*p forwards (all m*v when m == p, where no steady
+// phase fits), then steady pairs "forward k+warmup, backward k", then the cooldown drains the
+// remaining backwards. Each chunk costs 1/v of the stage, so the fill and drain shrink to
+// (p-1)(F+B+W)/v, at the price of v times more messages and a longer warmup: with m > p,
+// rank 0 holds p*v + p - 1 chunk activations, p*(1 + (p-1)/(p*v)) stages' worth.
+Schedule make_interleaved_1f1b_schedule(int stages, int microbatches, int chunks) {
+  STRATA_CHECK(stages >= 2 && chunks >= 2 && microbatches % stages == 0, "p=", stages,
+               " m=", microbatches, " v=", chunks);
+  Schedule schedule = empty_schedule("interleaved-1f1b", stages, microbatches, chunks);
+  const int total = microbatches * chunks;  // forwards (and backwards) per rank
+  const int group = stages * chunks;
+  auto microbatch_of = [&](int k) { return k / group * stages + k % stages; };
+  auto forward_chunk = [&](int k) { return k % group / stages; };
+  auto backward_chunk = [&](int k) { return chunks - 1 - k % group / stages; };
+  for (int rank = 0; rank < stages; ++rank) {
+    RankListBuilder builder(&schedule, rank);
+    const int warmup = microbatches == stages
+                           ? total
+                           : std::min((stages - rank - 1) * 2 + (chunks - 1) * stages, total);
+    const int steady = total - warmup;
+    // Warmup: forwards only, through the chunks group by group.
+    for (int k = 0; k < warmup; ++k) builder.forward(microbatch_of(k), forward_chunk(k));
+    STRATA_CHECK(builder.inflight() == warmup, "rank ", rank);
+    // Steady 1F1B: forward k+warmup, then backward k.
+    for (int k = 0; k < steady; ++k) {
+      builder.forward(microbatch_of(k + warmup), forward_chunk(k + warmup));
+      STRATA_CHECK(builder.inflight() == warmup + 1, "rank ", rank, " step ", k);
+      builder.backward(microbatch_of(k), backward_chunk(k), ActionKind::Backward);
+    }
+    STRATA_CHECK(builder.inflight() == warmup, "rank ", rank);
+    // Cooldown: the remaining backwards.
+    for (int k = steady; k < total; ++k) {
+      builder.backward(microbatch_of(k), backward_chunk(k), ActionKind::Backward);
+    }
+    STRATA_CHECK(builder.inflight() == 0, "rank ", rank);
+  }
+  return schedule;
+}
+
+// ZB-H1 (Qi et al. 2023, "Zero Bubble Pipeline Parallelism", arXiv 2401.10241). The backward
+// is split in two: B computes the input gradient, the only part the previous stage waits for,
+// and W the weight gradient, which nobody waits for. F and B keep 1F1B's order (warmup of
+// w = min(p-r-1, m) forwards on stage r, steady pairs, cooldown), so the gradients travel
+// from the last stage to the first at B's speed instead of B+W's, and the Ws move into the
+// time 1F1B spends waiting:
+//  - steady phase: stage r lets up to r Ws queue up before running the oldest after each B.
+//    The later the stage, the earlier its backwards start, and the more W it can push back
+//    without delaying the gradients the stages before it wait for;
+//  - cooldown: where the stage would wait for each next gradient, every B is followed by the
+//    oldest queued W; whatever is still queued runs at the end (flush).
+// A microbatch's activations stay until its W, so stage r holds at most w + 1 + r <= p
+// microbatches: 1F1B's memory on stage 0. With m >= p the idle time per stage is
+// (p-1)(F+B-W) when W <= min(F, B) (the paper's setting; a third of 1F1B's for F = B = W), and
+// (p-1) max(F+B-W, F, B) in general.
+Schedule make_zb_h1_schedule(int stages, int microbatches) {
+  Schedule schedule = empty_schedule("zb-h1", stages, microbatches, 1);
+  for (int rank = 0; rank < stages; ++rank) {
+    RankListBuilder builder(&schedule, rank);
+    const int warmup = std::min(stages - rank - 1, microbatches);
+    const int steady = microbatches - warmup;
+    std::deque<int> deferred;  // microbatches whose B is done and W is not, oldest first
+    auto run_oldest_weight = [&] {
+      builder.weight(deferred.front(), 0);
+      deferred.pop_front();
+    };
+    // Warmup: forwards only.
+    for (int mb = 0; mb < warmup; ++mb) builder.forward(mb, 0);
+    STRATA_CHECK(builder.inflight() == warmup, "rank ", rank);
+    // Steady 1F1B with B for the backward; up to r Ws stay queued.
+    for (int i = 0; i < steady; ++i) {
+      builder.forward(warmup + i, 0);
+      STRATA_CHECK(builder.inflight() <= stages, "rank ", rank, " step ", i);
+      builder.backward(i, 0, ActionKind::BackwardInput);
+      deferred.push_back(i);
+      if (static_cast<int>(deferred.size()) > rank) run_oldest_weight();
+    }
+    STRATA_CHECK(builder.inflight() == warmup + static_cast<int>(deferred.size()), "rank ", rank);
+    // Cooldown: each B is followed by one deferred W, filling the wait for the next gradient.
+    for (int mb = steady; mb < microbatches; ++mb) {
+      builder.backward(mb, 0, ActionKind::BackwardInput);
+      deferred.push_back(mb);
+      run_oldest_weight();
+    }
+    // Flush: the weight gradients still queued.
+    while (!deferred.empty()) run_oldest_weight();
+    STRATA_CHECK(builder.inflight() == 0, "rank ", rank);
+  }
+  return schedule;
+}
+
+}  // namespace strata

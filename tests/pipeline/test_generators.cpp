@@ -1,0 +1,190 @@
+// The schedule generators: every generator passes the validator for p in 1..8, m in 1..3p and
+// v in 1..3 wherever the schedule allows them; the phases have the lengths the papers give;
+// requests that cannot be built fail with a message naming the parameter and what would work.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "strata/core/error.h"
+#include "strata/pipeline/generators.h"
+#include "strata/pipeline/validator.h"
+
+namespace strata {
+namespace {
+
+// Every valid (p, m, v) of the sweep, per schedule.
+std::vector<ScheduleRequest> sweep(const std::string& name) {
+  std::vector<ScheduleRequest> requests;
+  for (int p = 1; p <= 8; ++p) {
+    for (int m = 1; m <= 3 * p; ++m) {
+      for (int v = 1; v <= 3; ++v) {
+        const bool interleaved = name == "interleaved-1f1b";
+        if (!interleaved && v != 1) continue;
+        if (interleaved && (v < 2 || p < 2 || m % p != 0)) continue;
+        requests.push_back({name, p, m, v});
+      }
+    }
+  }
+  return requests;
+}
+
+std::string describe(const ScheduleRequest& request) {
+  return str(request.name, " p=", request.stages, " m=", request.microbatches,
+             " v=", request.chunks);
+}
+
+// The compute actions of one rank, as "F0", "B1", "Bi2", "W0" (chunk appended as ".c" if v>1).
+std::vector<std::string> compute_order(const Schedule& schedule, int rank) {
+  std::vector<std::string> order;
+  for (const Action& action : schedule.ranks[rank]) {
+    if (!is_compute(action.kind)) continue;
+    std::string item = kind_name(action.kind) + std::to_string(action.microbatch);
+    if (schedule.chunks > 1) item += "." + std::to_string(action.chunk);
+    order.push_back(item);
+  }
+  return order;
+}
+
+std::string joined(const std::vector<std::string>& items) {
+  std::string text;
+  for (const auto& item : items) text += (text.empty() ? "" : " ") + item;
+  return text;
+}
+
+TEST(Generators, EveryScheduleValidatesOverTheSweep) {
+  int checked = 0;
+  for (const std::string& name : schedule_names()) {
+    const auto requests = sweep(name);
+    EXPECT_FALSE(requests.empty()) << name;
+    for (const ScheduleRequest& request : requests) {
+      const Schedule schedule = build_schedule(request);
+      EXPECT_EQ(schedule.stages, request.stages);
+      EXPECT_EQ(schedule.microbatches, request.microbatches);
+      EXPECT_EQ(schedule.chunks, request.chunks);
+      EXPECT_EQ(static_cast<int>(schedule.ranks.size()), request.stages);
+      const auto problems = validate_schedule(schedule);
+      EXPECT_TRUE(problems.empty())
+          << describe(request) << ": " << to_string(problems.front()) << "\n"
+          << to_string(schedule);
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 3 * 108 + 42);  // 108 = sum of 3p over p = 1..8; interleaved 7 * 3 * 2
+}
+
+TEST(Generators, OneFOneBOrderOnEveryStage) {
+  const Schedule schedule = make_1f1b_schedule(4, 6);
+  EXPECT_EQ(joined(compute_order(schedule, 0)), "F0 F1 F2 F3 B0 F4 B1 F5 B2 B3 B4 B5");
+  EXPECT_EQ(joined(compute_order(schedule, 1)), "F0 F1 F2 B0 F3 B1 F4 B2 F5 B3 B4 B5");
+  EXPECT_EQ(joined(compute_order(schedule, 2)), "F0 F1 B0 F2 B1 F3 B2 F4 B3 F5 B4 B5");
+  EXPECT_EQ(joined(compute_order(schedule, 3)), "F0 B0 F1 B1 F2 B2 F3 B3 F4 B4 F5 B5");
+}
+
+// Stage r warms up with min(p-r-1, m) forwards before its first backward.
+TEST(Generators, OneFOneBWarmupIsMinOfStagesLeftAndMicrobatches) {
+  for (int p = 1; p <= 8; ++p) {
+    for (int m = 1; m <= 3 * p; ++m) {
+      const Schedule schedule = make_1f1b_schedule(p, m);
+      for (int r = 0; r < p; ++r) {
+        const auto order = compute_order(schedule, r);
+        const auto first_backward = std::find_if(
+            order.begin(), order.end(), [](const std::string& item) { return item[0] == 'B'; });
+        const int forwards_before = static_cast<int>(first_backward - order.begin());
+        EXPECT_EQ(forwards_before, std::min(p - r - 1, m) + (m > p - r - 1 ? 1 : 0))
+            << "p=" << p << " m=" << m << " rank " << r;
+      }
+    }
+  }
+}
+
+TEST(Generators, GpipeRunsAllForwardsThenAllBackwards) {
+  const Schedule schedule = make_gpipe_schedule(3, 4);
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_EQ(joined(compute_order(schedule, r)), "F0 F1 F2 F3 B0 B1 B2 B3") << "rank " << r;
+  }
+}
+
+TEST(Generators, CommunicationSurroundsTheCompute) {
+  const Schedule schedule = make_1f1b_schedule(3, 3);
+  // The middle stage: receive before F and B, send after.
+  const auto& middle = schedule.ranks[1];
+  ASSERT_GE(middle.size(), 3u);
+  EXPECT_EQ(middle[0], (Action{ActionKind::RecvActivation, 0, 0, 0}));
+  EXPECT_EQ(middle[1], (Action{ActionKind::Forward, 0, 0, -1}));
+  EXPECT_EQ(middle[2], (Action{ActionKind::SendActivation, 0, 0, 2}));
+  // Every compute on the middle stage has one receive and one send.
+  EXPECT_EQ(middle.size(), 3u * 2 * 3);
+  // The first and last stages only talk in one direction.
+  for (const Action& action : schedule.ranks[0]) {
+    EXPECT_NE(action.kind, ActionKind::RecvActivation);
+    EXPECT_NE(action.kind, ActionKind::SendGrad);
+  }
+  for (const Action& action : schedule.ranks[2]) {
+    EXPECT_NE(action.kind, ActionKind::SendActivation);
+    EXPECT_NE(action.kind, ActionKind::RecvGrad);
+  }
+  // One stage alone has no communication at all.
+  const Schedule alone = make_zb_h1_schedule(1, 3);
+  for (const Action& action : alone.ranks[0]) {
+    EXPECT_TRUE(is_compute(action.kind)) << to_string(action);
+  }
+}
+
+// Megatron's interleaving: groups of p microbatches per chunk; warmup (p-r-1)*2 + (v-1)*p.
+TEST(Generators, InterleavedVisitsChunksInGroupsOfP) {
+  const Schedule schedule = make_interleaved_1f1b_schedule(2, 4, 2);
+  EXPECT_EQ(joined(compute_order(schedule, 0)),
+            "F0.0 F1.0 F0.1 F1.1 F2.0 B0.1 F3.0 B1.1 F2.1 B0.0 F3.1 B1.0 B2.1 B3.1 B2.0 B3.0");
+  EXPECT_EQ(joined(compute_order(schedule, 1)),
+            "F0.0 F1.0 F0.1 B0.1 F1.1 B1.1 F2.0 B0.0 F3.0 B1.0 F2.1 B2.1 F3.1 B3.1 B2.0 B3.0");
+  // m == p: every forward is warmup, as in Megatron.
+  const auto order = compute_order(make_interleaved_1f1b_schedule(3, 3, 2), 2);
+  EXPECT_EQ(joined(order), "F0.0 F1.0 F2.0 F0.1 F1.1 F2.1 B0.1 B1.1 B2.1 B0.0 B1.0 B2.0");
+}
+
+TEST(Generators, ZeroBubbleSplitsBackwardAndDefersWeightGradients) {
+  const Schedule schedule = make_zb_h1_schedule(3, 5);
+  // Stage 0 runs each W right after its B; stage r keeps up to r of them queued.
+  EXPECT_EQ(joined(compute_order(schedule, 0)),
+            "F0 F1 F2 Bi0 W0 F3 Bi1 W1 F4 Bi2 W2 Bi3 W3 Bi4 W4");
+  EXPECT_EQ(joined(compute_order(schedule, 1)),
+            "F0 F1 Bi0 F2 Bi1 W0 F3 Bi2 W1 F4 Bi3 W2 Bi4 W3 W4");
+  EXPECT_EQ(joined(compute_order(schedule, 2)),
+            "F0 Bi0 F1 Bi1 F2 Bi2 W0 F3 Bi3 W1 F4 Bi4 W2 W3 W4");
+  for (int r = 0; r < 3; ++r) {
+    for (const Action& action : schedule.ranks[r]) EXPECT_NE(action.kind, ActionKind::Backward);
+  }
+}
+
+void expect_user_error(const ScheduleRequest& request, const ScheduleParameterNames& names,
+                       const std::vector<std::string>& fragments) {
+  try {
+    build_schedule(request, names);
+    ADD_FAILURE() << describe(request) << " was accepted";
+  } catch (const UserError& error) {
+    const std::string message = error.what();
+    for (const auto& fragment : fragments) {
+      EXPECT_NE(message.find(fragment), std::string::npos)
+          << describe(request) << ": '" << fragment << "' not in: " << message;
+    }
+  }
+}
+
+TEST(Generators, RejectedRequestsSayWhatWouldWork) {
+  const ScheduleParameterNames config_names{"parallel.pp_schedule", "parallel.pp",
+                                            "parallel.microbatches", "parallel.vpp"};
+  expect_user_error({"interleaved-1f1b", 4, 10, 2}, config_names,
+                    {"parallel.microbatches (10)", "multiple of parallel.pp (4)", "8 or 12"});
+  expect_user_error({"interleaved-1f1b", 4, 3, 2}, {}, {"microbatches (3)", "use microbatches 4"});
+  expect_user_error({"interleaved-1f1b", 4, 8, 1}, {}, {"vpp (1)", "at least 2", "1f1b"});
+  expect_user_error({"interleaved-1f1b", 1, 4, 2}, {}, {"pp (1)", "at least 2"});
+  expect_user_error({"1f1b", 4, 8, 2}, {}, {"vpp (2) must be 1", "interleaved-1f1b"});
+  expect_user_error({"1f1b", 0, 8, 1}, config_names, {"parallel.pp (0)", "at least 1"});
+  expect_user_error({"gpipe", -2, 8, 1}, {}, {"pp (-2)"});
+  expect_user_error({"zb-h1", 2, 0, 1}, {}, {"microbatches (0)", "at least 1"});
+  expect_user_error({"pipedream", 2, 4, 1}, config_names,
+                    {"parallel.pp_schedule 'pipedream'", "gpipe, 1f1b, interleaved-1f1b, zb-h1"});
+}
+
+}  // namespace
+}  // namespace strata
