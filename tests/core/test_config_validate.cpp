@@ -67,8 +67,8 @@ TEST(ConfigValidate, ModelShapeRules) {
 TEST(ConfigValidate, ModelParallelRules) {
   EXPECT_CONTAINS(resolve_error({"model.d_model=120", "model.n_heads=12", "parallel.tp=5"}, 5),
                   "parallel.tp (5) must divide model.n_heads (12)");
-  EXPECT_CONTAINS(resolve_error({"model.n_kv_heads=2", "parallel.tp=4"}, 4),
-                  "parallel.tp (4) must divide model.n_kv_heads (2)");
+  // kv heads not divisible by tp are replicated over tp: a valid layout.
+  resolve_config(with({"model.n_kv_heads=2", "parallel.tp=4"}), 4);
   EXPECT_CONTAINS(resolve_error({"model.d_ff=30", "parallel.tp=4"}, 4),
                   "parallel.tp (4) must divide the MLP width 30");
   EXPECT_CONTAINS(
@@ -231,9 +231,6 @@ TEST(ConfigValidate, FeaturesNotImplementedYetAreRejected) {
     std::string expected;
   };
   const std::vector<Case> cases = {
-      {{"parallel.tp=2"},
-       2,
-       "parallel.tp = 2: tensor parallelism is not implemented yet; set parallel.tp = 1"},
       {{"parallel.pp=2"},
        2,
        "parallel.pp = 2: pipeline parallelism is not implemented yet; set parallel.pp = 1"},
@@ -247,10 +244,6 @@ TEST(ConfigValidate, FeaturesNotImplementedYetAreRejected) {
        1,
        "parallel.zero = 1: ZeRO sharding is not implemented yet; set parallel.zero = 0"},
       {{"parallel.zero=3"}, 1, "parallel.zero = 3: ZeRO sharding is not implemented yet"},
-      {{"parallel.tp=2", "parallel.sequence_parallel=true"},
-       2,
-       "parallel.sequence_parallel = true: sequence parallelism is not implemented yet; set "
-       "parallel.sequence_parallel = false"},
       {{"parallel.pp=2", "parallel.vpp=2", "parallel.pp_schedule=interleaved-1f1b",
         "model.n_layers=4"},
        2,

@@ -14,6 +14,11 @@
 namespace strata {
 namespace {
 
+const testing::TempDir& log_dir() {
+  static testing::TempDir dir("strata-log");
+  return dir;
+}
+
 // Same values on every rank.
 at::Tensor shared_randn(std::vector<int64_t> shape, uint64_t seed, at::ScalarType dtype = at::kDouble) {
   auto generator = at::make_generator<at::CPUGeneratorImpl>(seed);
@@ -196,7 +201,7 @@ Config training_run(const Variant& v) {
   config.train.warmup_steps = 3;
   config.data.source = "synthetic";
   config.log.progress = "none";
-  config.log.dir = "";
+  config.log.dir = log_dir().path();  // only rank 0 writes metrics there
   return config;
 }
 

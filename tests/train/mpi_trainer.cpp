@@ -13,6 +13,11 @@
 namespace strata {
 namespace {
 
+const testing::TempDir& log_dir() {
+  static testing::TempDir dir("strata-log");
+  return dir;
+}
+
 Config tiny_run(const std::string& source, int64_t steps) {
   Config config;
   config.model.vocab_size = 256;
@@ -28,7 +33,7 @@ Config tiny_run(const std::string& source, int64_t steps) {
   config.train.warmup_steps = 3;
   config.data.source = source;
   config.log.progress = "none";
-  config.log.dir = "";
+  config.log.dir = log_dir().path();  // only rank 0 writes metrics there
   return config;
 }
 

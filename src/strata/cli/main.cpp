@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <iostream>
 
+#include "strata/cli/simulate.h"
 #include "strata/core/config.h"
 #include "strata/core/error.h"
 #include "strata/data/prepare.h"
@@ -147,6 +148,8 @@ int main(int argc, char** argv) {
   auto* prepare = data->add_subcommand("prepare", "Tokenize text files into token shards");
   prepare->add_option("inputs", inputs, "Text files or directories")->required();
   prepare->add_option("--out", out_dir, "Output directory")->required();
+
+  add_simulate_command(app);
 
   CLI11_PARSE(app, argc, argv);
   // The command line to re-execute under mpirun, with this binary's absolute path.

@@ -209,10 +209,6 @@ void check_layout(Config& config, int64_t world_size, Problems& problems) {
       problems.push_back(
           str("parallel.tp (", parallel.tp, ") must divide model.n_heads (", model.n_heads, ")"));
     }
-    if (model.n_kv_heads >= 1 && model.n_kv_heads % parallel.tp != 0) {
-      problems.push_back(str("parallel.tp (", parallel.tp, ") must divide model.n_kv_heads (",
-                             model.n_kv_heads, ")"));
-    }
     if (model.d_model >= 1 && model.d_ff >= 0 && model.ff_dim() % parallel.tp != 0) {
       problems.push_back(str("parallel.tp (", parallel.tp, ") must divide the MLP width ",
                              model.ff_dim(), " (model.d_ff, or 4 * model.d_model when 0)"));
@@ -320,8 +316,6 @@ void collect_unimplemented(const Config& config, Problems& problems) {
           str(setting, " = ", value, ": ", feature, " is not implemented yet; set ", fix));
     }
   };
-  reject(parallel.tp > 1, "parallel.tp", number(parallel.tp), "tensor parallelism",
-         "parallel.tp = 1");
   reject(parallel.pp > 1, "parallel.pp", number(parallel.pp), "pipeline parallelism",
          "parallel.pp = 1");
   reject(parallel.cp > 1, "parallel.cp", number(parallel.cp), "context parallelism",
@@ -330,8 +324,6 @@ void collect_unimplemented(const Config& config, Problems& problems) {
          "parallel.ep = 1");
   reject(parallel.zero >= 1 && parallel.zero <= 3, "parallel.zero", number(parallel.zero),
          "ZeRO sharding", "parallel.zero = 0");
-  reject(parallel.sequence_parallel, "parallel.sequence_parallel", "true", "sequence parallelism",
-         "parallel.sequence_parallel = false");
   reject(parallel.vpp > 1, "parallel.vpp", number(parallel.vpp),
          "the interleaved pipeline schedule", "parallel.vpp = 1");
 }
