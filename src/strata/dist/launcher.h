@@ -19,15 +19,25 @@ int available_cores();
 // Intra-op threads per rank: max(1, cores / local_ranks).
 int threads_per_rank(int cores, int local_ranks);
 
-// The argv (argv[0] = mpirun path) that runs `program_args` on nproc local ranks.
+// The argv (argv[0] = mpirun path) that runs `program_args` on nproc local ranks:
+//   mpirun -np N [--oversubscribe] [--allow-run-as-root] -x OMP_NUM_THREADS=t
+//          -x OPENBLAS_NUM_THREADS=t -x STRATA_THREADS=t <program_args...>
+// with t = threads_per_rank(cores, N), --oversubscribe when N > cores and
+// --allow-run-as-root when the effective user is root. Throws UserError if nproc < 1.
 std::vector<std::string> mpirun_command(int nproc, const std::vector<std::string>& program_args);
+// The same for a given core count and user (for tests and dry runs).
+std::vector<std::string> mpirun_command(int nproc, const std::vector<std::string>& program_args,
+                                        int cores, bool as_root);
 
 // Replaces this process with mpirun running program_args (execvp); returns only by throwing
 // UserError if mpirun cannot be started.
 [[noreturn]] void relaunch_under_mpirun(int nproc, const std::vector<std::string>& program_args);
 
 // Sets ATen's and OpenBLAS's thread counts for this rank: `threads` if > 0, else
-// $STRATA_THREADS, else max(1, cores / local ranks on this node). Returns the count used.
+// $STRATA_THREADS, else max(1, cores / local ranks on this node), the local ranks read from
+// $OMPI_COMM_WORLD_LOCAL_SIZE (or MPICH's $MPI_LOCALNRANKS), 1 when absent. Returns the count
+// used. OpenBLAS fixes its pool when it loads, from $OPENBLAS_NUM_THREADS: the launcher
+// exports it; when it is absent, openblas_set_num_threads is called if OpenBLAS is loaded.
 int configure_rank_threads(int threads);
 
 }  // namespace strata

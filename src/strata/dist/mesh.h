@@ -3,9 +3,15 @@
 // Rank order: tp fastest, then cp, dp, pp:  rank = ((pp_i * dp + dp_i) * cp + cp_i) * tp + tp_i.
 // Experts are spread over the dp*cp ranks: ep divides dp*cp; the "ep" group holds ep
 // consecutive ranks of dp*cp, and "expert_dp" the ranks holding the same experts.
+// With d = dp_i * cp + cp_i (the index in dp_cp): ep index = d % ep, expert_dp index = d / ep.
+// Groups (each ordered by its own index):
+//   tp: same pp, dp, cp      cp: same pp, dp, tp      dp: same pp, cp, tp
+//   pp: same dp, cp, tp      dp_cp: same pp, tp (index d)
+//   ep: same pp, tp, d / ep (index d % ep)   expert_dp: same pp, tp, d % ep (index d / ep)
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "strata/dist/comm.h"
 
@@ -25,12 +31,20 @@ struct MeshCoords {
 // Pure arithmetic, no MPI: used by tests and by the planner.
 MeshCoords mesh_coords_of(const MeshShape& shape, int64_t rank);
 int64_t mesh_rank_of(const MeshShape& shape, const MeshCoords& coords);
-// Throws UserError if the sizes do not multiply to world or ep does not divide dp*cp.
+// Throws UserError if a size is < 1, the sizes do not multiply to world or ep does not
+// divide dp*cp; the message quotes the numbers.
 void check_mesh_shape(const MeshShape& shape, int64_t world_size);
+
+enum class MeshGroup { tp, cp, dp, pp, dp_cp, ep, expert_dp };
+const char* mesh_group_name(MeshGroup group);  // "tp", ..., "expert_dp"
+// The mesh ranks of `rank`'s group, in group-rank order.
+std::vector<int64_t> mesh_group_ranks(const MeshShape& shape, int64_t rank, MeshGroup group);
 
 class Mesh {
  public:
-  // Collective over `world`: splits every sub-communicator.
+  // Collective over `world`: checks the shape (UserError), then splits "world" (a copy of
+  // `world`), tp, cp, dp, pp, dp_cp, ep and expert_dp, in that order, all sharing `world`'s
+  // counters and default timeout.
   Mesh(const Comm& world, const MeshShape& shape);
 
   const MeshShape& shape() const { return shape_; }
@@ -49,7 +63,7 @@ class Mesh {
   bool pp_is_first_stage() const { return coords_.pp == 0; }
   bool pp_is_last_stage() const { return coords_.pp == shape_.pp - 1; }
 
-  // "PP(2)-DP(2)-CP(1)-TP(2) rank 5"
+  // "PP(2)-DP(2)-CP(1)-TP(2) rank 5" ("-EP(2)" follows TP when ep > 1)
   std::string to_string() const;
 
  private:

@@ -1,0 +1,126 @@
+// The local launcher: re-executing this command line under mpirun, and the per-rank thread
+// counts that keep N ranks on one machine from thrashing its cores.
+#include "strata/dist/launcher.h"
+
+#include <dlfcn.h>
+#include <sched.h>
+#include <unistd.h>
+
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "strata/core/error.h"
+
+namespace strata {
+namespace {
+
+const char* env(const char* name) {
+  const char* value = std::getenv(name);
+  return value != nullptr && *value != '\0' ? value : nullptr;
+}
+
+// A positive integer from the environment, 0 when unset; a malformed value is a UserError.
+int positive_env(const char* name) {
+  const char* value = env(name);
+  if (value == nullptr) return 0;
+  char* end = nullptr;
+  errno = 0;
+  const long parsed = std::strtol(value, &end, 10);
+  STRATA_REQUIRE(errno == 0 && *end == '\0' && parsed >= 1 && parsed <= 1 << 20, "$", name, "='",
+                 value, "' must be a positive integer");
+  return static_cast<int>(parsed);
+}
+
+// The mpirun on $PATH, else plain "mpirun" (execvp then reports it missing).
+std::string find_mpirun() {
+  const char* path = env("PATH");
+  std::string dirs = path ? path : "/usr/bin:/bin";
+  size_t start = 0;
+  while (start <= dirs.size()) {
+    const size_t end = std::min(dirs.find(':', start), dirs.size());
+    const std::string candidate =
+        (end > start ? dirs.substr(start, end - start) : std::string(".")) + "/mpirun";
+    if (access(candidate.c_str(), X_OK) == 0) return candidate;
+    start = end + 1;
+  }
+  return "mpirun";
+}
+
+}  // namespace
+
+bool started_by_mpi_launcher() {
+  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "SLURM_PROCID"}) {
+    if (env(name) != nullptr) return true;
+  }
+  return false;
+}
+
+int available_cores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return std::max(1L, sysconf(_SC_NPROCESSORS_ONLN));
+}
+
+int threads_per_rank(int cores, int local_ranks) {
+  return std::max(1, cores / std::max(1, local_ranks));
+}
+
+std::vector<std::string> mpirun_command(int nproc, const std::vector<std::string>& program_args) {
+  return mpirun_command(nproc, program_args, available_cores(), geteuid() == 0);
+}
+
+std::vector<std::string> mpirun_command(int nproc, const std::vector<std::string>& program_args,
+                                        int cores, bool as_root) {
+  STRATA_REQUIRE(nproc >= 1, "--nproc (", nproc, ") must be at least 1");
+  STRATA_REQUIRE(!program_args.empty(), "mpirun_command: no program to run");
+  const std::string threads = std::to_string(threads_per_rank(cores, nproc));
+  std::vector<std::string> command = {find_mpirun(), "-np", std::to_string(nproc)};
+  if (nproc > cores) command.push_back("--oversubscribe");
+  if (as_root) command.push_back("--allow-run-as-root");
+  for (const char* variable : {"OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "STRATA_THREADS"}) {
+    command.push_back("-x");
+    command.push_back(std::string(variable) + "=" + threads);
+  }
+  command.insert(command.end(), program_args.begin(), program_args.end());
+  return command;
+}
+
+void relaunch_under_mpirun(int nproc, const std::vector<std::string>& program_args) {
+  const std::vector<std::string> command = mpirun_command(nproc, program_args);
+  std::vector<char*> argv;
+  for (const std::string& arg : command) argv.push_back(const_cast<char*>(arg.c_str()));
+  argv.push_back(nullptr);
+  std::fflush(stdout);
+  std::fflush(stderr);
+  execvp(argv[0], argv.data());
+  throw UserError(str("could not start ", command[0], ": ", std::strerror(errno),
+                      "; install Open MPI (openmpi-bin) or start strata under your MPI launcher"));
+}
+
+int configure_rank_threads(int threads) {
+  int count = threads;
+  if (count <= 0) count = positive_env("STRATA_THREADS");
+  if (count <= 0) {
+    int local_ranks = positive_env("OMPI_COMM_WORLD_LOCAL_SIZE");
+    if (local_ranks <= 0) local_ranks = positive_env("MPI_LOCALNRANKS");  // MPICH
+    count = threads_per_rank(available_cores(), std::max(1, local_ranks));
+  }
+  at::set_num_threads(count);
+  // OpenBLAS reads OPENBLAS_NUM_THREADS once, when it loads (before main), which is why the
+  // launcher exports it. Started some other way, set it at run time if OpenBLAS is loaded.
+  if (env("OPENBLAS_NUM_THREADS") == nullptr) {
+    using SetThreads = void (*)(int);
+    if (auto set = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) {
+      set(count);
+    }
+  }
+  return count;
+}
+
+}  // namespace strata

@@ -1,0 +1,134 @@
+// The launcher's command line, thread arithmetic and environment handling (no mpirun is
+// started: the relaunch test points PATH at an empty directory).
+#include <gtest/gtest.h>
+
+#include <ATen/Parallel.h>
+
+#include <cstdlib>
+#include <optional>
+
+#include "strata/core/error.h"
+#include "strata/dist/launcher.h"
+#include "test_support.h"
+
+namespace strata {
+namespace {
+
+// Sets (or unsets, for nullopt) an environment variable for one scope.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, std::optional<std::string> value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    if (value) {
+      setenv(name, value->c_str(), 1);
+    } else {
+      unsetenv(name);
+    }
+  }
+  ~ScopedEnv() {
+    if (old_) {
+      setenv(name_, old_->c_str(), 1);
+    } else {
+      unsetenv(name_);
+    }
+  }
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+TEST(Launcher, ThreadsPerRank) {
+  EXPECT_EQ(threads_per_rank(8, 1), 8);
+  EXPECT_EQ(threads_per_rank(8, 2), 4);
+  EXPECT_EQ(threads_per_rank(8, 3), 2);
+  EXPECT_EQ(threads_per_rank(8, 8), 1);
+  EXPECT_EQ(threads_per_rank(8, 16), 1);
+  EXPECT_EQ(threads_per_rank(1, 4), 1);
+  EXPECT_EQ(threads_per_rank(16, 0), 16);  // no local ranks known: one
+  EXPECT_GE(available_cores(), 1);
+}
+
+TEST(Launcher, CommandForFewerRanksThanCores) {
+  const auto command = mpirun_command(4, {"strata", "train", "--config", "a.toml"}, 8, false);
+  ASSERT_FALSE(command.empty());
+  EXPECT_NE(command[0].find("mpirun"), std::string::npos);
+  const std::vector<std::string> rest(command.begin() + 1, command.end());
+  EXPECT_EQ(rest, (std::vector<std::string>{"-np", "4", "-x", "OMP_NUM_THREADS=2", "-x",
+                                            "OPENBLAS_NUM_THREADS=2", "-x", "STRATA_THREADS=2",
+                                            "strata", "train", "--config", "a.toml"}));
+}
+
+TEST(Launcher, CommandOversubscribedAsRoot) {
+  const auto command = mpirun_command(5, {"strata"}, 2, true);
+  const std::vector<std::string> rest(command.begin() + 1, command.end());
+  EXPECT_EQ(rest,
+            (std::vector<std::string>{"-np", "5", "--oversubscribe", "--allow-run-as-root", "-x",
+                                      "OMP_NUM_THREADS=1", "-x", "OPENBLAS_NUM_THREADS=1", "-x",
+                                      "STRATA_THREADS=1", "strata"}));
+  // Exactly as many ranks as cores is not oversubscribed.
+  const auto exact = mpirun_command(2, {"strata"}, 2, false);
+  EXPECT_EQ(std::count(exact.begin(), exact.end(), "--oversubscribe"), 0);
+}
+
+TEST(Launcher, CommandRejectsBadRankCounts) {
+  EXPECT_THROW(mpirun_command(0, {"strata"}, 4, false), UserError);
+  EXPECT_THROW(relaunch_under_mpirun(-1, {"strata"}), UserError);
+}
+
+TEST(Launcher, RelaunchWithoutMpirunIsAUserError) {
+  testing::TempDir empty("strata-no-mpirun");
+  ScopedEnv path("PATH", empty.path());
+  try {
+    relaunch_under_mpirun(2, {"strata", "train"});
+    FAIL() << "relaunch returned";
+  } catch (const UserError& error) {
+    EXPECT_NE(std::string(error.what()).find("could not start mpirun"), std::string::npos)
+        << error.what();
+  }
+}
+
+TEST(Launcher, StartedByMpiLauncher) {
+  ScopedEnv a("OMPI_COMM_WORLD_SIZE", std::nullopt), b("PMI_SIZE", std::nullopt),
+      c("PMIX_RANK", std::nullopt), d("SLURM_PROCID", std::nullopt);
+  EXPECT_FALSE(started_by_mpi_launcher());
+  {
+    ScopedEnv set("OMPI_COMM_WORLD_SIZE", "4");
+    EXPECT_TRUE(started_by_mpi_launcher());
+  }
+  {
+    ScopedEnv set("SLURM_PROCID", "0");
+    EXPECT_TRUE(started_by_mpi_launcher());
+  }
+}
+
+TEST(Launcher, ConfigureRankThreads) {
+  const int before = at::get_num_threads();
+  ScopedEnv local("OMPI_COMM_WORLD_LOCAL_SIZE", std::nullopt);
+  {
+    ScopedEnv threads("STRATA_THREADS", std::nullopt);
+    EXPECT_EQ(configure_rank_threads(3), 3);
+    EXPECT_EQ(at::get_num_threads(), 3);
+    EXPECT_EQ(configure_rank_threads(0), available_cores());  // one local rank
+    ScopedEnv four_ranks("OMPI_COMM_WORLD_LOCAL_SIZE", "4");
+    EXPECT_EQ(configure_rank_threads(0), threads_per_rank(available_cores(), 4));
+  }
+  {
+    ScopedEnv threads("STRATA_THREADS", "2");
+    EXPECT_EQ(configure_rank_threads(0), 2);
+    EXPECT_EQ(at::get_num_threads(), 2);
+  }
+  {
+    ScopedEnv threads("STRATA_THREADS", "two");
+    try {
+      configure_rank_threads(0);
+      FAIL() << "no error for STRATA_THREADS=two";
+    } catch (const UserError& error) {
+      EXPECT_EQ(std::string(error.what()), "$STRATA_THREADS='two' must be a positive integer");
+    }
+  }
+  at::set_num_threads(before);
+}
+
+}  // namespace
+}  // namespace strata
