@@ -89,13 +89,13 @@ TEST(Cli, TrainTwoRanksThenGenerateAndRefuseCorruption) {
   EXPECT_EQ(steps, 6);
   EXPECT_EQ(evals, 2);
 
-  // The Chrome trace holds one track per rank, each with its forward/backward events.
+  // The Chrome trace holds one track per rank, each with its forward ("F") events.
   std::ifstream trace_file(dir.file("log/trace.json"));
   ASSERT_TRUE(trace_file.good());
   auto trace = nlohmann::json::parse(trace_file);
   std::set<int> ranks_with_events;
   for (const auto& event : trace["traceEvents"]) {
-    if (event["ph"] == "X" && event["name"] == "forward_backward") ranks_with_events.insert(event["tid"].get<int>());
+    if (event["ph"] == "X" && event["name"] == "F") ranks_with_events.insert(event["tid"].get<int>());
   }
   EXPECT_EQ(ranks_with_events, (std::set<int>{0, 1}));
 

@@ -222,10 +222,10 @@ Outcome train_with(Comm& world, Config config, int64_t tp, bool sequence_paralle
   Trainer trainer(config, mesh);
   Outcome outcome{trainer.run()};
   double local_bytes = 0, global_bytes = 0;
-  for (const auto& parameter : trainer.model().parameters()) {
-    if (!parameter.spec.is_split()) continue;
-    local_bytes += parameter.value.nbytes();
-    global_bytes += numel_of(parameter.spec.global_shape) * parameter.value.element_size();
+  for (const Parameter* parameter : trainer.parameters()) {
+    if (!parameter->spec.is_split()) continue;
+    local_bytes += parameter->value.nbytes();
+    global_bytes += numel_of(parameter->spec.global_shape) * parameter->value.element_size();
   }
   if (global_bytes > 0) outcome.split_bytes_ratio = local_bytes / (global_bytes / tp);
   return outcome;

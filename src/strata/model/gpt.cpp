@@ -8,16 +8,23 @@
 
 #include "strata/core/error.h"
 #include "strata/dist/comm.h"
+#include "strata/parallel/linear.h"
 #include "strata/parallel/regions.h"
 
 namespace strata {
 
-GPT::GPT(const ModelConfig& config, uint64_t seed, at::ScalarType dtype, TensorParallel tp)
+GPT::GPT(const ModelConfig& config, uint64_t seed, at::ScalarType dtype, TensorParallel tp,
+         StageSpec stage)
     : config_(config),
       seed_(seed),
       dtype_(dtype),
       tp_comm_(tp.comm && tp.comm->size() > 1 ? tp.comm : nullptr),
-      sequence_parallel_(tp.sequence_parallel && tp_comm_ != nullptr) {
+      sequence_parallel_(tp.sequence_parallel && tp_comm_ != nullptr),
+      stage_(stage) {
+  if (stage_.num_layers < 0) stage_.num_layers = config.n_layers - stage_.first_layer;
+  STRATA_CHECK(stage_.first_layer >= 0 && stage_.first_layer + stage_.num_layers <= config.n_layers,
+               "layers [", stage_.first_layer, ", ", stage_.first_layer + stage_.num_layers,
+               ") of a ", config.n_layers, "-layer model");
   if (tp_comm_) {
     tp_size_ = tp_comm_->size();
     tp_rank_ = tp_comm_->rank();
@@ -44,13 +51,17 @@ GPT::GPT(const ModelConfig& config, uint64_t seed, at::ScalarType dtype, TensorP
     return index;
   };
 
-  // Vocabulary rows are split over tp (padded to a multiple of tp).
-  token_embedding_ = add("embedding.token.weight", {V, C}, InitKind::Normal, std, true, 0);
-  if (config.pos == "learned") {
+  // Vocabulary rows are split over tp (padded to a multiple of tp). A last pipeline stage
+  // with a tied head holds its own copy of the token embedding.
+  if (stage_.first || (stage_.last && config.tie_embeddings)) {
+    token_embedding_ = add("embedding.token.weight", {V, C}, InitKind::Normal, std, true, 0);
+    parameters_[token_embedding_].pp_tied = config.tie_embeddings && !(stage_.first && stage_.last);
+  }
+  if (config.pos == "learned" && stage_.first) {
     position_embedding_ = add("embedding.position.weight", {T, C}, InitKind::Normal, std, true);
     parameters_[position_embedding_].tp_partial_grad = sequence_parallel_;
   }
-  for (int64_t layer = 0; layer < config.n_layers; ++layer) {
+  for (int64_t layer = stage_.first_layer; layer < stage_.first_layer + stage_.num_layers; ++layer) {
     const std::string prefix = "blocks." + std::to_string(layer) + ".";
     BlockParams block{};
     block.norm1_weight = add_norm(prefix + "norm1.weight", InitKind::Ones);
@@ -71,11 +82,13 @@ GPT::GPT(const ModelConfig& config, uint64_t seed, at::ScalarType dtype, TensorP
     block.fc_out_weight = add(prefix + "mlp.out.weight", {C, F}, InitKind::Normal, residual_std, true, 1);
     blocks_.push_back(block);
   }
-  final_norm_weight_ = add_norm("final_norm.weight", InitKind::Ones);
-  final_norm_bias_ = layernorm ? add_norm("final_norm.bias", InitKind::Zeros) : kNone;
-  head_weight_ = config.tie_embeddings
-                     ? token_embedding_
-                     : add("head.weight", {V, C}, InitKind::Normal, std, true, 0);
+  if (stage_.last) {
+    final_norm_weight_ = add_norm("final_norm.weight", InitKind::Ones);
+    final_norm_bias_ = layernorm ? add_norm("final_norm.bias", InitKind::Zeros) : kNone;
+    head_weight_ = config.tie_embeddings
+                       ? token_embedding_
+                       : add("head.weight", {V, C}, InitKind::Normal, std, true, 0);
+  }
 
   if (config.pos == "rope") {
     auto inverse_frequency =
@@ -159,8 +172,8 @@ at::Tensor GPT::attention(const at::Tensor& x, const BlockParams& block, int64_t
   const int64_t H_l = local_heads_, K_l = local_kv_heads_, D = config_.head_dim();
   const int64_t past = cache ? cache->length : 0;
 
-  auto q = at::matmul(input, weight(block.q_weight).t()).view({B, T, H_l, D}).transpose(1, 2);
-  auto kv = at::matmul(input, weight(block.kv_weight).t());  // (B, T, 2 * K_l * D)
+  auto q = strata::linear(input, weight(block.q_weight)).view({B, T, H_l, D}).transpose(1, 2);
+  auto kv = strata::linear(input, weight(block.kv_weight));  // (B, T, 2 * K_l * D)
   auto k = kv.narrow(-1, 0, K_l * D).view({B, T, K_l, D}).transpose(1, 2);  // (B, K_l, T, D)
   auto v = kv.narrow(-1, K_l * D, K_l * D).view({B, T, K_l, D}).transpose(1, 2);
   if (config_.pos == "rope") {
@@ -190,18 +203,18 @@ at::Tensor GPT::attention(const at::Tensor& x, const BlockParams& block, int64_t
   scores = scores.masked_fill(causal_mask(T, past + T), -std::numeric_limits<double>::infinity());
   auto y = at::matmul(at::softmax(scores, -1), v);  // (B, H_l, T, D)
   y = y.transpose(1, 2).reshape({B, T, H_l * D});
-  return leave_tp(at::matmul(y, weight(block.attn_out_weight).t()), sequence_parallel);
+  return leave_tp(strata::linear(y, weight(block.attn_out_weight)), sequence_parallel);
 }
 
 at::Tensor GPT::mlp(const at::Tensor& x, const BlockParams& block, bool sequence_parallel) {
-  auto h = at::matmul(enter_tp(x, sequence_parallel), weight(block.fc_weight).t());
+  auto h = strata::linear(enter_tp(x, sequence_parallel), weight(block.fc_weight));
   if (config_.activation == "swiglu") {
     const int64_t F_l = config_.ff_dim() / tp_size_;
     h = at::silu(h.narrow(-1, 0, F_l)) * h.narrow(-1, F_l, F_l);
   } else {
     h = at::gelu(h, "tanh");
   }
-  return leave_tp(at::matmul(h, weight(block.fc_out_weight).t()), sequence_parallel);
+  return leave_tp(strata::linear(h, weight(block.fc_out_weight)), sequence_parallel);
 }
 
 at::Tensor GPT::embed(const at::Tensor& tokens, int64_t past, bool sequence_parallel) {
@@ -233,20 +246,25 @@ at::Tensor GPT::hidden(const at::Tensor& tokens, KVCache* cache, bool sequence_p
     cache->keys.resize(config_.n_layers);
     cache->values.resize(config_.n_layers);
   }
-  at::Tensor x = embed(tokens, past, sequence_parallel);
-  for (int64_t layer = 0; layer < config_.n_layers; ++layer) {
-    const auto& block = blocks_[layer];
-    x = x + attention(norm(x, block.norm1_weight, block.norm1_bias), block, layer, cache, sequence_parallel);
-    x = x + mlp(norm(x, block.norm2_weight, block.norm2_bias), block, sequence_parallel);
-  }
+  at::Tensor x = blocks_forward(embed(tokens, past, sequence_parallel), cache, sequence_parallel);
   if (cache) cache->length += T;
   return enter_tp(norm(x, final_norm_weight_, final_norm_bias_), sequence_parallel);
 }
 
+at::Tensor GPT::blocks_forward(at::Tensor x, KVCache* cache, bool sequence_parallel) {
+  for (size_t layer = 0; layer < blocks_.size(); ++layer) {
+    const auto& block = blocks_[layer];
+    x = x + attention(norm(x, block.norm1_weight, block.norm1_bias), block, layer, cache, sequence_parallel);
+    x = x + mlp(norm(x, block.norm2_weight, block.norm2_bias), block, sequence_parallel);
+  }
+  return x;
+}
+
 at::Tensor GPT::logits(const at::Tensor& tokens, KVCache* cache) {
+  STRATA_CHECK(stage_.first && stage_.last, "logits() needs the whole model on this rank");
   // Generation runs without sequence parallelism (one new token cannot be split); the
   // weights are the same either way.
-  at::Tensor local = at::matmul(hidden(tokens, cache, false), weight(head_weight_).t());
+  at::Tensor local = strata::linear(hidden(tokens, cache, false), weight(head_weight_));
   if (!tp_comm_) return local;  // (B, T, V)
   at::Tensor vocab_first = local.movedim(-1, 0).contiguous();  // (V_l, B, T)
   auto shape = vocab_first.sizes().vec();
@@ -257,8 +275,19 @@ at::Tensor GPT::logits(const at::Tensor& tokens, KVCache* cache) {
 }
 
 at::Tensor GPT::loss(const at::Tensor& tokens, const at::Tensor& targets) {
-  at::Tensor x = hidden(tokens, nullptr, sequence_parallel_);  // (B, T, C)
-  at::Tensor local_logits = at::matmul(x, weight(head_weight_).t());  // (B, T, V_l)
+  STRATA_CHECK(stage_.first && stage_.last, "loss() needs the whole model on this rank");
+  return forward_stage(tokens, targets);
+}
+
+at::Tensor GPT::forward_stage(const at::Tensor& input, const at::Tensor& targets) {
+  at::Tensor x = stage_.first ? embed(input, 0, sequence_parallel_) : input;
+  x = blocks_forward(x, nullptr, sequence_parallel_);
+  return stage_.last ? head_loss(x, targets) : x;
+}
+
+at::Tensor GPT::head_loss(const at::Tensor& last_hidden, const at::Tensor& targets) {
+  at::Tensor x = enter_tp(norm(last_hidden, final_norm_weight_, final_norm_bias_), sequence_parallel_);
+  at::Tensor local_logits = strata::linear(x, weight(head_weight_));  // (B, T, V_l)
   if (!tp_comm_) {
     return at::cross_entropy_loss(local_logits.view({-1, config_.vocab_size}), targets.reshape(-1));
   }

@@ -32,9 +32,20 @@ struct TensorParallel {
   bool sequence_parallel = false;
 };
 
+// The part of the model one object holds: a pipeline stage (or one of its interleaved
+// chunks) holds layers [first_layer, first_layer + num_layers); the first stage also the
+// embeddings, the last the final norm, the head and the loss. The default is the whole model.
+struct StageSpec {
+  int64_t first_layer = 0;
+  int64_t num_layers = -1;  // -1: all layers from first_layer on
+  bool first = true;        // holds the embeddings; its input is token ids
+  bool last = true;         // holds the head; its output is the loss
+};
+
 class GPT {
  public:
-  GPT(const ModelConfig& config, uint64_t seed, at::ScalarType dtype, TensorParallel tp = {});
+  GPT(const ModelConfig& config, uint64_t seed, at::ScalarType dtype, TensorParallel tp = {},
+      StageSpec stage = {});
 
   const ModelConfig& config() const { return config_; }
   std::vector<Parameter>& parameters() { return parameters_; }
@@ -48,6 +59,12 @@ class GPT {
   // Mean cross-entropy of targets (B, T) given tokens (B, T); vocab-parallel under tp.
   at::Tensor loss(const at::Tensor& tokens, const at::Tensor& targets);
 
+  // One pipeline stage's forward: input is token ids (B, T) on the first stage, else the
+  // previous stage's output (B, T or T / tp under sequence parallelism, C). Returns that
+  // output shape on all but the last stage, and the mean loss of targets (B, T) there.
+  at::Tensor forward_stage(const at::Tensor& input, const at::Tensor& targets);
+  const StageSpec& stage() const { return stage_; }
+
  private:
   struct BlockParams {  // indices into parameters_
     size_t norm1_weight, norm1_bias, q_weight, kv_weight, attn_out_weight;
@@ -60,6 +77,8 @@ class GPT {
   const at::Tensor& weight(size_t index) const { return parameters_[index].value; }
   // Hidden states after the final norm, full sequence: (B, T, C), each tp rank a replica.
   at::Tensor hidden(const at::Tensor& tokens, KVCache* cache, bool sequence_parallel);
+  at::Tensor blocks_forward(at::Tensor x, KVCache* cache, bool sequence_parallel);
+  at::Tensor head_loss(const at::Tensor& x, const at::Tensor& targets);  // x: last block's output
   at::Tensor embed(const at::Tensor& tokens, int64_t past, bool sequence_parallel);
   at::Tensor norm(const at::Tensor& x, size_t weight_index, size_t bias_index) const;
   at::Tensor attention(const at::Tensor& x, const BlockParams& block, int64_t layer,
@@ -79,6 +98,7 @@ class GPT {
   int64_t local_heads_, local_kv_heads_;  // heads this rank computes
   bool kv_replicated_;                    // kv heads not divisible by tp: every rank holds all
   int64_t vocab_per_rank_;                // rows of the (padded) vocabulary on each rank
+  StageSpec stage_;
 
   std::vector<Parameter> parameters_;
   size_t token_embedding_ = kNone, position_embedding_ = kNone;

@@ -7,15 +7,15 @@
 
 namespace strata {
 
-AdamW::AdamW(std::vector<Parameter>& parameters, const TrainConfig& config)
-    : parameters_(parameters),
+AdamW::AdamW(std::vector<Parameter*> parameters, const TrainConfig& config)
+    : parameters_(std::move(parameters)),
       beta1_(config.beta1),
       beta2_(config.beta2),
       eps_(config.eps),
       weight_decay_(config.weight_decay) {
-  for (const auto& parameter : parameters_) {
-    exp_avg_.push_back(at::zeros_like(parameter.value));
-    exp_avg_sq_.push_back(at::zeros_like(parameter.value));
+  for (const Parameter* parameter : parameters_) {
+    exp_avg_.push_back(at::zeros_like(parameter->value));
+    exp_avg_sq_.push_back(at::zeros_like(parameter->value));
   }
 }
 
@@ -27,10 +27,10 @@ void AdamW::step(double lr) {
   const double step_size = lr / bias_correction1;
   const double inv_sqrt_bias_correction2 = 1.0 / std::sqrt(bias_correction2);
   for (size_t i = 0; i < parameters_.size(); ++i) {
-    at::Tensor& value = parameters_[i].value;
+    at::Tensor& value = parameters_[i]->value;
     const at::Tensor& grad = value.grad();
     if (!grad.defined()) continue;
-    if (parameters_[i].weight_decay && weight_decay_ != 0.0) value.mul_(1.0 - lr * weight_decay_);
+    if (parameters_[i]->weight_decay && weight_decay_ != 0.0) value.mul_(1.0 - lr * weight_decay_);
     exp_avg_[i].mul_(beta1_).add_(grad, 1.0 - beta1_);
     exp_avg_sq_[i].mul_(beta2_).addcmul_(grad, grad, 1.0 - beta2_);
     auto denominator = (exp_avg_sq_[i].sqrt() * inv_sqrt_bias_correction2).add_(eps_);
@@ -39,8 +39,8 @@ void AdamW::step(double lr) {
 }
 
 void AdamW::zero_grad() {
-  for (auto& parameter : parameters_) {
-    if (parameter.value.grad().defined()) parameter.value.mutable_grad().zero_();
+  for (Parameter* parameter : parameters_) {
+    if (parameter->value.grad().defined()) parameter->value.mutable_grad().zero_();
   }
 }
 

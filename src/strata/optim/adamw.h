@@ -14,7 +14,7 @@ namespace strata {
 
 class AdamW {
  public:
-  AdamW(std::vector<Parameter>& parameters, const TrainConfig& config);
+  AdamW(std::vector<Parameter*> parameters, const TrainConfig& config);
 
   // One update with learning rate lr, using each parameter's .grad().
   void step(double lr);
@@ -27,7 +27,7 @@ class AdamW {
   int64_t state_bytes() const;
 
  private:
-  std::vector<Parameter>& parameters_;
+  std::vector<Parameter*> parameters_;
   double beta1_, beta2_, eps_, weight_decay_;
   int64_t step_count_ = 0;
   std::vector<at::Tensor> exp_avg_, exp_avg_sq_;

@@ -140,6 +140,20 @@ Schedule make_gpipe_schedule(int stages, int microbatches) {
   return schedule;
 }
 
+// Forward only (evaluation): every rank runs each microbatch through its chunks in order,
+// microbatch-major. Each (microbatch, chunk) depends only on entries earlier in the same order
+// on other ranks, and sends do not block, so the lists cannot deadlock.
+Schedule make_forward_only_schedule(int stages, int microbatches, int chunks) {
+  Schedule schedule = empty_schedule("forward-only", stages, microbatches, chunks);
+  for (int rank = 0; rank < stages; ++rank) {
+    RankListBuilder builder(&schedule, rank);
+    for (int mb = 0; mb < microbatches; ++mb) {
+      for (int chunk = 0; chunk < chunks; ++chunk) builder.forward(mb, chunk);
+    }
+  }
+  return schedule;
+}
+
 // 1F1B, PipeDream-Flush (Narayanan et al. 2021). Stage r (0-based) first runs a warmup of
 // w = min(p-r-1, m) forwards: just enough that, once the first gradient comes back, it can
 // alternate one forward with one backward. The steady phase then runs m-w pairs "forward of

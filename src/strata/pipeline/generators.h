@@ -45,5 +45,8 @@ Schedule make_gpipe_schedule(int stages, int microbatches);
 Schedule make_1f1b_schedule(int stages, int microbatches);
 Schedule make_interleaved_1f1b_schedule(int stages, int microbatches, int chunks);
 Schedule make_zb_h1_schedule(int stages, int microbatches);
+// Forward passes only, for evaluation (not a training schedule: the validator's completeness
+// check does not apply).
+Schedule make_forward_only_schedule(int stages, int microbatches, int chunks);
 
 }  // namespace strata

@@ -19,6 +19,7 @@ nlohmann::json to_json(const StepMetrics& metrics) {
           {"step_time_s", metrics.step_time_s},
           {"tokens_per_s", metrics.tokens_per_s},
           {"mfu", metrics.mfu},
+          {"bubble_fraction", metrics.bubble_fraction},
           {"tokens", metrics.tokens},
           {"mem",
            {{"params", metrics.mem.params},

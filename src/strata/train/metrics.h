@@ -19,6 +19,7 @@ struct MemoryBytes {
 struct StepMetrics {
   int64_t step = 0;  // 1-based: the number of optimizer steps done
   double loss = 0, lr = 0, grad_norm = 0, step_time_s = 0, tokens_per_s = 0, mfu = 0;
+  double bubble_fraction = 0;  // largest share of the step a pipeline stage waited to receive
   int64_t tokens = 0;  // tokens trained on so far
   MemoryBytes mem;     // this rank (rank 0)
   nlohmann::json comm = nlohmann::json::object();  // bytes sent per collective kind, this step

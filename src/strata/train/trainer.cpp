@@ -10,7 +10,10 @@
 #include "strata/core/error.h"
 #include "strata/core/memory.h"
 #include "strata/data/dataset.h"
+#include "strata/pipeline/generators.h"
+#include "strata/pipeline/partition.h"
 #include "strata/train/metrics.h"
+#include "strata/train/pipeline_executor.h"
 #include "strata/train/trace.h"
 
 namespace strata {
@@ -22,10 +25,10 @@ double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-int64_t bytes_of(const std::vector<Parameter>& parameters, bool grads) {
+int64_t bytes_of(const std::vector<Parameter*>& parameters, bool grads) {
   int64_t bytes = 0;
-  for (const auto& parameter : parameters) {
-    const at::Tensor& tensor = grads ? parameter.value.grad() : parameter.value;
+  for (const Parameter* parameter : parameters) {
+    const at::Tensor& tensor = grads ? parameter->value.grad() : parameter->value;
     if (tensor.defined()) bytes += tensor.nbytes();
   }
   return bytes;
@@ -58,41 +61,92 @@ Trainer::Trainer(const Config& config, Mesh& mesh)
       mesh_(mesh),
       dtype_(config.train.dtype == "float64" ? at::kDouble : at::kFloat) {
   install_memory_tracker();
-  model_ = std::make_unique<GPT>(config_.model, config_.train.seed, dtype_,
-                                 TensorParallel{&mesh_.tp(), config_.parallel.sequence_parallel});
-  optimizer_ = std::make_unique<AdamW>(model_->parameters(), config_.train);
-  dataset_ = TokenDataset::open(config_.data, config_.model, config_.train.seed);
+  const ModelConfig& model = config_.model;
+  const int64_t p = mesh_.shape().pp, v = config_.parallel.vpp, stages = p * v;
+  const int64_t pp_rank = mesh_.coords().pp;
+
+  // Stage partition: contiguous layers per virtual stage, balanced against the embedding
+  // (first stage) and the head and loss (last stage), costed in matmul FLOPs per token.
+  ModelConfig one_layer = model;
+  one_layer.n_layers = 1;
+  one_layer.vocab_size = 0;
+  const double per_layer = training_flops_per_token(one_layer);
+  const double head = 6.0 * static_cast<double>(model.vocab_size) * model.d_model;
+  std::vector<int64_t> layers = balanced_partition(model.n_layers, stages, per_layer, 0.0, head);
+
+  const TensorParallel tp{&mesh_.tp(), config_.parallel.sequence_parallel};
+  for (int64_t chunk = 0; chunk < v; ++chunk) {
+    const int64_t virtual_stage = chunk * p + pp_rank;
+    int64_t first_layer = 0;
+    for (int64_t s = 0; s < virtual_stage; ++s) first_layer += layers[s];
+    StageSpec stage{first_layer, layers[virtual_stage], virtual_stage == 0, virtual_stage == stages - 1};
+    chunks_.push_back(std::make_unique<GPT>(model, config_.train.seed, dtype_, tp, stage));
+  }
+  for (auto& chunk : chunks_) {
+    for (auto& parameter : chunk->parameters()) parameters_.push_back(&parameter);
+  }
+  optimizer_ = std::make_unique<AdamW>(parameters_, config_.train);
+  dataset_ = TokenDataset::open(config_.data, model, config_.train.seed);
   rows_per_dp_rank_ = config_.train.global_batch / mesh_.shape().dp;
-  peak_flops_ = measure_matmul_peak_flops();
+
+  const int64_t microbatches = rows_per_dp_rank_ / config_.train.micro_batch;
+  const ScheduleParameterNames names{"parallel.pp_schedule", "parallel.pp", "parallel.microbatches",
+                                     "parallel.vpp"};
+  Schedule schedule = build_schedule(
+      {config_.parallel.pp_schedule, static_cast<int>(p), static_cast<int>(microbatches), static_cast<int>(v)},
+      names);
+  const int64_t tokens_per_rank =
+      config_.parallel.sequence_parallel ? model.seq_len / mesh_.shape().tp : model.seq_len;
+  const std::vector<int64_t> activation_shape{config_.train.micro_batch, tokens_per_rank, model.d_model};
+  std::vector<GPT*> chunk_pointers;
+  for (auto& chunk : chunks_) chunk_pointers.push_back(chunk.get());
   trace_ = std::make_unique<Trace>(config_.log.trace && !config_.log.dir.empty(), mesh_.rank());
+  executor_ = std::make_unique<PipelineExecutor>(std::move(schedule), chunk_pointers, mesh_.pp(),
+                                                 activation_shape, dtype_, trace_.get());
+  eval_executor_ = std::make_unique<PipelineExecutor>(
+      make_forward_only_schedule(static_cast<int>(p), static_cast<int>(microbatches), static_cast<int>(v)),
+      chunk_pointers, mesh_.pp(), activation_shape, dtype_, nullptr);
+  if (p > 1 && model.tie_embeddings) {
+    const bool holds_embedding = mesh_.pp_is_first_stage() || mesh_.pp_is_last_stage();
+    tied_ = std::make_unique<Comm>(mesh_.pp().split(holds_embedding ? 0 : 1, static_cast<int>(pp_rank), "pp_tied"));
+  }
+  peak_flops_ = measure_matmul_peak_flops();
 }
 
 Trainer::~Trainer() = default;
 
-double Trainer::train_step(int64_t step) {
-  const int64_t micro_batch = config_.train.micro_batch;
-  const int64_t microbatches = rows_per_dp_rank_ / micro_batch;
-  const int64_t first_row = mesh_.coords().dp * rows_per_dp_rank_;
-  const int64_t T = config_.model.seq_len;
-
-  optimizer_->zero_grad();
-  at::Tensor loss_sum = at::zeros({1}, at::kDouble);
-  for (int64_t mb = 0; mb < microbatches; ++mb) {
-    Trace::Scope scope(*trace_, "forward_backward", step, mb);
-    at::Tensor rows = dataset_->rows(Split::Train, step, first_row + mb * micro_batch, micro_batch, T);
-    at::Tensor loss = model_->loss(rows.narrow(1, 0, T), rows.narrow(1, 1, T));
-    // Every microbatch has the same token count, so the mean over the step's batch is the
-    // mean of the microbatch means: scale each backward by 1 / microbatches.
-    (loss / static_cast<double>(microbatches)).backward();
-    loss_sum += loss.detach().to(at::kDouble);
+int64_t Trainer::num_parameters() const {
+  at::Tensor count = at::zeros({1}, at::kLong);
+  for (const Parameter* parameter : parameters_) {
+    if (parameter->pp_tied && !mesh_.pp_is_first_stage()) continue;  // counted on the first stage
+    count += numel_of(parameter->spec.global_shape);
   }
+  mesh_.pp().all_reduce(count, ReduceOp::Sum);
+  return count.item<int64_t>();
+}
+
+at::Tensor Trainer::microbatch_rows(int64_t split, int64_t step, int64_t microbatch) const {
+  const int64_t micro_batch = config_.train.micro_batch;
+  const int64_t first_row = mesh_.coords().dp * rows_per_dp_rank_ + microbatch * micro_batch;
+  return dataset_->rows(static_cast<Split>(split), step, first_row, micro_batch, config_.model.seq_len);
+}
+
+Trainer::StepResult Trainer::train_step(int64_t step) {
+  optimizer_->zero_grad();
+  PipelineStepStats stats = executor_->run(
+      [&](int64_t mb) { return microbatch_rows(static_cast<int64_t>(Split::Train), step, mb); }, step);
   {
     Trace::Scope scope(*trace_, "reduce_gradients", step);
     reduce_gradients();
   }
-  at::Tensor mean_loss = loss_sum / static_cast<double>(microbatches);
-  mesh_.dp().all_reduce(mean_loss, ReduceOp::Avg);
-  return mean_loss.item<double>();
+  // The loss lives on the last stage: sum over pp, mean over microbatches, mean over dp.
+  const double microbatches = static_cast<double>(rows_per_dp_rank_ / config_.train.micro_batch);
+  at::Tensor loss = at::tensor({stats.loss_sum / microbatches}, at::kDouble);
+  mesh_.pp().all_reduce(loss, ReduceOp::Sum);
+  mesh_.dp().all_reduce(loss, ReduceOp::Avg);
+  at::Tensor wait = at::tensor({stats.wait_s}, at::kDouble);
+  mesh_.pp().all_reduce(wait, ReduceOp::Max);
+  return {loss.item<double>(), wait.item<double>(), stats.peak_inflight};
 }
 
 namespace {
@@ -114,66 +168,70 @@ void reduce_flat(std::vector<Parameter*> parameters, Comm& group, ReduceOp op) {
 void Trainer::reduce_gradients() {
   // 1. Parameters replicated over tp whose gradient each tp rank holds only a part of
   //    (norms under sequence parallelism, replicated kv heads): sum over tp.
-  // 2. Plain data parallelism: average every gradient over dp (bucketed, overlapped
+  // 2. The tied embedding's copies on the first and last pipeline stage: sum.
+  // 3. Plain data parallelism: average every gradient over dp (bucketed, overlapped
   //    reduction and ZeRO come with the data-parallel work).
-  std::vector<Parameter*> tp_partial, all;
-  for (auto& parameter : model_->parameters()) {
-    if (parameter.tp_partial_grad) tp_partial.push_back(&parameter);
-    all.push_back(&parameter);
+  std::vector<Parameter*> tp_partial, tied;
+  for (Parameter* parameter : parameters_) {
+    if (parameter->tp_partial_grad) tp_partial.push_back(parameter);
+    if (parameter->pp_tied) tied.push_back(parameter);
   }
   reduce_flat(tp_partial, mesh_.tp(), ReduceOp::Sum);
-  reduce_flat(all, mesh_.dp(), ReduceOp::Avg);
+  if (tied_) reduce_flat(tied, *tied_, ReduceOp::Sum);
+  reduce_flat(parameters_, mesh_.dp(), ReduceOp::Avg);
 }
 
 double Trainer::clip_gradients() {
   at::NoGradGuard no_grad;
   // Each parameter counted once: pieces split over tp each add their part, replicas over tp
-  // only on tp rank 0; gradients are identical over dp after the reduction.
+  // only on tp rank 0, the tied embedding only on the first stage; gradients are identical
+  // over dp after the reduction.
   at::Tensor sum_squares = at::zeros({1}, at::kDouble);
   const bool tp_first = mesh_.coords().tp == 0;
-  for (auto& parameter : model_->parameters()) {
-    if (parameter.spec.is_split() || tp_first) {
-      sum_squares += parameter.value.grad().to(at::kDouble).pow(2).sum();
+  for (Parameter* parameter : parameters_) {
+    if (parameter->pp_tied && !mesh_.pp_is_first_stage()) continue;
+    if (parameter->spec.is_split() || tp_first) {
+      sum_squares += parameter->value.grad().to(at::kDouble).pow(2).sum();
     }
   }
   mesh_.tp().all_reduce(sum_squares, ReduceOp::Sum);
+  mesh_.pp().all_reduce(sum_squares, ReduceOp::Sum);
   const double norm = std::sqrt(sum_squares.item<double>());
   const double max_norm = config_.train.grad_clip;
   if (max_norm > 0 && norm > max_norm) {
     const double scale = max_norm / (norm + 1e-6);
-    for (auto& parameter : model_->parameters()) parameter.value.mutable_grad().mul_(scale);
+    for (Parameter* parameter : parameters_) parameter->value.mutable_grad().mul_(scale);
   }
   return norm;
 }
 
 double Trainer::evaluate() {
+  // Forward only, through the same pipeline: eval_batches fixed global batches of the
+  // held-out split.
   at::NoGradGuard no_grad;
-  const int64_t micro_batch = config_.train.micro_batch;
-  const int64_t first_row = mesh_.coords().dp * rows_per_dp_rank_;
-  const int64_t T = config_.model.seq_len;
-  at::Tensor loss_sum = at::zeros({1}, at::kDouble);
-  int64_t count = 0;
+  double loss_sum = 0;
   for (int64_t batch = 0; batch < config_.train.eval_batches; ++batch) {
-    for (int64_t row = 0; row < rows_per_dp_rank_; row += micro_batch) {
-      at::Tensor rows = dataset_->rows(Split::Eval, batch, first_row + row, micro_batch, T);
-      loss_sum += model_->loss(rows.narrow(1, 0, T), rows.narrow(1, 1, T)).to(at::kDouble);
-      ++count;
-    }
+    loss_sum += eval_executor_->run(
+        [&](int64_t mb) { return microbatch_rows(static_cast<int64_t>(Split::Eval), batch, mb); }, batch)
+        .loss_sum;
   }
-  at::Tensor mean = loss_sum / static_cast<double>(count);
+  const double microbatches = static_cast<double>(rows_per_dp_rank_ / config_.train.micro_batch);
+  at::Tensor mean = at::tensor({loss_sum / (microbatches * config_.train.eval_batches)}, at::kDouble);
+  mesh_.pp().all_reduce(mean, ReduceOp::Sum);
   mesh_.dp().all_reduce(mean, ReduceOp::Avg);
   return mean.item<double>();
 }
 
 std::vector<ShardedTensor> Trainer::checkpoint_tensors() {
   // Parameters and both Adam moments, each as slices of its global tensor. Replicas are
-  // written once: by dp rank 0 (and cp rank 0), and by tp rank 0 unless split over tp.
+  // written once: by dp rank 0 (and cp rank 0), by tp rank 0 unless split over tp, and the
+  // tied embedding by the first pipeline stage.
   std::vector<ShardedTensor> tensors;
   const bool replica_writer = mesh_.coords().dp == 0 && mesh_.coords().cp == 0;
-  auto& parameters = model_->parameters();
-  for (size_t i = 0; i < parameters.size(); ++i) {
-    const Parameter& parameter = parameters[i];
-    const bool writer = replica_writer && (parameter.spec.is_split() || mesh_.coords().tp == 0);
+  for (size_t i = 0; i < parameters_.size(); ++i) {
+    const Parameter& parameter = *parameters_[i];
+    const bool writer = replica_writer && (parameter.spec.is_split() || mesh_.coords().tp == 0) &&
+                        (!parameter.pp_tied || mesh_.pp_is_first_stage());
     for (auto [prefix, tensor] : {std::pair<std::string, at::Tensor>{"", parameter.value.detach()},
                                   {"optimizer.exp_avg.", optimizer_->exp_avg()[i]},
                                   {"optimizer.exp_avg_sq.", optimizer_->exp_avg_sq()[i]}}) {
@@ -234,14 +292,14 @@ TrainResult Trainer::run() {
   if (result.first_step > 0) {
     progress.message(str("resumed from step ", result.first_step, " of ", config_.checkpoint.dir));
   }
-  progress.message(str("strata: ", mesh_.to_string(), " | model ", model_->num_parameters(),
+  progress.message(str("strata: ", mesh_.to_string(), " | model ", num_parameters(),
                        " parameters | ", config_.train.global_batch, " x ",
                        config_.model.seq_len, " tokens per step"));
 
   const int64_t tokens_per_step = config_.train.global_batch * config_.model.seq_len;
   const double flops_per_step = training_flops_per_token(config_.model) * tokens_per_step;
   const double peak_total = peak_flops_ * static_cast<double>(mesh_.shape().world());
-  const int64_t state_bytes = bytes_of(model_->parameters(), false);
+  const int64_t state_bytes = bytes_of(parameters_, false);
 
   for (int64_t step = result.first_step; step < config_.train.steps; ++step) {
     mesh_.world().counters().reset();
@@ -250,10 +308,11 @@ TrainResult Trainer::run() {
     auto start = Clock::now();
 
     // data -> forward/backward per microbatch -> reduce over dp -> clip -> update
-    double loss, grad_norm, lr;
+    StepResult step_result{};
+    double grad_norm, lr;
     {
       Trace::Scope scope(*trace_, "step", step);
-      loss = train_step(step);
+      step_result = train_step(step);
       Trace::Scope update(*trace_, "clip_and_update", step);
       grad_norm = clip_gradients();
       lr = learning_rate(config_.train, step);
@@ -262,19 +321,21 @@ TrainResult Trainer::run() {
 
     StepMetrics m;
     m.step = step + 1;
-    m.loss = loss;
+    m.loss = step_result.loss;
     m.lr = lr;
     m.grad_norm = grad_norm;
     m.step_time_s = seconds_since(start);
     m.tokens_per_s = tokens_per_step / m.step_time_s;
     m.mfu = flops_per_step / m.step_time_s / peak_total;
     m.tokens = tokens_per_step * m.step;
-    m.mem = {state_bytes, bytes_of(model_->parameters(), true), optimizer_->state_bytes(),
+    m.bubble_fraction = step_result.bubble / m.step_time_s;
+    m.mem = {state_bytes, bytes_of(parameters_, true), optimizer_->state_bytes(),
              tracked_bytes_peak() - live_before, rss_peak_bytes()};
     m.comm = comm_bytes_json(mesh_.world().counters());
     metrics.write(to_json(m));
     progress.update(m);
-    result.losses.push_back(loss);
+    result.losses.push_back(step_result.loss);
+    result.peak_inflight.push_back(step_result.peak_inflight);
 
     const bool last = m.step == config_.train.steps;
     if (config_.train.eval_every > 0 && (m.step % config_.train.eval_every == 0 || last)) {

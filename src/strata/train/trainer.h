@@ -1,5 +1,5 @@
-// The training loop: data -> microbatch forward/backward -> gradient reduction -> clip ->
-// update, with evaluation, checkpoints (save and resume) and metrics around it.
+// The training loop: data -> pipeline of microbatch forward/backward -> gradient reduction
+// -> clip -> update, with evaluation, checkpoints (save and resume) and metrics around it.
 #pragma once
 #include <memory>
 #include <string>
@@ -14,11 +14,13 @@ namespace strata {
 
 class TokenDataset;
 class Trace;
+class PipelineExecutor;
 struct ShardedTensor;
 
 struct TrainResult {
   std::vector<double> losses;       // one per optimizer step run by this call
   std::vector<double> eval_losses;  // one per evaluation
+  std::vector<int64_t> peak_inflight;  // per step: most microbatch activations held on this rank
   int64_t first_step = 0;           // 0-based step this call started at (after a resume)
   std::string last_checkpoint;      // directory of the last checkpoint written, if any
 };
@@ -31,23 +33,35 @@ class Trainer {
 
   TrainResult run();
 
-  GPT& model() { return *model_; }
+  // This rank's model chunks (one per virtual pipeline stage it runs) and their parameters.
+  const std::vector<std::unique_ptr<GPT>>& chunks() const { return chunks_; }
+  const std::vector<Parameter*>& parameters() const { return parameters_; }
+  int64_t num_parameters() const;  // of the whole model
   AdamW& optimizer() { return *optimizer_; }
 
  private:
-  double train_step(int64_t step);  // returns the step's mean loss over the global batch
+  struct StepResult {
+    double loss;           // mean over the step's global batch
+    double bubble;         // largest receive-wait share of the step over the pipeline stages
+    int64_t peak_inflight;
+  };
+  StepResult train_step(int64_t step);
   double evaluate();
   void reduce_gradients();
   double clip_gradients();  // returns the global norm before clipping
   std::vector<ShardedTensor> checkpoint_tensors();
   void save(int64_t steps_done, TrainResult& result);
   int64_t maybe_resume();  // returns the step to start at
+  at::Tensor microbatch_rows(int64_t split, int64_t step, int64_t microbatch) const;
 
   Config config_;
   Mesh& mesh_;
   at::ScalarType dtype_;
-  std::unique_ptr<GPT> model_;
+  std::vector<std::unique_ptr<GPT>> chunks_;
+  std::vector<Parameter*> parameters_;
   std::unique_ptr<AdamW> optimizer_;
+  std::unique_ptr<PipelineExecutor> executor_, eval_executor_;
+  std::unique_ptr<Comm> tied_;  // first and last pipeline stage, for the tied embedding
   std::shared_ptr<TokenDataset> dataset_;
   int64_t rows_per_dp_rank_;  // sequences of the global batch this dp rank processes
   double peak_flops_ = 0;     // measured matmul rate of this rank

@@ -1,0 +1,66 @@
+// The linear autograd function. The queue pointer is process-wide: the CPU autograd engine
+// runs a backward on the thread that called it, and a rank runs one backward at a time.
+#include "strata/parallel/linear.h"
+
+#include <torch/csrc/autograd/custom_function.h>
+
+namespace strata {
+namespace {
+
+WeightGradQueue* active_queue = nullptr;
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// dW = dy^T x over all leading dims, accumulated into weight.grad.
+void accumulate_weight_grad(at::Tensor weight, const at::Tensor& dy, const at::Tensor& x) {
+  at::NoGradGuard no_grad;
+  at::Tensor dw = at::matmul(dy.reshape({-1, dy.size(-1)}).t(), x.reshape({-1, x.size(-1)}));
+  if (weight.grad().defined()) {
+    weight.mutable_grad().add_(dw);
+  } else {
+    weight.mutable_grad() = dw;
+  }
+}
+
+struct LinearFunction : torch::autograd::Function<LinearFunction> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight) {
+    ctx->save_for_backward({x, weight});
+    return at::matmul(x, weight.t());
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    auto saved = ctx->get_saved_variables();
+    const at::Tensor& x = saved[0];
+    const at::Tensor& weight = saved[1];
+    const at::Tensor& dy = grads[0];
+    at::Tensor dx = ctx->needs_input_grad(0) ? at::matmul(dy, weight) : at::Tensor();
+    if (!ctx->needs_input_grad(1)) return {dx, at::Tensor()};
+    if (active_queue != nullptr && weight.is_leaf()) {
+      // Deferred: the weight is a leaf parameter, so its gradient can be added directly.
+      active_queue->push([weight, dy, x] { accumulate_weight_grad(weight, dy, x); });
+      return {dx, at::Tensor()};
+    }
+    at::Tensor dw = at::matmul(dy.reshape({-1, dy.size(-1)}).t(), x.reshape({-1, x.size(-1)}));
+    return {dx, dw};
+  }
+};
+
+}  // namespace
+
+at::Tensor linear(const at::Tensor& x, const at::Tensor& weight) {
+  return LinearFunction::apply(x, weight);
+}
+
+void WeightGradQueue::run() {
+  std::vector<std::function<void()>> work;
+  work.swap(work_);
+  for (auto& item : work) item();
+}
+
+DeferWeightGrads::DeferWeightGrads(WeightGradQueue& queue) : previous_(active_queue) {
+  active_queue = &queue;
+}
+
+DeferWeightGrads::~DeferWeightGrads() { active_queue = previous_; }
+
+}  // namespace strata

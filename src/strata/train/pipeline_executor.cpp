@@ -1,0 +1,159 @@
+// Executes a pipeline schedule on real stages.
+#include "strata/train/pipeline_executor.h"
+
+#include <chrono>
+
+#include "strata/core/error.h"
+#include "strata/dist/comm.h"
+#include "strata/train/trace.h"
+
+namespace strata {
+namespace {
+constexpr int kActivationTag = 0;
+constexpr int kGradTag = 1;
+}  // namespace
+
+PipelineExecutor::PipelineExecutor(Schedule schedule, std::vector<GPT*> chunks, Comm& pp,
+                                   std::vector<int64_t> activation_shape, at::ScalarType dtype,
+                                   Trace* trace)
+    : schedule_(std::move(schedule)),
+      chunks_(std::move(chunks)),
+      pp_(pp),
+      activation_shape_(std::move(activation_shape)),
+      dtype_(dtype),
+      trace_(trace),
+      forward_only_(true),
+      rank_(pp.rank()) {
+  for (const auto& actions : schedule_.ranks) {
+    for (const Action& action : actions) {
+      if (action.kind == ActionKind::Backward || action.kind == ActionKind::BackwardInput) forward_only_ = false;
+    }
+  }
+  STRATA_CHECK(pp.size() == schedule_.stages, "pp group of ", pp.size(), " for a schedule of ",
+               schedule_.stages, " stages");
+  STRATA_CHECK(static_cast<int>(chunks_.size()) == schedule_.chunks, chunks_.size(),
+               " chunks for a schedule of ", schedule_.chunks);
+}
+
+PipelineExecutor::Slot& PipelineExecutor::slot(int microbatch, int chunk) {
+  return slots_[{microbatch, chunk}];
+}
+
+void PipelineExecutor::release(Slot& slot) {
+  slot.input = at::Tensor();
+  slot.output = at::Tensor();
+  slot.output_grad = at::Tensor();
+  if (slot.holds_activations) --inflight_;
+  slot.holds_activations = false;
+}
+
+void PipelineExecutor::forward(const Action& action, const std::function<at::Tensor(int64_t)>& rows,
+                               PipelineStepStats& stats) {
+  Slot& s = slot(action.microbatch, action.chunk);
+  GPT& chunk = *chunks_[action.chunk];
+  const int64_t seq_len = chunk.config().seq_len;
+  at::Tensor batch = rows(action.microbatch);
+  at::Tensor targets = batch.narrow(1, 1, seq_len);
+  at::Tensor input = chunk.stage().first ? batch.narrow(1, 0, seq_len) : s.input;
+  STRATA_CHECK(input.defined(), "forward of ", to_string(action), " before its input arrived");
+  s.output = chunk.forward_stage(input, targets);
+  if (chunk.stage().last) {
+    stats.loss_sum += s.output.item<double>();
+    s.output = s.output / static_cast<double>(schedule_.microbatches);
+  }
+  s.holds_activations = true;
+  stats.peak_inflight = std::max(stats.peak_inflight, ++inflight_);
+  if (forward_only_ && chunk.stage().last) release(s);  // nothing is sent on
+}
+
+void PipelineExecutor::backward(const Action& action, bool defer_weight_grads) {
+  Slot& s = slot(action.microbatch, action.chunk);
+  STRATA_CHECK(s.output.defined(), "backward of ", to_string(action), " before its forward");
+  const bool last = chunks_[action.chunk]->stage().last;
+  STRATA_CHECK(last || s.output_grad.defined(), "backward of ", to_string(action),
+               " before its output gradient arrived");
+  {
+    std::unique_ptr<DeferWeightGrads> defer;
+    if (defer_weight_grads) defer = std::make_unique<DeferWeightGrads>(s.deferred);
+    if (last) {
+      s.output.backward();
+    } else {
+      s.output.backward(s.output_grad);
+    }
+  }
+  if (s.input.defined()) s.input_grad = s.input.grad();
+  s.input = at::Tensor();
+  s.output = at::Tensor();
+  s.output_grad = at::Tensor();
+  if (!defer_weight_grads) release(s);
+}
+
+PipelineStepStats PipelineExecutor::run(const std::function<at::Tensor(int64_t)>& rows,
+                                        int64_t step) {
+  using Clock = std::chrono::steady_clock;
+  PipelineStepStats stats;
+  slots_.clear();
+  inflight_ = 0;
+  std::vector<Work> sends;
+  std::vector<at::Tensor> send_buffers;  // alive until their sends complete
+  Trace unused(false, 0);
+  Trace& trace = trace_ ? *trace_ : unused;
+  for (const Action& action : schedule_.ranks[rank_]) {
+    const int peer = action.peer_stage >= 0 ? schedule_.rank_of(action.peer_stage) : -1;
+    Trace::Scope scope(trace, kind_name(action.kind), step, action.microbatch);
+    switch (action.kind) {
+      case ActionKind::RecvActivation: {
+        at::Tensor buffer = at::empty(activation_shape_, at::TensorOptions(dtype_));
+        auto start = Clock::now();
+        pp_.recv(buffer, peer, kActivationTag);
+        stats.wait_s += std::chrono::duration<double>(Clock::now() - start).count();
+        slot(action.microbatch, action.chunk).input = buffer.set_requires_grad(true);
+        break;
+      }
+      case ActionKind::RecvGrad: {
+        at::Tensor buffer = at::empty(activation_shape_, at::TensorOptions(dtype_));
+        auto start = Clock::now();
+        pp_.recv(buffer, peer, kGradTag);
+        stats.wait_s += std::chrono::duration<double>(Clock::now() - start).count();
+        slot(action.microbatch, action.chunk).output_grad = buffer;
+        break;
+      }
+      case ActionKind::SendActivation: {
+        Slot& s = slot(action.microbatch, action.chunk);
+        send_buffers.push_back(s.output.detach().contiguous());
+        sends.push_back(pp_.isend(send_buffers.back(), peer, kActivationTag));
+        if (forward_only_) release(s);
+        break;
+      }
+      case ActionKind::SendGrad: {
+        Slot& s = slot(action.microbatch, action.chunk);
+        STRATA_CHECK(s.input_grad.defined(), "no input gradient to send for ", to_string(action));
+        send_buffers.push_back(s.input_grad.contiguous());
+        s.input_grad = at::Tensor();
+        sends.push_back(pp_.isend(send_buffers.back(), peer, kGradTag));
+        break;
+      }
+      case ActionKind::Forward:
+        forward(action, rows, stats);
+        break;
+      case ActionKind::Backward:
+        backward(action, /*defer_weight_grads=*/false);
+        break;
+      case ActionKind::BackwardInput:
+        backward(action, /*defer_weight_grads=*/true);
+        break;
+      case ActionKind::BackwardWeight: {
+        Slot& s = slot(action.microbatch, action.chunk);
+        s.deferred.run();
+        release(s);
+        break;
+      }
+    }
+  }
+  for (auto& work : sends) work.wait();
+  STRATA_CHECK(inflight_ == 0, inflight_, " microbatch activations still held after the step");
+  slots_.clear();
+  return stats;
+}
+
+}  // namespace strata

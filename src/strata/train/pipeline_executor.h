@@ -1,0 +1,75 @@
+// The pipeline executor: walks this rank's action list of a schedule (pipeline/schedule.h)
+// on its model chunks, with blocking receives and non-blocking sends over the pp group.
+// The same executor runs every layout: with pp = 1 the 1F1B list is simply F, B per
+// microbatch.
+//
+// Bookkeeping per (microbatch, chunk): the chunk's input (a leaf that collects the input
+// gradient, except on the first virtual stage whose input is token ids), its output, and the
+// output gradient received from the next stage. A microbatch's activations are held from its
+// forward until its backward (or, under zero-bubble, its deferred weight gradient) is done,
+// and dropped right after: the executor counts the pairs in flight and reports the peak.
+#pragma once
+#include <ATen/ATen.h>
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "strata/model/gpt.h"
+#include "strata/parallel/linear.h"
+#include "strata/pipeline/schedule.h"
+
+namespace strata {
+
+class Comm;
+class Trace;
+
+struct PipelineStepStats {
+  double loss_sum = 0;            // sum of microbatch losses (last stage only; 0 elsewhere)
+  int64_t peak_inflight = 0;      // most (microbatch, chunk) activation sets held at once
+  double wait_s = 0;              // time blocked in receives (this rank's bubble)
+};
+
+class PipelineExecutor {
+ public:
+  // chunks[c] is this rank's chunk c (virtual stage c * p + pp rank). activation_shape is
+  // one microbatch's activation between stages: (micro_batch, tokens per tp rank, d_model).
+  // A schedule without backward actions (make_forward_only_schedule) runs forward only, for
+  // evaluation: activations are dropped as soon as they are sent. trace may be null.
+  PipelineExecutor(Schedule schedule, std::vector<GPT*> chunks, Comm& pp,
+                   std::vector<int64_t> activation_shape, at::ScalarType dtype, Trace* trace);
+
+  // Runs one step. rows(mb) returns microbatch mb's token rows (micro_batch, seq_len + 1).
+  // Each microbatch's loss is scaled by 1 / microbatches before its backward. `step` only
+  // labels trace events.
+  PipelineStepStats run(const std::function<at::Tensor(int64_t)>& rows, int64_t step);
+
+ private:
+  struct Slot {
+    at::Tensor input;        // leaf collecting the input gradient (not on virtual stage 0)
+    at::Tensor output;       // activation sent on, or the loss on the last virtual stage
+    at::Tensor output_grad;  // received from the next virtual stage
+    at::Tensor input_grad;   // to send to the previous virtual stage
+    WeightGradQueue deferred;
+    bool holds_activations = false;
+  };
+  Slot& slot(int microbatch, int chunk);
+  void forward(const Action& action, const std::function<at::Tensor(int64_t)>& rows,
+               PipelineStepStats& stats);
+  void backward(const Action& action, bool defer_weight_grads);
+  void release(Slot& slot);
+
+  Schedule schedule_;
+  std::vector<GPT*> chunks_;
+  Comm& pp_;
+  std::vector<int64_t> activation_shape_;
+  at::ScalarType dtype_;
+  Trace* trace_;
+  bool forward_only_;
+  int rank_;
+  std::map<std::pair<int, int>, Slot> slots_;
+  int64_t inflight_ = 0;
+};
+
+}  // namespace strata
