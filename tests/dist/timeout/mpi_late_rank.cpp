@@ -2,28 +2,13 @@
 // get CommErrors naming the op, the group and the late rank (blocking barrier and
 // all_reduce, a non-blocking all_reduce's Work, and a recv); then the late rank's entries
 // complete the abandoned operations, whose buffers were kept alive, and everyone finishes.
-#include <gtest/gtest.h>
-
 #include <chrono>
 #include <thread>
 
-#include "strata/core/error.h"
-#include "strata/dist/comm.h"
+#include "../dist_test_util.h"
 
 namespace strata {
 namespace {
-
-std::string message_of(const std::function<void()>& statement) {
-  try {
-    statement();
-  } catch (const CommError& error) {
-    return error.what();
-  }
-  return "(no CommError)";
-}
-
-#define EXPECT_CONTAINS(text, part) \
-  EXPECT_NE(std::string(text).find(part), std::string::npos) << "\"" << (text) << "\""
 
 TEST(Timeout, LateRankIsNamedAndTheGroupRecovers) {
   Comm world = Comm::world(60.0);
@@ -53,23 +38,23 @@ TEST(Timeout, LateRankIsNamedAndTheGroupRecovers) {
     const std::string missing =
         strata::str("ranks that had not arrived: [1] (world ranks [", late_world, "])");
 
-    std::string error = message_of([&] { group.barrier(quick); });
+    std::string error = MESSAGE_OF(CommError, group.barrier(quick));
     EXPECT_CONTAINS(error, "barrier on group 'late_test' timed out after 0.5 s " + where);
     EXPECT_CONTAINS(error, missing);
 
-    error = message_of([&] { group.all_reduce(contribution, ReduceOp::Sum, quick); });
+    error = MESSAGE_OF(CommError, group.all_reduce(contribution, ReduceOp::Sum, quick));
     EXPECT_CONTAINS(
         error, "all_reduce on group 'late_test' timed out after 0.5 s " + where + "; " + missing);
 
     Work average = group.iall_reduce(buried_average, ReduceOp::Avg, quick);
-    error = message_of([&] { average.wait(); });
+    error = MESSAGE_OF(CommError, average.wait());
     EXPECT_CONTAINS(error, "all_reduce on group 'late_test' timed out");
     EXPECT_CONTAINS(error, missing);
-    EXPECT_EQ(message_of([&] { average.wait(); }), error);  // a failed Work stays failed
+    EXPECT_EQ(MESSAGE_OF(CommError, average.wait()), error);  // a failed Work stays failed
 
     if (r == 0) {
       auto incoming = at::zeros({3}, at::kInt);
-      error = message_of([&] { group.recv(incoming, late, 9, CommOptions{0.3}); });
+      error = MESSAGE_OF(CommError, group.recv(incoming, late, 9, CommOptions{0.3}));
       EXPECT_CONTAINS(error, strata::str("recv from rank 1 (world rank ", late_world,
                                          ") (tag 9) on group 'late_test' timed out after 0.3 s ",
                                          where, "; the peer had not sent a matching message"));
