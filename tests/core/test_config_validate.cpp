@@ -231,9 +231,6 @@ TEST(ConfigValidate, FeaturesNotImplementedYetAreRejected) {
     std::string expected;
   };
   const std::vector<Case> cases = {
-      {{"parallel.pp=2"},
-       2,
-       "parallel.pp = 2: pipeline parallelism is not implemented yet; set parallel.pp = 1"},
       {{"parallel.cp=2"},
        2,
        "parallel.cp = 2: context parallelism is not implemented yet; set parallel.cp = 1"},
@@ -244,11 +241,6 @@ TEST(ConfigValidate, FeaturesNotImplementedYetAreRejected) {
        1,
        "parallel.zero = 1: ZeRO sharding is not implemented yet; set parallel.zero = 0"},
       {{"parallel.zero=3"}, 1, "parallel.zero = 3: ZeRO sharding is not implemented yet"},
-      {{"parallel.pp=2", "parallel.vpp=2", "parallel.pp_schedule=interleaved-1f1b",
-        "model.n_layers=4"},
-       2,
-       "parallel.vpp = 2: the interleaved pipeline schedule is not implemented yet; set "
-       "parallel.vpp = 1"},
   };
   for (const Case& c : cases) {
     const Config config = with(c.settings);

@@ -34,7 +34,7 @@ int run_train(const std::string& config_path, const std::vector<std::string>& ov
               int nproc, const std::vector<std::string>& argv) {
   Config config = load_config(config_path, overrides);
   if (nproc > 0 && !started_by_mpi_launcher()) {
-    validate_config(config, nproc);  // every config error before any rank starts
+    check_runnable(validate_config(config, nproc));  // every config error before any rank starts
     if (nproc > 1) relaunch_under_mpirun(nproc, argv);
   }
   int argc = 0;
@@ -43,6 +43,7 @@ int run_train(const std::string& config_path, const std::vector<std::string>& ov
   int rank = 0;
   try {
     config = validate_config(config, world_size);
+    check_runnable(config);
     Comm world = Comm::world(config.parallel.comm_timeout_s);
     rank = world.rank();
     configure_rank_threads(static_cast<int>(config.train.threads));

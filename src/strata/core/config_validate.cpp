@@ -316,16 +316,12 @@ void collect_unimplemented(const Config& config, Problems& problems) {
           str(setting, " = ", value, ": ", feature, " is not implemented yet; set ", fix));
     }
   };
-  reject(parallel.pp > 1, "parallel.pp", number(parallel.pp), "pipeline parallelism",
-         "parallel.pp = 1");
   reject(parallel.cp > 1, "parallel.cp", number(parallel.cp), "context parallelism",
          "parallel.cp = 1");
   reject(parallel.ep > 1, "parallel.ep", number(parallel.ep), "expert parallelism",
          "parallel.ep = 1");
   reject(parallel.zero >= 1 && parallel.zero <= 3, "parallel.zero", number(parallel.zero),
          "ZeRO sharding", "parallel.zero = 0");
-  reject(parallel.vpp > 1, "parallel.vpp", number(parallel.vpp),
-         "the interleaved pipeline schedule", "parallel.vpp = 1");
 }
 // ---------------------------------------------------------------------------------------
 

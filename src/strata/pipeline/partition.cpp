@@ -22,15 +22,19 @@ std::vector<int64_t> balanced_partition(int64_t n_layers, int64_t stages, double
     if (stage == stages - 1) c += last_extra;
     return c;
   };
-  // best[s][l]: the smallest possible maximum stage cost when stages 0..s-1 hold l layers.
-  std::vector<std::vector<double>> best(stages + 1, std::vector<double>(n_layers + 1, infinity));
+  // best[s][l]: when stages 0..s-1 hold l layers, the smallest possible maximum stage cost,
+  // and among those the smallest sum of squared stage costs (the most even split).
+  using Score = std::pair<double, double>;
+  std::vector<std::vector<Score>> best(stages + 1, std::vector<Score>(n_layers + 1, {infinity, infinity}));
   std::vector<std::vector<int64_t>> choice(stages + 1, std::vector<int64_t>(n_layers + 1, 0));
-  best[0][0] = 0;
+  best[0][0] = {0, 0};
   for (int64_t s = 1; s <= stages; ++s) {
     for (int64_t l = s; l <= n_layers - (stages - s); ++l) {
       // Fewest layers for the later stage first: on ties, earlier stages get more.
       for (int64_t take = 1; take <= l - (s - 1); ++take) {
-        const double value = std::max(best[s - 1][l - take], cost(s - 1, take));
+        const double c = cost(s - 1, take);
+        const Score& before = best[s - 1][l - take];
+        const Score value{std::max(before.first, c), before.second + c * c};
         if (value < best[s][l]) {
           best[s][l] = value;
           choice[s][l] = take;

@@ -56,6 +56,18 @@ double measure_matmul_peak_flops() {
   return best;
 }
 
+namespace {
+const ScheduleParameterNames kScheduleKeys{"parallel.pp_schedule", "parallel.pp",
+                                           "parallel.microbatches", "parallel.vpp"};
+
+ScheduleRequest schedule_request(const Config& config) {
+  return {config.parallel.pp_schedule, static_cast<int>(config.parallel.pp),
+          static_cast<int>(config.parallel.microbatches), static_cast<int>(config.parallel.vpp)};
+}
+}  // namespace
+
+void check_runnable(const Config& validated) { check_schedule_request(schedule_request(validated), kScheduleKeys); }
+
 Trainer::Trainer(const Config& config, Mesh& mesh)
     : config_(config),
       mesh_(mesh),
@@ -90,11 +102,8 @@ Trainer::Trainer(const Config& config, Mesh& mesh)
   rows_per_dp_rank_ = config_.train.global_batch / mesh_.shape().dp;
 
   const int64_t microbatches = rows_per_dp_rank_ / config_.train.micro_batch;
-  const ScheduleParameterNames names{"parallel.pp_schedule", "parallel.pp", "parallel.microbatches",
-                                     "parallel.vpp"};
-  Schedule schedule = build_schedule(
-      {config_.parallel.pp_schedule, static_cast<int>(p), static_cast<int>(microbatches), static_cast<int>(v)},
-      names);
+  STRATA_CHECK(microbatches == config_.parallel.microbatches, "config not validated");
+  Schedule schedule = build_schedule(schedule_request(config_), kScheduleKeys);
   const int64_t tokens_per_rank =
       config_.parallel.sequence_parallel ? model.seq_len / mesh_.shape().tp : model.seq_len;
   const std::vector<int64_t> activation_shape{config_.train.micro_batch, tokens_per_rank, model.d_model};

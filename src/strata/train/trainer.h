@@ -68,6 +68,11 @@ class Trainer {
   std::unique_ptr<Trace> trace_;
 };
 
+// Checks what validate_config cannot see from core/: that the pipeline schedule can be built
+// for the layout (e.g. interleaved-1f1b needs microbatches divisible by pp). Throws UserError
+// naming the keys and a value that would work.
+void check_runnable(const Config& validated);
+
 // Best of a few dense float32 matmuls on this rank's threads, in FLOP/s.
 double measure_matmul_peak_flops();
 
