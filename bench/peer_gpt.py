@@ -16,6 +16,7 @@ import argparse
 import json
 import math
 import statistics
+import sys
 import time
 
 import torch
@@ -42,6 +43,9 @@ def parse_args():
     p.add_argument("--foreach", action="store_true",
                    help="AdamW foreach=True (default False: one tensor at a time, as strata)")
     p.add_argument("--seed", type=int, default=1234)
+    p.add_argument("--profile", action="store_true",
+                   help="print torch.profiler's op table for the last step to stderr (that step is "
+                        "then timed with the profiler's overhead)")
     args = p.parse_args()
     if args.steps <= args.warmup_steps:
         p.error(f"--steps ({args.steps}) must exceed --warmup-steps ({args.warmup_steps})")
@@ -181,7 +185,11 @@ def main():
 
     microbatches = 1  # micro_batch = global batch on one rank
     step_times, losses = [], []
+    profiler = None
     for step in range(a.steps):
+        if a.profile and step == a.steps - 1:
+            profiler = torch.profiler.profile()
+            profiler.__enter__()
         start = time.perf_counter()
         optimizer.zero_grad(set_to_none=False)
         rows = torch.randint(0, a.vocab, (a.micro_batch, a.seq_len + 1))
@@ -204,6 +212,10 @@ def main():
         optimizer.step()
         step_times.append(time.perf_counter() - start)
         losses.append(mean_loss)
+    if profiler is not None:
+        profiler.__exit__(None, None, None)
+        table = profiler.key_averages().table(sort_by="self_cpu_time_total", row_limit=25)
+        print(table, file=sys.stderr)
 
     measured = step_times[a.warmup_steps:]
     tokens_per_step = a.micro_batch * a.seq_len
