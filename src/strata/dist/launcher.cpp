@@ -83,6 +83,11 @@ std::vector<std::string> mpirun_command(int nproc, const std::vector<std::string
   std::vector<std::string> command = {find_mpirun(), "-np", std::to_string(nproc)};
   if (nproc > cores) command.push_back("--oversubscribe");
   if (as_root) command.push_back("--allow-run-as-root");
+  if (nproc > cores) {
+    // Ranks share cores: OpenMP threads that spin while they wait steal them from the others.
+    command.push_back("-x");
+    command.push_back("OMP_WAIT_POLICY=passive");
+  }
   for (const char* variable : {"OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "STRATA_THREADS"}) {
     command.push_back("-x");
     command.push_back(std::string(variable) + "=" + threads);

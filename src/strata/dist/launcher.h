@@ -2,7 +2,9 @@
 // mpirun with N ranks (adding --oversubscribe when N exceeds the cores, and the
 // allow-run-as-root switches when running as root), giving each rank
 // max(1, cores / N) intra-op threads for ATen and OpenBLAS (OMP_NUM_THREADS,
-// OPENBLAS_NUM_THREADS, STRATA_THREADS). Started by mpirun/srun directly, nothing is relaunched.
+// OPENBLAS_NUM_THREADS, STRATA_THREADS), and OMP_WAIT_POLICY=passive when ranks outnumber cores
+// (spinning OpenMP threads would steal the cores of other ranks). Started by mpirun/srun
+// directly, nothing is relaunched.
 #pragma once
 #include <string>
 #include <vector>

@@ -37,7 +37,8 @@ int64_t bytes_of(const std::vector<Parameter*>& parameters, bool grads) {
 nlohmann::json comm_bytes_json(const CommCounters& counters) {
   nlohmann::json out = nlohmann::json::object();
   for (size_t kind = 0; kind < static_cast<size_t>(CommKind::Count); ++kind) {
-    if (counters.bytes[kind] > 0) out[comm_kind_name(static_cast<CommKind>(kind))] = counters.bytes[kind];
+    if (counters.bytes[kind] > 0)
+      out[comm_kind_name(static_cast<CommKind>(kind))] = counters.bytes[kind];
   }
   return out;
 }
@@ -45,15 +46,20 @@ nlohmann::json comm_bytes_json(const CommCounters& counters) {
 }  // namespace
 
 double measure_matmul_peak_flops() {
-  constexpr int64_t n = 512;
-  auto a = at::randn({n, n}), b = at::randn({n, n}), c = at::empty({n, n});
-  double best = 0;
-  for (int trial = 0; trial < 5; ++trial) {
-    auto start = Clock::now();
-    for (int i = 0; i < 4; ++i) at::mm_out(c, a, b);
-    best = std::max(best, 4 * 2.0 * n * n * n / seconds_since(start));
-  }
-  return best;
+  // Measured once per process: the best of a few 1024^3 float32 multiplies (~2 GFLOP each).
+  static const double peak = [] {
+    constexpr int64_t n = 1024;
+    auto a = at::randn({n, n}), b = at::randn({n, n}), c = at::empty({n, n});
+    at::mm_out(c, a, b);  // warm-up: threads, caches
+    double best = 0;
+    for (int trial = 0; trial < 3; ++trial) {
+      auto start = Clock::now();
+      at::mm_out(c, a, b);
+      best = std::max(best, 2.0 * n * n * n / seconds_since(start));
+    }
+    return best;
+  }();
+  return peak;
 }
 
 namespace {
@@ -66,7 +72,9 @@ ScheduleRequest schedule_request(const Config& config) {
 }
 }  // namespace
 
-void check_runnable(const Config& validated) { check_schedule_request(schedule_request(validated), kScheduleKeys); }
+void check_runnable(const Config& validated) {
+  check_schedule_request(schedule_request(validated), kScheduleKeys);
+}
 
 Trainer::Trainer(const Config& config, Mesh& mesh)
     : config_(config),
@@ -91,7 +99,8 @@ Trainer::Trainer(const Config& config, Mesh& mesh)
     const int64_t virtual_stage = chunk * p + pp_rank;
     int64_t first_layer = 0;
     for (int64_t s = 0; s < virtual_stage; ++s) first_layer += layers[s];
-    StageSpec stage{first_layer, layers[virtual_stage], virtual_stage == 0, virtual_stage == stages - 1};
+    StageSpec stage{first_layer, layers[virtual_stage], virtual_stage == 0,
+                    virtual_stage == stages - 1};
     chunks_.push_back(std::make_unique<GPT>(model, config_.train.seed, dtype_, tp, stage));
   }
   for (auto& chunk : chunks_) {
@@ -106,18 +115,21 @@ Trainer::Trainer(const Config& config, Mesh& mesh)
   Schedule schedule = build_schedule(schedule_request(config_), kScheduleKeys);
   const int64_t tokens_per_rank =
       config_.parallel.sequence_parallel ? model.seq_len / mesh_.shape().tp : model.seq_len;
-  const std::vector<int64_t> activation_shape{config_.train.micro_batch, tokens_per_rank, model.d_model};
+  const std::vector<int64_t> activation_shape{config_.train.micro_batch, tokens_per_rank,
+                                              model.d_model};
   std::vector<GPT*> chunk_pointers;
   for (auto& chunk : chunks_) chunk_pointers.push_back(chunk.get());
   trace_ = std::make_unique<Trace>(config_.log.trace && !config_.log.dir.empty(), mesh_.rank());
   executor_ = std::make_unique<PipelineExecutor>(std::move(schedule), chunk_pointers, mesh_.pp(),
                                                  activation_shape, dtype_, trace_.get());
   eval_executor_ = std::make_unique<PipelineExecutor>(
-      make_forward_only_schedule(static_cast<int>(p), static_cast<int>(microbatches), static_cast<int>(v)),
+      make_forward_only_schedule(static_cast<int>(p), static_cast<int>(microbatches),
+                                 static_cast<int>(v)),
       chunk_pointers, mesh_.pp(), activation_shape, dtype_, nullptr);
   if (p > 1 && model.tie_embeddings) {
     const bool holds_embedding = mesh_.pp_is_first_stage() || mesh_.pp_is_last_stage();
-    tied_ = std::make_unique<Comm>(mesh_.pp().split(holds_embedding ? 0 : 1, static_cast<int>(pp_rank), "pp_tied"));
+    tied_ = std::make_unique<Comm>(
+        mesh_.pp().split(holds_embedding ? 0 : 1, static_cast<int>(pp_rank), "pp_tied"));
   }
   peak_flops_ = measure_matmul_peak_flops();
 }
@@ -137,13 +149,15 @@ int64_t Trainer::num_parameters() const {
 at::Tensor Trainer::microbatch_rows(int64_t split, int64_t step, int64_t microbatch) const {
   const int64_t micro_batch = config_.train.micro_batch;
   const int64_t first_row = mesh_.coords().dp * rows_per_dp_rank_ + microbatch * micro_batch;
-  return dataset_->rows(static_cast<Split>(split), step, first_row, micro_batch, config_.model.seq_len);
+  return dataset_->rows(static_cast<Split>(split), step, first_row, micro_batch,
+                        config_.model.seq_len);
 }
 
 Trainer::StepResult Trainer::train_step(int64_t step) {
   optimizer_->zero_grad();
   PipelineStepStats stats = executor_->run(
-      [&](int64_t mb) { return microbatch_rows(static_cast<int64_t>(Split::Train), step, mb); }, step);
+      [&](int64_t mb) { return microbatch_rows(static_cast<int64_t>(Split::Train), step, mb); },
+      step);
   {
     Trace::Scope scope(*trace_, "reduce_gradients", step);
     reduce_gradients();
@@ -200,7 +214,8 @@ double Trainer::clip_gradients() {
   for (Parameter* parameter : parameters_) {
     if (parameter->pp_tied && !mesh_.pp_is_first_stage()) continue;
     if (parameter->spec.is_split() || tp_first) {
-      sum_squares += parameter->value.grad().to(at::kDouble).pow(2).sum();
+      const double norm = parameter->value.grad().norm().item<double>();  // no float64 copy
+      sum_squares += norm * norm;
     }
   }
   mesh_.tp().all_reduce(sum_squares, ReduceOp::Sum);
@@ -220,12 +235,17 @@ double Trainer::evaluate() {
   at::NoGradGuard no_grad;
   double loss_sum = 0;
   for (int64_t batch = 0; batch < config_.train.eval_batches; ++batch) {
-    loss_sum += eval_executor_->run(
-        [&](int64_t mb) { return microbatch_rows(static_cast<int64_t>(Split::Eval), batch, mb); }, batch)
-        .loss_sum;
+    loss_sum += eval_executor_
+                    ->run(
+                        [&](int64_t mb) {
+                          return microbatch_rows(static_cast<int64_t>(Split::Eval), batch, mb);
+                        },
+                        batch)
+                    .loss_sum;
   }
   const double microbatches = static_cast<double>(rows_per_dp_rank_ / config_.train.micro_batch);
-  at::Tensor mean = at::tensor({loss_sum / (microbatches * config_.train.eval_batches)}, at::kDouble);
+  at::Tensor mean =
+      at::tensor({loss_sum / (microbatches * config_.train.eval_batches)}, at::kDouble);
   mesh_.pp().all_reduce(mean, ReduceOp::Sum);
   mesh_.dp().all_reduce(mean, ReduceOp::Avg);
   return mean.item<double>();
@@ -280,8 +300,8 @@ int64_t Trainer::maybe_resume() {
   Config saved_model, this_model;
   saved_model.model = saved.model;
   this_model.model = config_.model;
-  STRATA_REQUIRE(to_toml(saved_model) == to_toml(this_model),
-                 "checkpoint ", dir, " was written for a different [model] section; resume it "
+  STRATA_REQUIRE(to_toml(saved_model) == to_toml(this_model), "checkpoint ", dir,
+                 " was written for a different [model] section; resume it "
                  "with the same model, or set checkpoint.resume = \"none\"");
   std::vector<ShardedTensor> tensors = checkpoint_tensors();
   {
@@ -302,8 +322,8 @@ TrainResult Trainer::run() {
     progress.message(str("resumed from step ", result.first_step, " of ", config_.checkpoint.dir));
   }
   progress.message(str("strata: ", mesh_.to_string(), " | model ", num_parameters(),
-                       " parameters | ", config_.train.global_batch, " x ",
-                       config_.model.seq_len, " tokens per step"));
+                       " parameters | ", config_.train.global_batch, " x ", config_.model.seq_len,
+                       " tokens per step"));
 
   const int64_t tokens_per_step = config_.train.global_batch * config_.model.seq_len;
   const double flops_per_step = training_flops_per_token(config_.model) * tokens_per_step;
