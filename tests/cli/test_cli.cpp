@@ -37,27 +37,35 @@ progress = "lines"
 trace = true
 dir = ")" + dir.file("log") + R"("
 [checkpoint]
-dir = ")" + dir.file("ckpt") + "\"\n" + extra;
+dir = ")" + dir.file("ckpt") +
+                             "\"\n" + extra;
   return path;
 }
 
 TEST(Cli, ConfigErrorsNameTheKey) {
   testing::TempDir dir;
   std::string output;
-  EXPECT_EQ(testing::run_command(kStrata + " config " + write_config(dir) + " --set model.n_head=3", &output), 2);
+  EXPECT_EQ(testing::run_command(kStrata + " config " + write_config(dir) + " --set model.n_head=3",
+                                 &output),
+            2);
   EXPECT_NE(output.find("model.n_head"), std::string::npos) << output;
-  EXPECT_EQ(testing::run_command(kStrata + " config " + write_config(dir) + " --set parallel.tp=3", &output), 2);
+  EXPECT_EQ(testing::run_command(kStrata + " config " + write_config(dir) + " --set parallel.tp=3",
+                                 &output),
+            2);
   EXPECT_NE(output.find("parallel.tp"), std::string::npos) << output;
   EXPECT_EQ(testing::run_command(kStrata + " config " + dir.file("missing.toml"), &output), 2);
   EXPECT_NE(output.find("missing.toml"), std::string::npos) << output;
-  EXPECT_EQ(testing::run_command(kStrata + " train " + write_config(dir) + " --nproc 3", &output), 2);
+  EXPECT_EQ(testing::run_command(kStrata + " train " + write_config(dir) + " --nproc 3", &output),
+            2);
   EXPECT_NE(output.find("global_batch"), std::string::npos) << output;
 }
 
 TEST(Cli, ConfigPrintsEffectiveValues) {
   testing::TempDir dir;
   std::string output;
-  ASSERT_EQ(testing::run_command(kStrata + " config " + write_config(dir) + " --nproc 2", &output), 0) << output;
+  ASSERT_EQ(testing::run_command(kStrata + " config " + write_config(dir) + " --nproc 2", &output),
+            0)
+      << output;
   EXPECT_NE(output.find("dp = 2"), std::string::npos) << output;
   EXPECT_NE(output.find("microbatches = 1"), std::string::npos) << output;
 }
@@ -65,7 +73,9 @@ TEST(Cli, ConfigPrintsEffectiveValues) {
 TEST(Cli, TrainTwoRanksThenGenerateAndRefuseCorruption) {
   testing::TempDir dir;
   std::string output;
-  ASSERT_EQ(testing::run_command(kStrata + " train " + write_config(dir) + " --nproc 2", &output), 0) << output;
+  ASSERT_EQ(testing::run_command(kStrata + " train " + write_config(dir) + " --nproc 2", &output),
+            0)
+      << output;
   EXPECT_NE(output.find("step 6/6"), std::string::npos) << output;
 
   std::ifstream metrics(dir.file("log/metrics.jsonl"));
@@ -78,7 +88,8 @@ TEST(Cli, TrainTwoRanksThenGenerateAndRefuseCorruption) {
       continue;
     }
     ++steps;
-    for (const char* key : {"step", "loss", "lr", "grad_norm", "step_time_s", "tokens_per_s", "mfu"}) {
+    for (const char* key :
+         {"step", "loss", "lr", "grad_norm", "step_time_s", "tokens_per_s", "mfu"}) {
       EXPECT_TRUE(json.contains(key)) << key << " missing in " << line;
     }
     for (const char* key : {"params", "grads", "optimizer", "activations_peak", "rss_peak"}) {
@@ -95,14 +106,18 @@ TEST(Cli, TrainTwoRanksThenGenerateAndRefuseCorruption) {
   auto trace = nlohmann::json::parse(trace_file);
   std::set<int> ranks_with_events;
   for (const auto& event : trace["traceEvents"]) {
-    if (event["ph"] == "X" && event["name"] == "F") ranks_with_events.insert(event["tid"].get<int>());
+    if (event["ph"] == "X" && event["name"] == "F")
+      ranks_with_events.insert(event["tid"].get<int>());
   }
   EXPECT_EQ(ranks_with_events, (std::set<int>{0, 1}));
 
   const std::string checkpoint = dir.file("ckpt/step_00000006");
   ASSERT_TRUE(std::filesystem::exists(checkpoint + "/COMPLETE"));
   ASSERT_EQ(testing::run_command(kStrata + " generate --checkpoint " + checkpoint +
-                                     " --prompt 'The ' --max-new-tokens 20 --seed 1", &output), 0) << output;
+                                     " --prompt 'The ' --max-new-tokens 20 --seed 1",
+                                 &output),
+            0)
+      << output;
   EXPECT_EQ(output.rfind("The ", 0), 0u) << output;
 
   // Flip one byte of the rank file: the checkpoint must be refused, naming the file.
@@ -121,7 +136,8 @@ TEST(Cli, TrainTwoRanksThenGenerateAndRefuseCorruption) {
     file.write(&byte, 1);
   }
   EXPECT_EQ(testing::run_command(kStrata + " generate --checkpoint " + checkpoint, &output), 2);
-  EXPECT_NE(output.find(std::filesystem::path(victim).filename().string()), std::string::npos) << output;
+  EXPECT_NE(output.find(std::filesystem::path(victim).filename().string()), std::string::npos)
+      << output;
 }
 
 }  // namespace

@@ -77,13 +77,12 @@ TEST_P(GptGradient, MatchesFiniteDifferences) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Variants, GptGradient,
-    ::testing::Values(Variant{"learned", "layernorm", "gelu", true, 4},
-                      Variant{"rope", "rmsnorm", "swiglu", false, 2},
-                      Variant{"rope", "layernorm", "gelu", false, 1},
-                      Variant{"learned", "rmsnorm", "swiglu", true, 4}),
-    variant_name);
+INSTANTIATE_TEST_SUITE_P(Variants, GptGradient,
+                         ::testing::Values(Variant{"learned", "layernorm", "gelu", true, 4},
+                                           Variant{"rope", "rmsnorm", "swiglu", false, 2},
+                                           Variant{"rope", "layernorm", "gelu", false, 1},
+                                           Variant{"learned", "rmsnorm", "swiglu", true, 4}),
+                         variant_name);
 
 TEST(GptInit, DependsOnlyOnSeedAndName) {
   ModelConfig two = tiny_model();
@@ -96,7 +95,8 @@ TEST(GptInit, DependsOnlyOnSeedAndName) {
     // same draws, another scale.
     const bool residual = parameter.name.find("out.weight") != std::string::npos;
     const double scale = residual ? std::sqrt(2.0 / 3.0) : 1.0;
-    EXPECT_EQ(testing::compare_tensors(parameter.value * scale, same.value, 1e-6), "") << parameter.name;
+    EXPECT_EQ(testing::compare_tensors(parameter.value * scale, same.value, 1e-6), "")
+        << parameter.name;
   }
   EXPECT_FALSE(at::equal(a.parameter("blocks.0.attn.q.weight").value,
                          c.parameter("blocks.0.attn.q.weight").value));
@@ -143,12 +143,14 @@ TEST(GptDecode, KvCacheMatchesFullForward) {
     config.n_kv_heads = 2;
     GPT model(config, 9, at::kDouble);
     at::NoGradGuard no_grad;
-    at::Tensor tokens = at::arange(config.seq_len, at::kLong).remainder(config.vocab_size).view({1, -1});
+    at::Tensor tokens =
+        at::arange(config.seq_len, at::kLong).remainder(config.vocab_size).view({1, -1});
     at::Tensor full = model.logits(tokens);
     KVCache cache;
     at::Tensor prefix = model.logits(tokens.narrow(1, 0, 3), &cache);
     std::vector<at::Tensor> pieces{prefix};
-    for (int64_t t = 3; t < config.seq_len; ++t) pieces.push_back(model.logits(tokens.narrow(1, t, 1), &cache));
+    for (int64_t t = 3; t < config.seq_len; ++t)
+      pieces.push_back(model.logits(tokens.narrow(1, t, 1), &cache));
     EXPECT_EQ(testing::compare_tensors(at::cat(pieces, 1), full, 1e-10, 1e-12), "") << pos;
     EXPECT_EQ(cache.length, config.seq_len);
     EXPECT_THROW(model.logits(tokens.narrow(1, 0, 1), &cache), UserError);

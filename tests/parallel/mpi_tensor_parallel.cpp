@@ -20,7 +20,8 @@ const testing::TempDir& log_dir() {
 }
 
 // Same values on every rank.
-at::Tensor shared_randn(std::vector<int64_t> shape, uint64_t seed, at::ScalarType dtype = at::kDouble) {
+at::Tensor shared_randn(std::vector<int64_t> shape, uint64_t seed,
+                        at::ScalarType dtype = at::kDouble) {
   auto generator = at::make_generator<at::CPUGeneratorImpl>(seed);
   return at::normal(0.0, 1.0, shape, generator, at::TensorOptions(at::kFloat)).to(dtype);
 }
@@ -56,7 +57,8 @@ TEST(Regions, ForwardAndBackwardMoveWhatTheyPromise) {
   y.backward(g_chunk);
   for (int64_t k = 0; k < n; ++k) {
     EXPECT_EQ(testing::compare_tensors(x.grad().narrow(1, 2 * k, 2),
-                                       shared_randn({2, 2 * n, 3}, 200 + k).narrow(1, 0, 2), 1e-12), "");
+                                       shared_randn({2, 2 * n, 3}, 200 + k).narrow(1, 0, 2), 1e-12),
+              "");
   }
   x.mutable_grad().zero_();
 
@@ -65,10 +67,13 @@ TEST(Regions, ForwardAndBackwardMoveWhatTheyPromise) {
   y = gather_from_sequence(part, tp);
   ASSERT_EQ(y.size(1), 2 * n);
   for (int64_t k = 0; k < n; ++k) {
-    EXPECT_TRUE(at::equal(y.narrow(1, 2 * k, 2), shared_randn({2, 2 * n, 3}, 100 + k).narrow(1, 0, 2)));
+    EXPECT_TRUE(
+        at::equal(y.narrow(1, 2 * k, 2), shared_randn({2, 2 * n, 3}, 100 + k).narrow(1, 0, 2)));
   }
   y.backward(g);
-  EXPECT_EQ(testing::compare_tensors(x.grad().narrow(1, 0, 2), sum_g.narrow(1, 2 * r, 2), 1e-12, 1e-12), "");
+  EXPECT_EQ(
+      testing::compare_tensors(x.grad().narrow(1, 0, 2), sum_g.narrow(1, 2 * r, 2), 1e-12, 1e-12),
+      "");
 }
 
 TEST(VocabParallelCrossEntropy, EqualsFullCrossEntropyWithPadding) {
@@ -91,7 +96,8 @@ TEST(VocabParallelCrossEntropy, EqualsFullCrossEntropyWithPadding) {
   EXPECT_NEAR(loss.item<double>(), expected.item<double>(), 1e-12);
   loss.backward();
   EXPECT_EQ(testing::compare_tensors(local.grad().narrow(1, 0, valid),
-                                     full_leaf.grad().narrow(1, r * per_rank, valid), 1e-10, 1e-14), "");
+                                     full_leaf.grad().narrow(1, r * per_rank, valid), 1e-10, 1e-14),
+            "");
   if (valid < per_rank) {
     EXPECT_EQ(local.grad().narrow(1, valid, per_rank - valid).abs().max().item<double>(), 0.0);
   }
@@ -105,8 +111,8 @@ struct Variant {
 
 std::string variant_name(const ::testing::TestParamInfo<Variant>& info) {
   const Variant& v = info.param;
-  return v.pos + "_" + v.activation + (v.tie ? "_tied" : "_untied") + (v.sequence_parallel ? "_sp" : "") +
-         "_kv" + std::to_string(v.n_kv_heads);
+  return v.pos + "_" + v.activation + (v.tie ? "_tied" : "_untied") +
+         (v.sequence_parallel ? "_sp" : "") + "_kv" + std::to_string(v.n_kv_heads);
 }
 
 ModelConfig model_for(const Variant& v) {
@@ -149,12 +155,15 @@ TEST_P(TensorParallelGpt, LossAndGradientSlicesEqualUnsharded) {
   // (backward); ring all-reduce sends 2(t-1)/t of the buffer, reduce-scatter and all-gather
   // (t-1)/t each. Cross-entropy adds 3 all-reduces of one value per token.
   const double t = tp.size(), L = config.n_layers, bytes = 8;
-  const double activation = 3.0 * config.seq_len * config.d_model * bytes, per_token = 3.0 * config.seq_len * bytes;
+  const double activation = 3.0 * config.seq_len * config.d_model * bytes,
+               per_token = 3.0 * config.seq_len * bytes;
   const auto& counted = tp.counters().bytes;
   const double all_reduce = counted[static_cast<size_t>(CommKind::AllReduce)];
   if (GetParam().sequence_parallel) {
-    EXPECT_DOUBLE_EQ(counted[static_cast<size_t>(CommKind::ReduceScatter)], (2 + 4 * L) * (t - 1) / t * activation);
-    EXPECT_DOUBLE_EQ(counted[static_cast<size_t>(CommKind::AllGather)], (2 + 4 * L) * (t - 1) / t * activation);
+    EXPECT_DOUBLE_EQ(counted[static_cast<size_t>(CommKind::ReduceScatter)],
+                     (2 + 4 * L) * (t - 1) / t * activation);
+    EXPECT_DOUBLE_EQ(counted[static_cast<size_t>(CommKind::AllGather)],
+                     (2 + 4 * L) * (t - 1) / t * activation);
     EXPECT_DOUBLE_EQ(all_reduce, 3 * 2 * (t - 1) / t * per_token);
   } else {
     EXPECT_DOUBLE_EQ(all_reduce, 2 * (t - 1) / t * ((2 + 4 * L) * activation + 3 * per_token));
@@ -177,13 +186,16 @@ TEST_P(TensorParallelGpt, LossAndGradientSlicesEqualUnsharded) {
   }
   // Whole-vocabulary logits gathered for generation equal the unsharded ones.
   at::NoGradGuard no_grad;
-  EXPECT_EQ(testing::compare_tensors(sharded.logits(tokens), reference.logits(tokens), 1e-9, 1e-12), "");
+  EXPECT_EQ(testing::compare_tensors(sharded.logits(tokens), reference.logits(tokens), 1e-9, 1e-12),
+            "");
 }
 
 INSTANTIATE_TEST_SUITE_P(
     Variants, TensorParallelGpt,
-    ::testing::Values(Variant{"learned", "gelu", true, false, 12}, Variant{"learned", "gelu", true, true, 12},
-                      Variant{"rope", "swiglu", false, false, 12}, Variant{"rope", "swiglu", false, true, 12},
+    ::testing::Values(Variant{"learned", "gelu", true, false, 12},
+                      Variant{"learned", "gelu", true, true, 12},
+                      Variant{"rope", "swiglu", false, false, 12},
+                      Variant{"rope", "swiglu", false, true, 12},
                       Variant{"rope", "gelu", true, true, 4},       // kv heads split when tp | 4
                       Variant{"learned", "swiglu", false, true, 1}  // kv heads replicated
                       ),
@@ -240,12 +252,14 @@ TEST(TensorParallelTraining, TwentyStepsEqualUnsharded) {
     Outcome sharded = train_with(world, training_run(v), world.size(), sequence_parallel);
     ASSERT_EQ(sharded.result.losses.size(), 20u);
     for (size_t i = 0; i < reference.result.losses.size(); ++i) {
-      EXPECT_NEAR(sharded.result.losses[i], reference.result.losses[i], 1e-4 * reference.result.losses[i])
+      EXPECT_NEAR(sharded.result.losses[i], reference.result.losses[i],
+                  1e-4 * reference.result.losses[i])
           << "step " << i + 1 << " sequence_parallel " << sequence_parallel;
     }
     // Split weights hold 1/tp of their global bytes, plus the padded vocabulary rows.
     EXPECT_GE(sharded.split_bytes_ratio, 1.0);
-    EXPECT_LT(sharded.split_bytes_ratio, 1.03) << "per-rank bytes of split weights do not shrink as 1/tp";
+    EXPECT_LT(sharded.split_bytes_ratio, 1.03)
+        << "per-rank bytes of split weights do not shrink as 1/tp";
   }
 }
 

@@ -40,8 +40,8 @@ Config tiny_run(int64_t microbatches) {
   return config;
 }
 
-TrainResult train_with(Comm& world, Config config, int64_t pp, int64_t tp, const std::string& schedule,
-                       int64_t vpp) {
+TrainResult train_with(Comm& world, Config config, int64_t pp, int64_t tp,
+                       const std::string& schedule, int64_t vpp) {
   config.parallel.pp = pp;
   config.parallel.tp = tp;
   config.parallel.dp = world.size() / (pp * tp);
@@ -111,7 +111,8 @@ TEST(PipelineTraining, BadRequestsSayWhatWorks) {
     check_runnable(validate_config(config, world.size()));
     FAIL() << "no error";
   } catch (const UserError& error) {
-    EXPECT_NE(std::string(error.what()).find("parallel.microbatches"), std::string::npos) << error.what();
+    EXPECT_NE(std::string(error.what()).find("parallel.microbatches"), std::string::npos)
+        << error.what();
   }
   config = tiny_run(2);
   config.model.n_layers = 1;

@@ -25,7 +25,8 @@ TEST(Partition, ErrorsSayWhatWorks) {
     balanced_partition(3, 4, 1.0, 0, 0);
     FAIL() << "no error";
   } catch (const UserError& error) {
-    EXPECT_NE(std::string(error.what()).find("parallel.pp * parallel.vpp <= 3"), std::string::npos) << error.what();
+    EXPECT_NE(std::string(error.what()).find("parallel.pp * parallel.vpp <= 3"), std::string::npos)
+        << error.what();
   }
   EXPECT_THROW(check_partition({2, 2}, 5, 2), UserError);
   EXPECT_THROW(check_partition({2, 0, 3}, 5, 3), UserError);

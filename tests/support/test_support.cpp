@@ -1,12 +1,12 @@
 // Implementation of the shared test helpers.
 #include "test_support.h"
 
+#include <sys/wait.h>
 #include <array>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <sstream>
-#include <sys/wait.h>
 
 namespace strata::testing {
 

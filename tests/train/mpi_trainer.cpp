@@ -67,7 +67,8 @@ TEST(Trainer, LossFallsOnEnglishCorpus) {
   ASSERT_EQ(result.eval_losses.size(), 1u);
   // Byte-level English has ~2.9 nats/byte of unigram entropy; 40 steps get well below ln 256.
   EXPECT_LT(result.eval_losses.back(), result.losses.front() - 1.5)
-      << "first loss " << result.losses.front() << ", final eval loss " << result.eval_losses.back();
+      << "first loss " << result.losses.front() << ", final eval loss "
+      << result.eval_losses.back();
 }
 
 TEST(Trainer, DataParallelEqualsSingleRank) {

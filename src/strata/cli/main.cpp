@@ -30,8 +30,8 @@ MeshShape mesh_shape_of(const ParallelConfig& parallel) {
   return shape;
 }
 
-int run_train(const std::string& config_path, const std::vector<std::string>& overrides,
-              int nproc, const std::vector<std::string>& argv) {
+int run_train(const std::string& config_path, const std::vector<std::string>& overrides, int nproc,
+              const std::vector<std::string>& argv) {
   Config config = load_config(config_path, overrides);
   if (nproc > 0 && !started_by_mpi_launcher()) {
     check_runnable(validate_config(config, nproc));  // every config error before any rank starts
@@ -125,12 +125,14 @@ int main(int argc, char** argv) {
   auto* config = app.add_subcommand("config", "Print the effective, validated config");
   config->add_option("config", config_path, "Config file (TOML)")->required();
   config->add_option("--set", overrides, "Override a key: section.key=value (repeatable)");
-  config->add_option("--nproc", world_size, "Validate for this many ranks")->check(CLI::PositiveNumber);
+  config->add_option("--nproc", world_size, "Validate for this many ranks")
+      ->check(CLI::PositiveNumber);
 
   std::string checkpoint, prompt = "\n";
   SamplingOptions sampling;
   auto* generate_command = app.add_subcommand("generate", "Sample text from a checkpoint");
-  generate_command->add_option("--checkpoint", checkpoint, "Checkpoint directory (step_*)")->required();
+  generate_command->add_option("--checkpoint", checkpoint, "Checkpoint directory (step_*)")
+      ->required();
   generate_command->add_option("--prompt", prompt, "Text to continue");
   generate_command->add_option("--max-new-tokens", sampling.max_new_tokens, "Tokens to generate")
       ->check(CLI::NonNegativeNumber);
@@ -139,7 +141,8 @@ int main(int argc, char** argv) {
   generate_command->add_option("--top-k", sampling.top_k, "Sample among the k likeliest (0 = all)")
       ->check(CLI::NonNegativeNumber);
   generate_command->add_option("--seed", sampling.seed, "Sampling seed");
-  generate_command->add_option("--nproc", nproc, "Serve the model split over N local ranks (tensor parallel)")
+  generate_command
+      ->add_option("--nproc", nproc, "Serve the model split over N local ranks (tensor parallel)")
       ->check(CLI::PositiveNumber);
 
   std::vector<std::string> inputs;

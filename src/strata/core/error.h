@@ -46,16 +46,16 @@ std::string str(const Parts&... parts) {
 }  // namespace strata
 
 // Internal invariant: throws InternalError("bug at file:line: condition: message").
-#define STRATA_CHECK(condition, ...)                                                      \
-  do {                                                                                    \
-    if (!(condition)) {                                                                   \
-      ::strata::detail::throw_internal(__FILE__, __LINE__, #condition,                    \
-                                       ::strata::str("" __VA_OPT__(, ) __VA_ARGS__));     \
-    }                                                                                     \
+#define STRATA_CHECK(condition, ...)                                                  \
+  do {                                                                                \
+    if (!(condition)) {                                                               \
+      ::strata::detail::throw_internal(__FILE__, __LINE__, #condition,                \
+                                       ::strata::str("" __VA_OPT__(, ) __VA_ARGS__)); \
+    }                                                                                 \
   } while (0)
 
 // User-facing requirement: throws UserError(message) when the condition is false.
-#define STRATA_REQUIRE(condition, ...)                                                    \
-  do {                                                                                    \
-    if (!(condition)) throw ::strata::UserError(::strata::str(__VA_ARGS__));              \
+#define STRATA_REQUIRE(condition, ...)                                       \
+  do {                                                                       \
+    if (!(condition)) throw ::strata::UserError(::strata::str(__VA_ARGS__)); \
   } while (0)

@@ -34,8 +34,8 @@ class CountingAllocator final : public c10::Allocator {
     void* data = inner.get();
     auto device = inner.device();
     auto* allocation = new Allocation{std::move(inner), static_cast<int64_t>(bytes)};
-    int64_t now = live_bytes.fetch_add(allocation->bytes, std::memory_order_relaxed) +
-                  allocation->bytes;
+    int64_t now =
+        live_bytes.fetch_add(allocation->bytes, std::memory_order_relaxed) + allocation->bytes;
     int64_t peak = peak_bytes.load(std::memory_order_relaxed);
     while (now > peak && !peak_bytes.compare_exchange_weak(peak, now)) {
     }

@@ -18,7 +18,8 @@ std::unique_ptr<GPT> load_model_from_checkpoint(const std::string& dir, Config* 
                                      TensorParallel{tp, false});
   std::vector<ShardedTensor> tensors;
   for (auto& parameter : model->parameters()) {
-    for (auto& slice : sharded_slices(parameter.name, parameter.value.detach(), parameter.spec, false)) {
+    for (auto& slice :
+         sharded_slices(parameter.name, parameter.value.detach(), parameter.spec, false)) {
       tensors.push_back(std::move(slice));
     }
   }
@@ -41,8 +42,10 @@ std::vector<int64_t> generate(GPT& model, const std::vector<int64_t>& prompt,
   KVCache cache;
   at::Tensor input = at::tensor(prompt, at::kLong).view({1, -1});
   std::vector<int64_t> output;
-  while (static_cast<int64_t>(output.size()) < options.max_new_tokens && cache.length + input.size(1) <= seq_len) {
-    at::Tensor logits = model.logits(input, &cache).select(1, -1).select(0, 0).to(at::kFloat);  // (V)
+  while (static_cast<int64_t>(output.size()) < options.max_new_tokens &&
+         cache.length + input.size(1) <= seq_len) {
+    at::Tensor logits =
+        model.logits(input, &cache).select(1, -1).select(0, 0).to(at::kFloat);  // (V)
     int64_t next;
     if (options.temperature <= 0) {
       next = logits.argmax().item<int64_t>();

@@ -32,8 +32,10 @@ GPT::GPT(const ModelConfig& config, uint64_t seed, at::ScalarType dtype, TensorP
   const int64_t C = config.d_model, V = config.vocab_size, T = config.seq_len;
   const int64_t H = config.n_heads, K = config.kv_heads(), D = config.head_dim();
   const int64_t F = config.ff_dim();
-  STRATA_REQUIRE(H % tp_size_ == 0, "parallel.tp (", tp_size_, ") must divide model.n_heads (", H, ")");
-  STRATA_REQUIRE(F % tp_size_ == 0, "parallel.tp (", tp_size_, ") must divide model.d_ff (", F, ")");
+  STRATA_REQUIRE(H % tp_size_ == 0, "parallel.tp (", tp_size_, ") must divide model.n_heads (", H,
+                 ")");
+  STRATA_REQUIRE(F % tp_size_ == 0, "parallel.tp (", tp_size_, ") must divide model.d_ff (", F,
+                 ")");
   local_heads_ = H / tp_size_;
   kv_replicated_ = K % tp_size_ != 0;
   local_kv_heads_ = kv_replicated_ ? K : K / tp_size_;
@@ -61,7 +63,8 @@ GPT::GPT(const ModelConfig& config, uint64_t seed, at::ScalarType dtype, TensorP
     position_embedding_ = add("embedding.position.weight", {T, C}, InitKind::Normal, std, true);
     parameters_[position_embedding_].tp_partial_grad = sequence_parallel_;
   }
-  for (int64_t layer = stage_.first_layer; layer < stage_.first_layer + stage_.num_layers; ++layer) {
+  for (int64_t layer = stage_.first_layer; layer < stage_.first_layer + stage_.num_layers;
+       ++layer) {
     const std::string prefix = "blocks." + std::to_string(layer) + ".";
     BlockParams block{};
     block.norm1_weight = add_norm(prefix + "norm1.weight", InitKind::Ones);
@@ -73,13 +76,16 @@ GPT::GPT(const ModelConfig& config, uint64_t seed, at::ScalarType dtype, TensorP
                           kv_replicated_ ? -1 : 0, {K * D, K * D});
     parameters_[block.kv_weight].tp_partial_grad = kv_replicated_ && tp_comm_ != nullptr;
     // Row-parallel: the input dim (heads) split.
-    block.attn_out_weight = add(prefix + "attn.out.weight", {C, H * D}, InitKind::Normal, residual_std, true, 1);
+    block.attn_out_weight =
+        add(prefix + "attn.out.weight", {C, H * D}, InitKind::Normal, residual_std, true, 1);
     block.norm2_weight = add_norm(prefix + "norm2.weight", InitKind::Ones);
     block.norm2_bias = layernorm ? add_norm(prefix + "norm2.bias", InitKind::Zeros) : kNone;
     // SwiGLU's up-projection is fused as blocks {F, F}: gate rows, then value rows.
-    block.fc_weight = swiglu ? add(prefix + "mlp.fc.weight", {2 * F, C}, InitKind::Normal, std, true, 0, {F, F})
-                             : add(prefix + "mlp.fc.weight", {F, C}, InitKind::Normal, std, true, 0);
-    block.fc_out_weight = add(prefix + "mlp.out.weight", {C, F}, InitKind::Normal, residual_std, true, 1);
+    block.fc_weight =
+        swiglu ? add(prefix + "mlp.fc.weight", {2 * F, C}, InitKind::Normal, std, true, 0, {F, F})
+               : add(prefix + "mlp.fc.weight", {F, C}, InitKind::Normal, std, true, 0);
+    block.fc_out_weight =
+        add(prefix + "mlp.out.weight", {C, F}, InitKind::Normal, residual_std, true, 1);
     blocks_.push_back(block);
   }
   if (stage_.last) {
@@ -173,7 +179,7 @@ at::Tensor GPT::attention(const at::Tensor& x, const BlockParams& block, int64_t
   const int64_t past = cache ? cache->length : 0;
 
   auto q = strata::linear(input, weight(block.q_weight)).view({B, T, H_l, D}).transpose(1, 2);
-  auto kv = strata::linear(input, weight(block.kv_weight));  // (B, T, 2 * K_l * D)
+  auto kv = strata::linear(input, weight(block.kv_weight));                 // (B, T, 2 * K_l * D)
   auto k = kv.narrow(-1, 0, K_l * D).view({B, T, K_l, D}).transpose(1, 2);  // (B, K_l, T, D)
   auto v = kv.narrow(-1, K_l * D, K_l * D).view({B, T, K_l, D}).transpose(1, 2);
   if (config_.pos == "rope") {
@@ -254,7 +260,8 @@ at::Tensor GPT::hidden(const at::Tensor& tokens, KVCache* cache, bool sequence_p
 at::Tensor GPT::blocks_forward(at::Tensor x, KVCache* cache, bool sequence_parallel) {
   for (size_t layer = 0; layer < blocks_.size(); ++layer) {
     const auto& block = blocks_[layer];
-    x = x + attention(norm(x, block.norm1_weight, block.norm1_bias), block, layer, cache, sequence_parallel);
+    x = x + attention(norm(x, block.norm1_weight, block.norm1_bias), block, layer, cache,
+                      sequence_parallel);
     x = x + mlp(norm(x, block.norm2_weight, block.norm2_bias), block, sequence_parallel);
   }
   return x;
@@ -265,7 +272,7 @@ at::Tensor GPT::logits(const at::Tensor& tokens, KVCache* cache) {
   // Generation runs without sequence parallelism (one new token cannot be split); the
   // weights are the same either way.
   at::Tensor local = strata::linear(hidden(tokens, cache, false), weight(head_weight_));
-  if (!tp_comm_) return local;  // (B, T, V)
+  if (!tp_comm_) return local;                                 // (B, T, V)
   at::Tensor vocab_first = local.movedim(-1, 0).contiguous();  // (V_l, B, T)
   auto shape = vocab_first.sizes().vec();
   shape[0] *= tp_size_;
@@ -286,7 +293,8 @@ at::Tensor GPT::forward_stage(const at::Tensor& input, const at::Tensor& targets
 }
 
 at::Tensor GPT::head_loss(const at::Tensor& last_hidden, const at::Tensor& targets) {
-  at::Tensor x = enter_tp(norm(last_hidden, final_norm_weight_, final_norm_bias_), sequence_parallel_);
+  at::Tensor x =
+      enter_tp(norm(last_hidden, final_norm_weight_, final_norm_bias_), sequence_parallel_);
   at::Tensor local_logits = strata::linear(x, weight(head_weight_));  // (B, T, V_l)
   if (!tp_comm_) {
     return at::cross_entropy_loss(local_logits.view({-1, config_.vocab_size}), targets.reshape(-1));

@@ -81,11 +81,11 @@ class GPT {
   at::Tensor head_loss(const at::Tensor& x, const at::Tensor& targets);  // x: last block's output
   at::Tensor embed(const at::Tensor& tokens, int64_t past, bool sequence_parallel);
   at::Tensor norm(const at::Tensor& x, size_t weight_index, size_t bias_index) const;
-  at::Tensor attention(const at::Tensor& x, const BlockParams& block, int64_t layer,
-                       KVCache* cache, bool sequence_parallel);
+  at::Tensor attention(const at::Tensor& x, const BlockParams& block, int64_t layer, KVCache* cache,
+                       bool sequence_parallel);
   at::Tensor mlp(const at::Tensor& x, const BlockParams& block, bool sequence_parallel);
-  at::Tensor enter_tp(const at::Tensor& x, bool sequence_parallel);  // before a column split
-  at::Tensor leave_tp(const at::Tensor& x, bool sequence_parallel);  // after a row split
+  at::Tensor enter_tp(const at::Tensor& x, bool sequence_parallel);      // before a column split
+  at::Tensor leave_tp(const at::Tensor& x, bool sequence_parallel);      // after a row split
   at::Tensor rotate(const at::Tensor& x, int64_t first_position) const;  // RoPE
   const at::Tensor& causal_mask(int64_t query_len, int64_t key_len);
 
@@ -104,7 +104,7 @@ class GPT {
   size_t token_embedding_ = kNone, position_embedding_ = kNone;
   size_t final_norm_weight_ = kNone, final_norm_bias_ = kNone, head_weight_ = kNone;
   std::vector<BlockParams> blocks_;
-  at::Tensor rope_cos_, rope_sin_;  // (seq_len, head_dim / 2)
+  at::Tensor rope_cos_, rope_sin_;                                  // (seq_len, head_dim / 2)
   std::map<std::pair<int64_t, int64_t>, at::Tensor> causal_masks_;  // (Tq, Tk) bool, true = hidden
 };
 

@@ -10,9 +10,12 @@ namespace strata {
 
 const char* shard_axis_name(ShardAxis axis) {
   switch (axis) {
-    case ShardAxis::None: return "none";
-    case ShardAxis::Tp: return "tp";
-    case ShardAxis::Ep: return "ep";
+    case ShardAxis::None:
+      return "none";
+    case ShardAxis::Tp:
+      return "tp";
+    case ShardAxis::Ep:
+      return "ep";
   }
   return "?";
 }
@@ -67,7 +70,9 @@ std::vector<ShardedTensor> sharded_slices(const std::string& name, const at::Ten
   std::vector<ShardedTensor> out;
   const int64_t split_dim = std::max<int64_t>(0, spec.split_dim);
   for (const auto& slice : spec.local_slices()) {
-    at::Tensor piece = local.dim() == 0 ? local : local.narrow(split_dim, slice.local_start, slice.shape[split_dim]);
+    at::Tensor piece = local.dim() == 0
+                           ? local
+                           : local.narrow(split_dim, slice.local_start, slice.shape[split_dim]);
     out.push_back({name, piece, spec.global_shape, slice.global_offsets, write});
   }
   return out;
@@ -85,8 +90,10 @@ uint64_t hash_name(uint64_t seed, const std::string& name) {
 at::Tensor init_global_tensor(const std::string& name, const std::vector<int64_t>& global_shape,
                               InitKind kind, double std, uint64_t seed) {
   switch (kind) {
-    case InitKind::Zeros: return at::zeros(global_shape, at::kFloat);
-    case InitKind::Ones: return at::ones(global_shape, at::kFloat);
+    case InitKind::Zeros:
+      return at::zeros(global_shape, at::kFloat);
+    case InitKind::Ones:
+      return at::ones(global_shape, at::kFloat);
     case InitKind::Normal: {
       auto generator = at::make_generator<at::CPUGeneratorImpl>(hash_name(seed, name));
       // Drawn in float32 whatever the training dtype, so float64 tests start from the same
@@ -97,14 +104,15 @@ at::Tensor init_global_tensor(const std::string& name, const std::vector<int64_t
   STRATA_CHECK(false, "unknown init kind");
 }
 
-Parameter make_parameter(const std::string& name, const ShardSpec& spec, InitKind kind,
-                         double std, uint64_t seed, at::ScalarType dtype, bool weight_decay) {
+Parameter make_parameter(const std::string& name, const ShardSpec& spec, InitKind kind, double std,
+                         uint64_t seed, at::ScalarType dtype, bool weight_decay) {
   at::Tensor global = init_global_tensor(name, spec.global_shape, kind, std, seed);
   at::Tensor local = at::zeros(spec.local_shape(), global.options());  // padding stays zero
   for (const auto& slice : spec.local_slices()) {
     at::Tensor source = global;
     for (size_t dim = 0; dim < slice.shape.size(); ++dim) {
-      source = source.narrow(static_cast<int64_t>(dim), slice.global_offsets[dim], slice.shape[dim]);
+      source =
+          source.narrow(static_cast<int64_t>(dim), slice.global_offsets[dim], slice.shape[dim]);
     }
     const int64_t split_dim = std::max<int64_t>(0, spec.split_dim);
     local.narrow(split_dim, slice.local_start, slice.shape[split_dim]).copy_(source);

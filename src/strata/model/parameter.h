@@ -25,24 +25,24 @@ struct ShardSpec {
   std::vector<int64_t> global_shape;
   int64_t split_dim = -1;  // -1: this rank holds the whole tensor
   ShardAxis split_axis = ShardAxis::None;
-  int64_t split_index = 0;             // this rank's piece of each block
-  int64_t split_count = 1;             // pieces per block
-  std::vector<int64_t> split_blocks;   // block sizes along split_dim; empty = one block
+  int64_t split_index = 0;            // this rank's piece of each block
+  int64_t split_count = 1;            // pieces per block
+  std::vector<int64_t> split_blocks;  // block sizes along split_dim; empty = one block
 
   // One contiguous region of the global tensor held locally.
   struct Slice {
     std::vector<int64_t> global_offsets;  // where it starts in the global tensor
     std::vector<int64_t> shape;
-    int64_t local_start = 0;              // where it starts along split_dim in the local tensor
+    int64_t local_start = 0;  // where it starts along split_dim in the local tensor
   };
-  std::vector<int64_t> local_shape() const;    // including padding rows
-  std::vector<Slice> local_slices() const;     // the real (non-padding) regions, in local order
+  std::vector<int64_t> local_shape() const;  // including padding rows
+  std::vector<Slice> local_slices() const;   // the real (non-padding) regions, in local order
   bool is_split() const { return split_dim >= 0 && split_count > 1; }
 };
 
 struct Parameter {
-  std::string name;   // global name, e.g. "blocks.0.attn.qkv.weight"
-  at::Tensor value;   // local piece; a leaf that requires grad
+  std::string name;  // global name, e.g. "blocks.0.attn.qkv.weight"
+  at::Tensor value;  // local piece; a leaf that requires grad
   ShardSpec spec;
   bool weight_decay = true;  // false for norm weights and biases
   // Replicated over tp, but each tp rank's gradient is only its part of the sum (norms under
@@ -59,8 +59,8 @@ struct Parameter {
 enum class InitKind { Normal, Zeros, Ones };
 at::Tensor init_global_tensor(const std::string& name, const std::vector<int64_t>& global_shape,
                               InitKind kind, double std, uint64_t seed);
-Parameter make_parameter(const std::string& name, const ShardSpec& spec, InitKind kind,
-                         double std, uint64_t seed, at::ScalarType dtype, bool weight_decay);
+Parameter make_parameter(const std::string& name, const ShardSpec& spec, InitKind kind, double std,
+                         uint64_t seed, at::ScalarType dtype, bool weight_decay);
 
 // The pieces of a local tensor (shaped like spec.local_shape()) as checkpoint slices, padding
 // left out. `write` = false on ranks whose identical replica another rank writes.

@@ -106,8 +106,9 @@ struct SplitToSequence : torch::autograd::Function<SplitToSequence> {
 // max; each rank contributes its columns' partial sums and (if it owns the target) the target
 // logit. Backward: dz_iv = (softmax_iv - [v == target_i]) * dloss / N on the local columns.
 struct VocabParallelCrossEntropy : torch::autograd::Function<VocabParallelCrossEntropy> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& logits, const at::Tensor& targets,
-                            int64_t vocab_start, int64_t vocab_size, Comm* comm) {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& logits,
+                            const at::Tensor& targets, int64_t vocab_start, int64_t vocab_size,
+                            Comm* comm) {
     const int64_t local_vocab = logits.size(1);
     at::Tensor z = logits.detach();
     // Padding columns (global index >= vocab_size) are excluded by a -inf mask.

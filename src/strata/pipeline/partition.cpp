@@ -13,8 +13,10 @@ namespace strata {
 std::vector<int64_t> balanced_partition(int64_t n_layers, int64_t stages, double layer_cost,
                                         double first_extra, double last_extra) {
   STRATA_REQUIRE(stages >= 1 && stages <= n_layers, "cannot split model.n_layers (", n_layers,
-                 ") into ", stages, " pipeline stages: each stage needs at least one layer; use "
-                 "parallel.pp * parallel.vpp <= ", n_layers);
+                 ") into ", stages,
+                 " pipeline stages: each stage needs at least one layer; use "
+                 "parallel.pp * parallel.vpp <= ",
+                 n_layers);
   const double infinity = std::numeric_limits<double>::infinity();
   auto cost = [&](int64_t stage, int64_t layers) {
     double c = layers * layer_cost;
@@ -25,7 +27,8 @@ std::vector<int64_t> balanced_partition(int64_t n_layers, int64_t stages, double
   // best[s][l]: when stages 0..s-1 hold l layers, the smallest possible maximum stage cost,
   // and among those the smallest sum of squared stage costs (the most even split).
   using Score = std::pair<double, double>;
-  std::vector<std::vector<Score>> best(stages + 1, std::vector<Score>(n_layers + 1, {infinity, infinity}));
+  std::vector<std::vector<Score>> best(stages + 1,
+                                       std::vector<Score>(n_layers + 1, {infinity, infinity}));
   std::vector<std::vector<int64_t>> choice(stages + 1, std::vector<int64_t>(n_layers + 1, 0));
   best[0][0] = {0, 0};
   for (int64_t s = 1; s <= stages; ++s) {
@@ -43,7 +46,8 @@ std::vector<int64_t> balanced_partition(int64_t n_layers, int64_t stages, double
     }
   }
   std::vector<int64_t> layers(stages);
-  for (int64_t s = stages, l = n_layers; s >= 1; l -= layers[s - 1], --s) layers[s - 1] = choice[s][l];
+  for (int64_t s = stages, l = n_layers; s >= 1; l -= layers[s - 1], --s)
+    layers[s - 1] = choice[s][l];
   return layers;
 }
 

@@ -91,10 +91,10 @@ void Progress::update(const StepMetrics& m) {
     int filled = static_cast<int>(kWidth * m.step / std::max<int64_t>(1, total_steps_));
     std::string bar(filled, '#');
     bar.resize(kWidth, '.');
-    std::snprintf(line, sizeof line, "\rstep %lld/%lld [%s] loss %.4f | %s tok/s | mfu %.1f%% | ETA %s ",
-                  static_cast<long long>(m.step), static_cast<long long>(total_steps_),
-                  bar.c_str(), m.loss, format_rate(m.tokens_per_s).c_str(), 100 * m.mfu,
-                  format_duration(eta).c_str());
+    std::snprintf(
+        line, sizeof line, "\rstep %lld/%lld [%s] loss %.4f | %s tok/s | mfu %.1f%% | ETA %s ",
+        static_cast<long long>(m.step), static_cast<long long>(total_steps_), bar.c_str(), m.loss,
+        format_rate(m.tokens_per_s).c_str(), 100 * m.mfu, format_duration(eta).c_str());
     std::cout << line << std::flush;
     bar_open_ = true;
     return;

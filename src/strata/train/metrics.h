@@ -20,8 +20,8 @@ struct StepMetrics {
   int64_t step = 0;  // 1-based: the number of optimizer steps done
   double loss = 0, lr = 0, grad_norm = 0, step_time_s = 0, tokens_per_s = 0, mfu = 0;
   double bubble_fraction = 0;  // largest share of the step a pipeline stage waited to receive
-  int64_t tokens = 0;  // tokens trained on so far
-  MemoryBytes mem;     // this rank (rank 0)
+  int64_t tokens = 0;          // tokens trained on so far
+  MemoryBytes mem;             // this rank (rank 0)
   nlohmann::json comm = nlohmann::json::object();  // bytes sent per collective kind, this step
 };
 
@@ -55,6 +55,6 @@ class Progress {
 };
 
 std::string format_duration(double seconds);  // "1h02m", "3m05s", "12s"
-std::string format_rate(double per_second);    // "950", "12.3k", "1.20M"
+std::string format_rate(double per_second);   // "950", "12.3k", "1.20M"
 
 }  // namespace strata

@@ -26,7 +26,8 @@ PipelineExecutor::PipelineExecutor(Schedule schedule, std::vector<GPT*> chunks, 
       rank_(pp.rank()) {
   for (const auto& actions : schedule_.ranks) {
     for (const Action& action : actions) {
-      if (action.kind == ActionKind::Backward || action.kind == ActionKind::BackwardInput) forward_only_ = false;
+      if (action.kind == ActionKind::Backward || action.kind == ActionKind::BackwardInput)
+        forward_only_ = false;
     }
   }
   STRATA_CHECK(pp.size() == schedule_.stages, "pp group of ", pp.size(), " for a schedule of ",

@@ -26,9 +26,9 @@ class Comm;
 class Trace;
 
 struct PipelineStepStats {
-  double loss_sum = 0;            // sum of microbatch losses (last stage only; 0 elsewhere)
-  int64_t peak_inflight = 0;      // most (microbatch, chunk) activation sets held at once
-  double wait_s = 0;              // time blocked in receives (this rank's bubble)
+  double loss_sum = 0;        // sum of microbatch losses (last stage only; 0 elsewhere)
+  int64_t peak_inflight = 0;  // most (microbatch, chunk) activation sets held at once
+  double wait_s = 0;          // time blocked in receives (this rank's bubble)
 };
 
 class PipelineExecutor {

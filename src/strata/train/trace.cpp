@@ -19,7 +19,10 @@ double Trace::now_us() const {
 }
 
 Trace::Scope::Scope(Trace& trace, const char* name, int64_t step, int64_t microbatch)
-    : trace_(trace), name_(name), step_(step), microbatch_(microbatch),
+    : trace_(trace),
+      name_(name),
+      step_(step),
+      microbatch_(microbatch),
       start_us_(trace.enabled_ ? trace.now_us() : 0) {}
 
 Trace::Scope::~Scope() {
@@ -33,8 +36,13 @@ void Trace::write(const std::string& dir, Comm& world) const {
   for (const auto& event : events_) {
     nlohmann::json args = {{"step", event.step}};
     if (event.microbatch >= 0) args["microbatch"] = event.microbatch;
-    events.push_back({{"name", event.name}, {"ph", "X"}, {"pid", 0}, {"tid", rank_},
-                      {"ts", event.start_us}, {"dur", event.duration_us}, {"args", args}});
+    events.push_back({{"name", event.name},
+                      {"ph", "X"},
+                      {"pid", 0},
+                      {"tid", rank_},
+                      {"ts", event.start_us},
+                      {"dur", event.duration_us},
+                      {"args", args}});
   }
   // Gather every rank's JSON text on all ranks: lengths first, then padded bytes.
   const std::string text = events.dump();
@@ -50,7 +58,10 @@ void Trace::write(const std::string& dir, Comm& world) const {
 
   nlohmann::json merged = nlohmann::json::array();
   for (int rank = 0; rank < world.size(); ++rank) {
-    merged.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", 0}, {"tid", rank},
+    merged.push_back({{"name", "thread_name"},
+                      {"ph", "M"},
+                      {"pid", 0},
+                      {"tid", rank},
                       {"args", {{"name", "rank " + std::to_string(rank)}}}});
     const char* begin = reinterpret_cast<const char*>(all.data_ptr()) + rank * longest;
     for (auto& event : nlohmann::json::parse(begin, begin + lengths[rank].item<int64_t>())) {

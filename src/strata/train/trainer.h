@@ -18,11 +18,11 @@ class PipelineExecutor;
 struct ShardedTensor;
 
 struct TrainResult {
-  std::vector<double> losses;       // one per optimizer step run by this call
-  std::vector<double> eval_losses;  // one per evaluation
+  std::vector<double> losses;          // one per optimizer step run by this call
+  std::vector<double> eval_losses;     // one per evaluation
   std::vector<int64_t> peak_inflight;  // per step: most microbatch activations held on this rank
-  int64_t first_step = 0;           // 0-based step this call started at (after a resume)
-  std::string last_checkpoint;      // directory of the last checkpoint written, if any
+  int64_t first_step = 0;              // 0-based step this call started at (after a resume)
+  std::string last_checkpoint;         // directory of the last checkpoint written, if any
 };
 
 class Trainer {
@@ -41,8 +41,8 @@ class Trainer {
 
  private:
   struct StepResult {
-    double loss;           // mean over the step's global batch
-    double bubble;         // largest receive-wait share of the step over the pipeline stages
+    double loss;    // mean over the step's global batch
+    double bubble;  // largest receive-wait share of the step over the pipeline stages
     int64_t peak_inflight;
   };
   StepResult train_step(int64_t step);
