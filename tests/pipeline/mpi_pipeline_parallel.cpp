@@ -101,12 +101,12 @@ TEST(PipelineTraining, ComposesWithTensorParallelism) {
 TEST(PipelineTraining, BadRequestsSayWhatWorks) {
   Comm world = Comm::world(120);
   if (world.size() < 2) GTEST_SKIP();
-  Config config = tiny_run(3);  // 3 microbatches cannot be interleaved over 2 stages
-  config.parallel.pp = 2;
-  config.parallel.dp = world.size() / 2;
+  const int64_t p = world.size();
+  Config config = tiny_run(p + 1);  // p + 1 microbatches cannot be interleaved over p stages
+  config.parallel.pp = p;
+  config.parallel.dp = 1;
   config.parallel.pp_schedule = "interleaved-1f1b";
   config.parallel.vpp = 2;
-  config.train.global_batch = 3 * config.parallel.dp;
   try {
     check_runnable(validate_config(config, world.size()));
     FAIL() << "no error";
@@ -114,11 +114,10 @@ TEST(PipelineTraining, BadRequestsSayWhatWorks) {
     EXPECT_NE(std::string(error.what()).find("parallel.microbatches"), std::string::npos)
         << error.what();
   }
-  config = tiny_run(2);
-  config.model.n_layers = 1;
-  config.parallel.pp = 2;
-  config.parallel.dp = world.size() / 2;
-  config.train.global_batch = 2 * config.parallel.dp;
+  config = tiny_run(p);
+  config.model.n_layers = p - 1;
+  config.parallel.pp = p;
+  config.parallel.dp = 1;
   EXPECT_THROW(validate_config(config, world.size()), UserError);  // more stages than layers
 }
 
