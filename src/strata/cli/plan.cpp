@@ -1,0 +1,197 @@
+// `strata plan` and `strata plan calibrate`. Flags are read as text and checked here, so each
+// bad value gets a message naming the flag and exit status 2.
+#include "strata/cli/plan.h"
+
+#include <cerrno>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <memory>
+
+#include "strata/core/config.h"
+#include "strata/core/error.h"
+#include "strata/dist/comm.h"
+#include "strata/dist/launcher.h"
+#include "strata/dist/runtime.h"
+#include "strata/plan/calibrate.h"
+#include "strata/plan/report.h"
+
+namespace strata {
+namespace {
+
+struct PlanOptions {
+  std::string model_path, cluster, nodes, global_batch, layout, top = "5";
+  bool json = false, allow_tp_across_nodes = false;
+  std::string calibrate_out, calibrate_nproc = "2";
+};
+
+int64_t parse_positive(const std::string& flag, const std::string& text,
+                       const std::string& example) {
+  errno = 0;
+  char* end = nullptr;
+  const long long value = std::strtoll(text.c_str(), &end, 10);
+  STRATA_REQUIRE(!text.empty() && end != text.c_str() && *end == '\0' && errno == 0 && value >= 1,
+                 flag, " '", text, "' must be a whole number >= 1, e.g. ", flag, " ", example);
+  return value;
+}
+
+// The model of a training config: its [model] section, checked as `strata train` checks it
+// (unknown keys in any section are errors too).
+TransformerSpec load_model(const std::string& path) {
+  STRATA_REQUIRE(!path.empty(), "--model is required: a TOML file with a [model] section, e.g. ",
+                 "--model configs/tiny.toml");
+  STRATA_REQUIRE(
+      std::filesystem::is_regular_file(path), "--model '", path,
+      "' is not a readable file; give a training config or a file with a [model] section");
+  Config model_only;
+  model_only.model = load_config(path).model;
+  try {
+    resolve_config(model_only, 1);
+  } catch (const UserError& error) {
+    throw UserError(str("--model ", path, ": ", error.what()));
+  }
+  return transformer_of(model_only.model);
+}
+
+void run_plan(const PlanOptions& options) {
+  const TransformerSpec model = load_model(options.model_path);
+  ClusterProfile cluster = load_cluster(options.cluster);
+  if (!options.nodes.empty()) cluster.nodes = parse_positive("--nodes", options.nodes, "128");
+  STRATA_REQUIRE(
+      !options.global_batch.empty(),
+      "--global-batch is required: sequences per optimizer step, e.g. --global-batch 1536");
+  const int64_t global_batch = parse_positive("--global-batch", options.global_batch, "1536");
+  const PlanInputs inputs = plan_inputs(model, cluster, global_batch);
+
+  if (!options.layout.empty()) {
+    const Prediction prediction = predict_layout(inputs, parse_layout(options.layout));
+    if (options.json) {
+      std::cout << prediction_to_json(prediction).dump(2) << std::endl;
+    } else {
+      std::cout << plan_heading(inputs) << "\n" << prediction_to_text(prediction, inputs);
+    }
+    return;
+  }
+  SearchOptions search;
+  search.top = parse_positive("--top", options.top, "5");
+  search.allow_tp_across_nodes = options.allow_tp_across_nodes;
+  const SearchResult result = search_layouts(inputs, search);
+  if (options.json) {
+    std::cout << search_to_json(result).dump(2) << std::endl;
+  } else {
+    std::cout << plan_heading(inputs) << "\n" << search_to_text(result, inputs);
+  }
+}
+
+// This process's command line, with the binary's absolute path, to re-run under mpirun.
+std::vector<std::string> own_command_line() {
+  std::ifstream file("/proc/self/cmdline", std::ios::binary);
+  std::vector<std::string> args;
+  std::string arg;
+  while (std::getline(file, arg, '\0')) args.push_back(arg);
+  std::error_code error;
+  const auto self = std::filesystem::read_symlink("/proc/self/exe", error);
+  if (!error && !args.empty()) args[0] = self.string();
+  return args;
+}
+
+void write_profile(const std::string& path, const ClusterProfile& profile) {
+  const std::filesystem::path target(path);
+  std::error_code error;
+  if (target.has_parent_path()) std::filesystem::create_directories(target.parent_path(), error);
+  const std::string temporary = path + ".tmp";
+  {
+    std::ofstream file(temporary);
+    file << "# The local machine as measured by `strata plan calibrate`.\n"
+         << cluster_to_toml(profile);
+    file.close();
+    STRATA_REQUIRE(file.good(), "--out: cannot write '", temporary,
+                   "'; give a path in a writable directory");
+  }
+  std::filesystem::rename(temporary, target, error);
+  STRATA_REQUIRE(!error, "--out: cannot rename '", temporary, "' to '", path,
+                 "': ", error.message());
+}
+
+void run_calibrate(const PlanOptions& options) {
+  const int64_t nproc = parse_positive("--nproc", options.calibrate_nproc, "2");
+  const std::string out =
+      options.calibrate_out.empty() ? local_profile_path() : options.calibrate_out;
+  if (nproc > 1 && !started_by_mpi_launcher()) {
+    relaunch_under_mpirun(static_cast<int>(nproc), own_command_line());
+  }
+  int argc = 0;
+  char** no_args = nullptr;
+  init_mpi(&argc, &no_args);
+  int rank = 0;
+  try {
+    Comm world = Comm::world();
+    rank = world.rank();
+    configure_rank_threads(0);
+    const CalibrationReport report = calibrate_local(world);
+    if (rank == 0) {
+      write_profile(out, report.profile);
+      std::cout << calibration_to_text(report) << "profile written to " << out
+                << " (use it with --cluster local"
+                << (options.calibrate_out.empty() ? "" : str(" or --cluster ", out)) << ")\n";
+    }
+  } catch (const UserError&) {
+    finalize_mpi();
+    throw;
+  }
+  finalize_mpi();
+}
+
+}  // namespace
+
+CLI::App* add_plan_command(CLI::App& app) {
+  auto options = std::make_shared<PlanOptions>();
+  CLI::App* plan = app.add_subcommand(
+      "plan", "Predict memory, step time and throughput of a layout, or search the best layouts");
+  plan->add_option("--model", options->model_path, "Training config whose [model] section to plan")
+      ->type_name("FILE");
+  plan->add_option("--cluster", options->cluster,
+                   "Cluster profile: a100-80gb, h100-80gb, h200, local, or a TOML file")
+      ->type_name("NAME|FILE");
+  plan->add_option("--nodes", options->nodes, "Number of nodes (overrides the profile's)")
+      ->type_name("N");
+  plan->add_option("--global-batch", options->global_batch, "Sequences per optimizer step")
+      ->type_name("B");
+  plan->add_option("--layout", options->layout,
+                   "Predict this layout: tp=..,pp=..,dp=..,cp=..,ep=..,vpp=..,zero=..,"
+                   "micro_batch=..,recompute=none|selective|full,sequence_parallel=true|false,"
+                   "schedule=..")
+      ->type_name("K=V,...");
+  plan->add_option("--top", options->top, "How many layouts a search returns (default 5)")
+      ->type_name("K");
+  plan->add_flag("--allow-tp-across-nodes", options->allow_tp_across_nodes,
+                 "Let the search place tensor-parallel groups across nodes");
+  plan->add_flag("--json", options->json, "Print JSON");
+
+  CLI::App* calibrate =
+      plan->add_subcommand("calibrate", "Measure this machine and write the local cluster profile");
+  calibrate->add_option("--nproc", options->calibrate_nproc, "Ranks to measure with (default 2)")
+      ->type_name("N");
+  calibrate
+      ->add_option("--out", options->calibrate_out,
+                   "Where to write the profile (default " + local_profile_path() + ")")
+      ->type_name("FILE");
+
+  auto guarded = [](auto run) {
+    try {
+      run();
+    } catch (const UserError& error) {
+      std::cerr << "strata: error: " << error.what() << std::endl;
+      throw CLI::RuntimeError(2);
+    }
+  };
+  calibrate->callback([options, guarded] { guarded([&] { run_calibrate(*options); }); });
+  plan->callback([options, calibrate, guarded] {
+    if (calibrate->parsed()) return;
+    guarded([&] { run_plan(*options); });
+  });
+  return plan;
+}
+
+}  // namespace strata

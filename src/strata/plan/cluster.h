@@ -1,0 +1,70 @@
+// Hardware profiles for the planner: how many devices, how fast each multiplies matrices and
+// moves memory, and how fast the links between them are. Read from a TOML file, a built-in
+// preset (a100-80gb, h100-80gb, h200: 8-GPU nodes with NVLink inside and InfiniBand between),
+// or the `local` profile that `strata plan calibrate` writes for this machine.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace strata {
+
+struct DeviceProfile {
+  std::string name;
+  double peak_tflops = 0;           // dense matrix-multiply rate in `precision`, TFLOP/s
+  double memory_gb = 0;             // usable memory per device, GB = 1e9 bytes
+  double memory_bandwidth_gbs = 0;  // device memory, GB/s
+  // Fraction of peak_tflops that the transformer's matrix multiplies reach (kernel and
+  // shape efficiency). 1 for a calibrated profile, whose peak is already a measured rate.
+  double matmul_efficiency = 1.0;
+  // What training runs in on this device: "bf16" = mixed precision (16-bit weights and
+  // activations, fp32 master weights and Adam state); "fp32" = everything in float32, as the
+  // CPU runtime of this release trains.
+  std::string precision = "bf16";
+};
+
+struct NetworkProfile {
+  double intra_node_gbs = 0;  // per device and direction, inside a node (NVLink, shared memory)
+  double inter_node_gbs = 0;  // per device and direction, between nodes (its share of the NICs)
+  double latency_us = 0;      // per message between nodes
+  double intra_node_latency_us = -1;  // per message inside a node; < 0: the same as latency_us
+
+  double intra_latency_us() const {
+    return intra_node_latency_us >= 0 ? intra_node_latency_us : latency_us;
+  }
+};
+
+struct ClusterProfile {
+  std::string name;  // the preset name, "local", or the file it was read from
+  int64_t nodes = 1;
+  int64_t devices_per_node = 1;
+  DeviceProfile device;
+  NetworkProfile network;
+
+  int64_t devices() const { return nodes * devices_per_node; }
+  double memory_bytes() const { return device.memory_gb * 1e9; }
+};
+
+// TOML text -> profile. Sections [cluster] nodes, devices_per_node; [device] name,
+// peak_tflops, memory_gb, memory_bandwidth_gbs (+ optional matmul_efficiency, precision);
+// [network] intra_node_gbs, inter_node_gbs, latency_us (+ optional intra_node_latency_us).
+// Throws UserError naming the origin and every missing, unknown or out-of-range key.
+ClusterProfile parse_cluster(const std::string& toml_text, const std::string& origin);
+
+// A preset name (cluster_preset_names()), "local" (local_profile_path(), written by
+// `strata plan calibrate`), or a TOML file. Throws UserError saying which names and files exist.
+ClusterProfile load_cluster(const std::string& name_or_path);
+
+// The profile as TOML that parse_cluster reads back to the same values.
+std::string cluster_to_toml(const ClusterProfile& cluster);
+
+const std::vector<std::string>& cluster_preset_names();
+// The TOML text of a preset (the same as configs/clusters/NAME.toml); "" for another name.
+std::string cluster_preset_toml(const std::string& name);
+
+// Where `strata plan calibrate` writes the local profile and `--cluster local` reads it:
+// $STRATA_CACHE_DIR/clusters/local.toml, else $XDG_CACHE_HOME/strata/clusters/local.toml,
+// else $HOME/.cache/strata/clusters/local.toml.
+std::string local_profile_path();
+
+}  // namespace strata

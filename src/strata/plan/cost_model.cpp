@@ -1,0 +1,495 @@
+// The cost model: per pipeline rank, the parameters, activations and per-microbatch times of
+// the layers it holds; then the schedule simulator for the pipeline, and the data-parallel
+// and optimizer phases after it. Notation: t tp, b micro_batch, n = b * s / cp tokens a rank
+// computes, e bytes of an activation element, R matmul FLOP/s, M memory bytes/s.
+#include "strata/plan/cost_model.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "strata/core/error.h"
+#include "strata/pipeline/generators.h"
+#include "strata/pipeline/partition.h"
+#include "strata/pipeline/simulator.h"
+#include "strata/plan/collectives.h"
+
+namespace strata {
+namespace {
+
+// Elementwise passes over the data, each a read and a write unless noted.
+constexpr double kNormAndResidualPasses =
+    10;  // 2 norms (read+write), 2 residual adds (2 reads+write)
+constexpr double kAttentionScorePasses = 6;  // scale, causal mask, softmax over a*s*s scores
+constexpr double kDropoutPasses = 3;         // mask generation and apply, per dropout site
+constexpr double kHeadCopyPasses = 2;        // q, k, v made contiguous per head; the merge back
+constexpr double kRopePasses = 8;            // rotate q and k: two products, a sum, a concat
+constexpr double kGeluPasses = 2;
+constexpr double kSwigluPasses = 5;  // silu (read+write) and the product (2 reads+write)
+constexpr double kCrossEntropyForwardPasses = 8;   // max, shift, exp, sum, pick the target, ...
+constexpr double kCrossEntropyBackwardPasses = 4;  // softmax minus one-hot, scaled
+constexpr double kBackwardElementwiseFactor = 2;  // a backward op reads input and grad, writes grad
+constexpr double kGradAccumulatePasses = 3;       // .grad += dW: two reads, one write
+
+// Optimizer step + clipping, bytes moved per local parameter. fp32/fp64: strata's AdamW as
+// separate ATen ops (decay, two moment updates, sqrt, scale, add eps, addcdiv: 92 bytes at 4
+// bytes per element) + clipping (the norm reads the gradients, 4; scaling them rewrites
+// them, 8) + zero_grad (4) = 108. bf16: a fused
+// mixed-precision AdamW (read fp32 master, m, v and the 2-byte gradient; write master, m, v
+// and the 2-byte weight) + reading the gradients for the norm.
+double optimizer_bytes_per_parameter(Precision precision) {
+  switch (precision) {
+    case Precision::bf16:
+      return 30;
+    case Precision::fp32:
+      return 108;
+    case Precision::fp64:
+      return 216;
+  }
+  return 0;
+}
+
+// Reduce-scatter granularity of ZeRO-2/3 gradients: the buffer the reduction needs.
+constexpr double kZeroBucketElements = 25e6;
+
+// Elementwise bytes of one layer's forward for one microbatch on one rank.
+double layer_elementwise_forward_bytes(const TransformerSpec& spec, const PlanLayout& layout,
+                                       bool moe_layer, double e) {
+  const double t = static_cast<double>(layout.tp), cp = static_cast<double>(layout.cp);
+  const double n = static_cast<double>(layout.micro_batch * spec.seq) / cp;
+  const double replicated_tokens = layout.sequence_parallel ? n / t : n;
+  const double h = static_cast<double>(spec.hidden), kv = static_cast<double>(spec.kv_width());
+  const double s = static_cast<double>(spec.seq);
+  const double scores =
+      static_cast<double>(spec.heads) / t * s * (s / cp) * static_cast<double>(layout.micro_batch);
+  double bytes = kNormAndResidualPasses * e * replicated_tokens * h;
+  bytes += kHeadCopyPasses * e * n * (2 * h + 2 * kv) / t;
+  bytes += (kAttentionScorePasses + (spec.dropout ? kDropoutPasses : 0)) * e * scores;
+  if (spec.dropout) bytes += 2 * kDropoutPasses * e * replicated_tokens * h;
+  if (!spec.learned_positions) bytes += kRopePasses * e * n * (h + kv) / t;
+  const double width =
+      moe_layer ? static_cast<double>(spec.expert_width()) : static_cast<double>(spec.ffn);
+  const double tokens = moe_layer ? n * expert_token_factor(spec.moe) : n;
+  bytes += (spec.gated_mlp ? kSwigluPasses : kGeluPasses) * e * tokens * width / t;
+  return bytes;
+}
+
+struct ScheduleKey {
+  std::string name;
+  int64_t stages, microbatches, chunks;
+};
+
+Schedule make_schedule(const ScheduleKey& key) {
+  ScheduleRequest request;
+  request.name = key.name;
+  request.stages = static_cast<int>(key.stages);
+  request.microbatches = static_cast<int>(key.microbatches);
+  request.chunks = static_cast<int>(key.chunks);
+  return build_schedule(request);
+}
+
+}  // namespace
+
+// One pipeline rank: what it holds and what one microbatch costs it.
+struct CostModel::StageModel {
+  int64_t layers = 0;
+  double dense_params = 0;   // replicated over dp * cp
+  double expert_params = 0;  // replicated over dp * cp / ep
+  double largest_layer_params = 0;
+  double activation_bytes = 0;  // one microbatch through all its layers
+  double working_set = 0;       // what recomputing one layer holds on top
+  double forward_compute = 0, input_compute = 0, weight_compute = 0;
+  double forward_tp = 0, backward_tp = 0;
+  double forward_cp = 0, backward_cp = 0;
+  double forward_ep = 0, backward_ep = 0;
+  double transfer = 0;             // one activation (or gradient) message to the neighbour stage
+  double tied_embedding_sync = 0;  // last stage: all-reduce of the tied embedding's gradient
+
+  double forward() const { return forward_compute + forward_tp + forward_cp + forward_ep; }
+  double backward_input() const { return input_compute + backward_tp + backward_cp + backward_ep; }
+  double per_microbatch() const { return forward() + backward_input() + weight_compute; }
+};
+
+PlanInputs plan_inputs(const TransformerSpec& model, const ClusterProfile& cluster,
+                       int64_t global_batch) {
+  PlanInputs inputs;
+  inputs.model = model;
+  inputs.cluster = cluster;
+  inputs.global_batch = global_batch;
+  inputs.precision = parse_precision(cluster.device.precision);
+  return inputs;
+}
+
+CostModel::CostModel(PlanInputs inputs) : inputs_(std::move(inputs)) {}
+CostModel::~CostModel() = default;
+
+std::vector<CostModel::StageModel> CostModel::stages(const PlanLayout& layout) const {
+  const TransformerSpec& spec = inputs_.model;
+  const ClusterProfile& cluster = inputs_.cluster;
+  const NetworkProfile& network = cluster.network;
+  const StateBytesPerParameter bytes_per = state_bytes_per_parameter(inputs_.precision);
+  const double e = bytes_per.activation_element;
+  const double t = static_cast<double>(layout.tp), cp = static_cast<double>(layout.cp);
+  const double R = cluster.device.peak_tflops * 1e12 * cluster.device.matmul_efficiency;
+  const double M = cluster.device.memory_bandwidth_gbs * 1e9;
+  const double n = static_cast<double>(layout.micro_batch * spec.seq) / cp;
+  const double h = static_cast<double>(spec.hidden);
+  const double kv = static_cast<double>(spec.kv_width());
+  const double replicated_tokens = layout.sequence_parallel ? n / t : n;
+  const int64_t G = cluster.devices_per_node;
+  const GroupSpan tp_group = group_span(1, layout.tp, G);
+  const GroupSpan cp_group = group_span(layout.tp, layout.cp, G);
+  const GroupSpan ep_group = group_span(layout.tp, layout.ep, G);
+  const GroupSpan pp_group = group_span(layout.tp * layout.cp * layout.dp, layout.pp, G);
+  const ParameterCounts counts = parameter_counts(spec);
+  const double vocab_per_rank = std::ceil(static_cast<double>(spec.vocab) / t);
+
+  ActivationOptions activation;
+  activation.tp = layout.tp;
+  activation.cp = layout.cp;
+  activation.sequence_parallel = layout.sequence_parallel;
+  activation.recompute = layout.recompute;
+  activation.element_bytes = static_cast<int64_t>(e);
+  ActivationOptions no_recompute = activation;
+  no_recompute.recompute = Recompute::none;
+
+  // Collectives of one layer for one microbatch: the tp all-reduce (or all-gather +
+  // reduce-scatter) of the b*s*h activations, the cp ring exchange of K and V, the expert
+  // dispatch (or combine) all-to-all.
+  const double tp_collective = all_reduce_seconds(network, tp_group, e * n * h);
+  const double cp_ring =
+      (cp - 1) * p2p_seconds(network, cp_group.crosses_nodes(), 2 * e * n * kv / t);
+  const double expert_tokens = replicated_tokens * expert_token_factor(spec.moe);
+  const double ep_all_to_all = all_to_all_seconds(network, ep_group, e * expert_tokens * h);
+
+  std::vector<StageModel> out(layout.pp);
+  const std::vector<int64_t>& chunk_layers = partition(layout.pp * layout.vpp);
+  int64_t first_layer = 0;
+  for (size_t c = 0; c < chunk_layers.size(); ++c) {
+    StageModel& stage = out[c % layout.pp];
+    const int64_t end_layer = first_layer + chunk_layers[c];
+    for (int64_t layer = first_layer; layer < end_layer; ++layer) {
+      const bool moe = spec.is_moe_layer(layer);
+      ++stage.layers;
+      const PassFlops flops = layer_flops(spec, layout.micro_batch, moe);
+      const double local_dense =
+          (moe ? counts.moe_layer - counts.expert_params : counts.dense_layer) / t;
+      const double local_expert =
+          moe ? counts.expert_params / (t * static_cast<double>(layout.ep)) : 0.0;
+      stage.dense_params += local_dense;
+      stage.expert_params += local_expert;
+      stage.largest_layer_params = std::max(stage.largest_layer_params, local_dense + local_expert);
+
+      stage.activation_bytes += layer_activation_bytes(spec, layout.micro_batch, moe, activation);
+      if (layout.recompute == Recompute::full) {
+        stage.working_set = std::max(
+            stage.working_set, layer_activation_bytes(spec, layout.micro_batch, moe, no_recompute));
+      } else if (layout.recompute == Recompute::selective) {
+        stage.working_set = std::max(stage.working_set, attention_core_activation_bytes(
+                                                            spec, layout.micro_batch, activation));
+      }
+
+      const double split = t * cp;
+      const double forward_matmul = flops.forward / split / R;
+      const double core_matmul = flops.attention_core_forward / split / R;
+      const double forward_elementwise = layer_elementwise_forward_bytes(spec, layout, moe, e) / M;
+      const double scores = static_cast<double>(spec.heads) / t * static_cast<double>(spec.seq) *
+                            (static_cast<double>(spec.seq) / cp) *
+                            static_cast<double>(layout.micro_batch);
+      const double core_elementwise = kAttentionScorePasses * e * scores / M;
+      const double forward_ring = std::max(0.0, cp_ring - core_matmul);
+      const double backward_ring = std::max(0.0, 2 * cp_ring - 2 * core_matmul);
+
+      stage.forward_compute += forward_matmul + forward_elementwise;
+      stage.input_compute +=
+          flops.input_grad / split / R + kBackwardElementwiseFactor * forward_elementwise;
+      stage.weight_compute += flops.weight_grad / split / R + kGradAccumulatePasses *
+                                                                  bytes_per.grads *
+                                                                  (local_dense + local_expert) / M;
+      stage.forward_tp += 2 * tp_collective;
+      stage.backward_tp += 2 * tp_collective;
+      stage.forward_cp += forward_ring;
+      stage.backward_cp += backward_ring;
+      if (moe) {
+        stage.forward_ep += 2 * ep_all_to_all;
+        stage.backward_ep += 2 * ep_all_to_all;
+      }
+      if (layout.recompute == Recompute::full) {
+        stage.input_compute += forward_matmul + forward_elementwise;
+        stage.backward_tp += 2 * tp_collective;
+        stage.backward_cp += forward_ring;
+        if (moe) stage.backward_ep += 2 * ep_all_to_all;
+      } else if (layout.recompute == Recompute::selective) {
+        stage.input_compute += core_matmul + core_elementwise;
+      }
+    }
+    first_layer = end_layer;
+  }
+
+  // Embedding on the first stage: vocab-parallel lookup whose partial rows are all-reduced
+  // (reduce-scattered under sequence parallelism), plus learned positions.
+  StageModel& first = out.front();
+  const double embedding_params = vocab_per_rank * h;
+  const double position_params = spec.learned_positions ? static_cast<double>(spec.seq) * h : 0.0;
+  first.dense_params += embedding_params + position_params;
+  first.forward_compute += 3 * e * n * h / M;
+  first.input_compute += 3 * e * n * h / M;
+  first.weight_compute +=
+      kGradAccumulatePasses * bytes_per.grads * (embedding_params + position_params) / M;
+  first.forward_tp += tp_collective;
+  if (layout.sequence_parallel) first.backward_tp += tp_collective;
+
+  // Head on the last stage: final norm, (gather,) logits matmul, vocab-parallel cross-entropy
+  // (three all-reduces of one number per token), which keeps the logits and their softmax in
+  // at least fp32.
+  StageModel& last = out.back();
+  const PassFlops head = head_flops(spec, layout.micro_batch);
+  const double head_params = spec.tied_embeddings && layout.pp == 1 ? 0.0 : vocab_per_rank * h;
+  const double final_norm_params = spec.norm_bias ? 2 * h : h;
+  last.dense_params += head_params + final_norm_params;
+  const double logits = n * vocab_per_rank;
+  const double loss_element = std::max(4.0, e);
+  last.activation_bytes += e * replicated_tokens * h + e * n * h + 2 * loss_element * logits;
+  last.forward_compute += head.forward / (t * cp) / R + 2 * e * replicated_tokens * h / M +
+                          kCrossEntropyForwardPasses * loss_element * logits / M;
+  last.input_compute += head.input_grad / (t * cp) / R +
+                        kBackwardElementwiseFactor * 2 * e * replicated_tokens * h / M +
+                        kCrossEntropyBackwardPasses * loss_element * logits / M;
+  last.weight_compute +=
+      head.weight_grad / (t * cp) / R + kGradAccumulatePasses * bytes_per.grads * head_params / M;
+  last.forward_tp += 3 * all_reduce_seconds(network, tp_group, 4 * n);
+  last.forward_tp += layout.sequence_parallel ? tp_collective : 0.0;
+  last.backward_tp += tp_collective;
+  if (spec.tied_embeddings && layout.pp > 1) {
+    // The last stage's copy of the tied embedding and the first stage's are kept equal by
+    // all-reducing their gradients once per step (Megatron's embedding group).
+    last.tied_embedding_sync = all_reduce_seconds(
+        network, group_span(layout.tp * layout.cp * layout.dp * (layout.pp - 1), 2, G),
+        bytes_per.grads * head_params);
+  }
+
+  const double message = e * (layout.sequence_parallel ? n / t : n) * h;
+  for (StageModel& stage : out) {
+    stage.transfer = layout.pp > 1 ? p2p_seconds(network, pp_group.crosses_nodes(), message) : 0.0;
+  }
+  return out;
+}
+
+const std::vector<int64_t>& CostModel::partition(int64_t chunks) const {
+  auto found = partition_cache_.find(chunks);
+  if (found != partition_cache_.end()) return found->second;
+  // The runtime's partition (train/trainer.cpp): layers balanced against the head, costed in
+  // training FLOPs per token.
+  const TransformerSpec& spec = inputs_.model;
+  const double seq = static_cast<double>(spec.seq);
+  const double per_layer = layer_flops(spec, 1, false).total() / seq;
+  const double head = head_flops(spec, 1).total() / seq;
+  return partition_cache_
+      .emplace(chunks, balanced_partition(spec.layers, chunks, per_layer, 0.0, head))
+      .first->second;
+}
+
+const std::vector<double>& CostModel::inflight_per_stage(const PlanLayout& layout,
+                                                         int64_t microbatches) {
+  // The in-flight counts follow from each rank's action order alone: any costs will do.
+  // Except under GPipe (which holds all m), a stage's peak is reached within its warmup and
+  // first steady round, so p * (2v + 1) microbatches (a multiple of p, as interleaving needs)
+  // show it and keep long pipelines cheap to simulate.
+  const int64_t shown = layout.schedule == "gpipe"
+                            ? microbatches
+                            : std::min(microbatches, layout.pp * (2 * layout.vpp + 1));
+  const auto key = std::make_tuple(layout.schedule, layout.pp, shown, layout.vpp);
+  auto found = inflight_cache_.find(key);
+  if (found != inflight_cache_.end()) return found->second;
+  std::vector<double> inflight(layout.pp, 1.0);
+  if (layout.pp > 1) {
+    const Schedule schedule = make_schedule({layout.schedule, layout.pp, shown, layout.vpp});
+    const SimulationResult result = simulate_schedule(schedule, {StageCosts{}});
+    ++simulations_;
+    for (int64_t r = 0; r < layout.pp; ++r)
+      inflight[r] = result.per_stage[r].peak_inflight_microbatches;
+  }
+  return inflight_cache_.emplace(key, std::move(inflight)).first->second;
+}
+
+std::vector<CostModel::StageMemory> CostModel::stage_memory(const PlanLayout& layout,
+                                                            const std::vector<StageModel>& models) {
+  const int64_t microbatches = microbatches_of(layout, inputs_.global_batch);
+  const std::vector<double>& inflight_counts = inflight_per_stage(layout, microbatches);
+  const StateBytesPerParameter bytes_per = state_bytes_per_parameter(inputs_.precision);
+  const int64_t replicas = layout.dp * layout.cp;
+  const int64_t expert_replicas = replicas / layout.ep;
+  const double e = bytes_per.activation_element;
+  const double n =
+      static_cast<double>(layout.micro_batch * inputs_.model.seq) / static_cast<double>(layout.cp);
+  const double message = e * (layout.sequence_parallel ? n / static_cast<double>(layout.tp) : n) *
+                         static_cast<double>(inputs_.model.hidden);
+
+  std::vector<StageMemory> out(layout.pp);
+  for (int64_t r = 0; r < layout.pp; ++r) {
+    const StageModel& stage = models[r];
+    const ModelStateBytes dense =
+        model_state_bytes(stage.dense_params, layout.zero, replicas, inputs_.precision);
+    const ModelStateBytes expert =
+        model_state_bytes(stage.expert_params, layout.zero, expert_replicas, inputs_.precision);
+    MemoryBreakdown& memory = out[r].memory;
+    out[r].inflight = inflight_counts[r];
+    memory.params = dense.params + expert.params;
+    memory.grads = dense.grads + expert.grads;
+    memory.optimizer = dense.optimizer + expert.optimizer;
+    memory.activations = inflight_counts[r] * stage.activation_bytes + stage.working_set;
+    // Gradient reduction: ZeRO 0/1 reduce one flat copy of all gradients (the runtime
+    // concatenates them); ZeRO 2/3 reduce-scatter bucket by bucket. ZeRO-3 gathers the
+    // parameters of the running layer and prefetches the next. A pipeline stage keeps a send
+    // and a receive buffer for activations and for gradients.
+    const double gradient_bytes = bytes_per.grads * (stage.dense_params + stage.expert_params);
+    if (replicas > 1) {
+      memory.buffers += layout.zero <= 1
+                            ? gradient_bytes
+                            : std::min(gradient_bytes, bytes_per.grads * kZeroBucketElements);
+    }
+    if (layout.zero == 3) memory.buffers += 2 * bytes_per.weights * stage.largest_layer_params;
+    if (layout.pp > 1) memory.buffers += 4 * message;
+  }
+  return out;
+}
+
+MemoryBreakdown CostModel::memory(const PlanLayout& layout, int64_t* fullest_stage,
+                                  double* inflight) {
+  const std::vector<StageMemory> memories = stage_memory(layout, stages(layout));
+  size_t fullest = 0;
+  for (size_t r = 1; r < memories.size(); ++r) {
+    if (memories[r].memory.total() > memories[fullest].memory.total()) fullest = r;
+  }
+  if (fullest_stage != nullptr) *fullest_stage = static_cast<int64_t>(fullest);
+  if (inflight != nullptr) *inflight = memories[fullest].inflight;
+  return memories[fullest].memory;
+}
+
+Prediction CostModel::predict(const PlanLayout& layout) { return predict(layout, true); }
+
+Prediction CostModel::predict_lower_bound(const PlanLayout& layout) {
+  return predict(layout, false);
+}
+
+Prediction CostModel::predict(const PlanLayout& layout, bool simulate_pipeline) {
+  const TransformerSpec& spec = inputs_.model;
+  const ClusterProfile& cluster = inputs_.cluster;
+  const NetworkProfile& network = cluster.network;
+  const StateBytesPerParameter bytes_per = state_bytes_per_parameter(inputs_.precision);
+  const int64_t microbatches = microbatches_of(layout, inputs_.global_batch);
+  const double m = static_cast<double>(microbatches);
+
+  Prediction prediction;
+  prediction.layout = layout;
+  prediction.microbatches = microbatches;
+  const std::vector<StageModel> models = stages(layout);
+  const std::vector<StageMemory> memories = stage_memory(layout, models);
+  for (int64_t r = 0; r < layout.pp; ++r) {
+    prediction.stages.push_back({models[r].layers, memories[r].memory.total(), memories[r].inflight,
+                                 m * models[r].per_microbatch()});
+    if (memories[r].memory.total() > memories[prediction.fullest_stage].memory.total()) {
+      prediction.fullest_stage = r;
+    }
+  }
+  prediction.memory = memories[prediction.fullest_stage].memory;
+  prediction.inflight_microbatches = memories[prediction.fullest_stage].inflight;
+  prediction.memory_capacity = cluster.memory_bytes();
+  prediction.fits = prediction.memory.total() <= prediction.memory_capacity;
+  prediction.tp_spans_nodes = group_span(1, layout.tp, cluster.devices_per_node).crosses_nodes();
+
+  std::vector<StageCosts> costs(layout.pp);
+  int64_t busiest = 0;
+  for (int64_t r = 0; r < layout.pp; ++r) {
+    costs[r].forward = models[r].forward();
+    costs[r].backward_input = models[r].backward_input();
+    costs[r].backward_weight = models[r].weight_compute;
+    costs[r].transfer = models[r].transfer;
+    if (models[r].per_microbatch() > models[busiest].per_microbatch()) busiest = r;
+  }
+  double pipeline_time = m * models[busiest].per_microbatch();
+  double no_transfer_time = pipeline_time;
+  if (layout.pp > 1 && simulate_pipeline) {
+    const Schedule schedule = make_schedule({layout.schedule, layout.pp, microbatches, layout.vpp});
+    std::vector<StageCosts> without_transfer = costs;
+    for (StageCosts& cost : without_transfer) cost.transfer = 0;
+    const SimulationResult ideal = simulate_schedule(schedule, without_transfer);
+    const SimulationResult real = simulate_schedule(schedule, costs);
+    simulations_ += 2;
+    no_transfer_time = ideal.step_time;
+    pipeline_time = real.step_time;
+    prediction.bubble_fraction = ideal.bubble_fraction;
+  }
+
+  // The busiest stage's work, by kind; the rest of the pipeline time is bubble and transfers.
+  const StageModel& stage = models[busiest];
+  TimeBreakdown& time = prediction.time;
+  time.compute = m * (stage.forward_compute + stage.input_compute + stage.weight_compute);
+  time.tensor_parallel = m * (stage.forward_tp + stage.backward_tp);
+  time.context_parallel = m * (stage.forward_cp + stage.backward_cp);
+  time.expert_all_to_all = m * (stage.forward_ep + stage.backward_ep);
+  time.pipeline_bubble = std::max(0.0, no_transfer_time - m * stage.per_microbatch());
+  time.pipeline_p2p = std::max(0.0, pipeline_time - no_transfer_time);
+
+  // After the pipeline: every stage reduces its gradients over its replicas (the slowest
+  // decides), then steps its optimizer.
+  const int64_t replicas = layout.dp * layout.cp;
+  const GroupSpan replica_group = group_span(layout.tp, replicas, cluster.devices_per_node);
+  const GroupSpan expert_group =
+      group_span(layout.tp * layout.ep, replicas / layout.ep, cluster.devices_per_node);
+  const double M = cluster.device.memory_bandwidth_gbs * 1e9;
+  double data_parallel = 0, optimizer = 0;
+  for (const StageModel& model : models) {
+    double reduce = 0;
+    for (const auto& [params, group] : {std::make_pair(model.dense_params, replica_group),
+                                        std::make_pair(model.expert_params, expert_group)}) {
+      if (group.size <= 1 || params <= 0) continue;
+      const double grads = bytes_per.grads * params, weights = bytes_per.weights * params;
+      if (layout.zero == 0) {
+        // The runtime copies every gradient into one flat buffer and back around the all-reduce.
+        reduce += all_reduce_seconds(network, group, grads) + 4 * grads / M;
+      } else {
+        reduce += reduce_scatter_seconds(network, group, grads) +
+                  all_gather_seconds(network, group, weights);
+        if (layout.zero == 3) reduce += m * 2 * all_gather_seconds(network, group, weights);
+      }
+    }
+    reduce += model.tied_embedding_sync;
+    // The mean loss is averaged over the replicas: one small all-reduce.
+    reduce += all_reduce_seconds(network, replica_group, 8);
+    data_parallel = std::max(data_parallel, reduce);
+    const double local =
+        model.dense_params / (layout.zero >= 1 ? static_cast<double>(replicas) : 1.0) +
+        model.expert_params / (layout.zero >= 1 ? static_cast<double>(replicas / layout.ep) : 1.0);
+    optimizer = std::max(optimizer, optimizer_bytes_per_parameter(inputs_.precision) * local / M);
+  }
+  time.data_parallel = data_parallel;
+  time.optimizer = optimizer;
+
+  prediction.step_time_s = pipeline_time + data_parallel + optimizer;
+  const double devices = static_cast<double>(cluster.devices());
+  const double batch = static_cast<double>(inputs_.global_batch);
+  prediction.tokens_per_s = batch * static_cast<double>(spec.seq) / prediction.step_time_s;
+  prediction.model_tflops_per_device =
+      model_flops_per_step(spec, inputs_.global_batch) / prediction.step_time_s / devices / 1e12;
+  prediction.hardware_tflops_per_device =
+      hardware_flops_per_step(spec, inputs_.global_batch, layout.recompute) /
+      prediction.step_time_s / devices / 1e12;
+  prediction.mfu = prediction.model_tflops_per_device / cluster.device.peak_tflops;
+  return prediction;
+}
+
+Prediction predict_layout(const PlanInputs& inputs, const PlanLayout& layout) {
+  const PlanLayout resolved = resolve_layout(layout, inputs.cluster.devices());
+  const std::vector<std::string> problems =
+      layout_problems(inputs.model, resolved, inputs.cluster.devices(), inputs.global_batch);
+  if (problems.size() == 1) throw UserError(str("--layout: ", problems.front()));
+  if (!problems.empty()) {
+    std::string message = str("--layout has ", problems.size(), " problems:");
+    for (const std::string& problem : problems) message += "\n  - " + problem;
+    throw UserError(message);
+  }
+  CostModel model(inputs);
+  return model.predict(resolved);
+}
+
+}  // namespace strata

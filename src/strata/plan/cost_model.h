@@ -1,0 +1,143 @@
+// The planner's cost model: for a model, a cluster, a global batch and a layout, the memory of
+// every device and the time of one training step, broken down the way a user asks about them.
+// docs/planner.md states every term; in short:
+//
+// Time. Per microbatch and pipeline rank, a layer's matrix work takes FLOPs / (tp * cp) /
+// (peak_tflops * matmul_efficiency), FLOPs from transformer.h (forward F, input gradient B,
+// weight gradient W); its elementwise work (norms, residual adds, softmax and its masking,
+// head split/merge copies, activation function; the backward twice the forward) moves bytes at
+// memory_bandwidth_gbs; weight gradients are accumulated into .grad (3 x gradient bytes).
+// Tensor-parallel all-reduces (2 forward, 2 backward per layer, of b*s*h elements; all-gather
+// + reduce-scatter pairs of the same bytes under sequence parallelism) and expert all-to-alls
+// are exposed: they sit between the matmuls that need them. Context-parallel ring exchanges
+// overlap the attention core. Full recomputation repeats the forward (with its collectives)
+// before the input gradient; selective recomputation repeats the attention core. The pipeline
+// simulator (pipeline/simulator.h) runs the layout's schedule on these per-stage F, B, W and
+// the activation transfer time, which gives the pipeline time, its bubble and each stage's
+// peak in-flight microbatches. Data-parallel gradient reduction (one flat all-reduce, or
+// ZeRO's reduce-scatter + all-gather) runs after the pipeline, not overlapped, as the runtime
+// does; then the optimizer step, memory-bound. Collective times: collectives.h.
+//
+// Memory. Model state from model_state.h per ZeRO stage over the dp*cp replicas (expert
+// weights over dp*cp/ep); activations from transformer.h times the schedule's in-flight
+// microbatches of each stage, plus the output layer's logits on the last stage and the
+// recomputation working set; buffers for the gradient reduction and pipeline messages.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "strata/plan/cluster.h"
+#include "strata/plan/layout.h"
+#include "strata/plan/model_state.h"
+#include "strata/plan/transformer.h"
+
+namespace strata {
+
+struct PlanInputs {
+  TransformerSpec model;
+  ClusterProfile cluster;
+  int64_t global_batch = 1;  // sequences per optimizer step
+  Precision precision = Precision::bf16;
+};
+
+// The inputs for a cluster, with the precision its device profile trains in.
+PlanInputs plan_inputs(const TransformerSpec& model, const ClusterProfile& cluster,
+                       int64_t global_batch);
+
+struct MemoryBreakdown {
+  double params = 0, grads = 0, optimizer = 0, activations = 0, buffers = 0;
+  double total() const { return params + grads + optimizer + activations + buffers; }
+};
+
+struct TimeBreakdown {
+  double compute = 0;  // matrix and elementwise work of the busiest stage, recompute included
+  double tensor_parallel = 0;    // exposed tp collectives
+  double context_parallel = 0;   // cp ring exchange not hidden behind attention
+  double expert_all_to_all = 0;  // MoE dispatch and combine
+  double pipeline_bubble = 0;    // the busiest stage's idle time in the schedule
+  double pipeline_p2p = 0;       // what activation and gradient transfers add to the pipeline
+  double data_parallel = 0;      // gradient reduction (and ZeRO gathers)
+  double optimizer = 0;          // AdamW step and gradient clipping
+  double total() const {
+    return compute + tensor_parallel + context_parallel + expert_all_to_all + pipeline_bubble +
+           pipeline_p2p + data_parallel + optimizer;
+  }
+};
+
+// One pipeline stage (pipeline rank) of a prediction.
+struct StagePrediction {
+  int64_t layers = 0;                // transformer layers on this rank, all its chunks
+  double memory_bytes = 0;           // its total memory
+  double inflight_microbatches = 1;  // activation sets held at its peak (in whole-stage units)
+  double busy_s = 0;                 // its work per step: m * (F + B + W)
+};
+
+struct Prediction {
+  PlanLayout layout;  // resolved: dp and schedule explicit
+  int64_t microbatches = 1;
+  MemoryBreakdown memory;  // of the fullest device
+  int64_t fullest_stage = 0;
+  double memory_capacity = 0;        // bytes per device
+  double inflight_microbatches = 1;  // activation sets the fullest stage holds at peak
+  TimeBreakdown time;
+  double step_time_s = 0;
+  double bubble_fraction = 0;  // the schedule's own bubble (idle of the idlest stage / step)
+  double tokens_per_s = 0;
+  double model_tflops_per_device = 0;     // model FLOPs (no recompute) per second per device
+  double hardware_tflops_per_device = 0;  // FLOPs executed, recompute included
+  double mfu = 0;                         // model TFLOP/s / peak_tflops
+  bool fits = false;
+  bool tp_spans_nodes = false;
+  std::vector<StagePrediction> stages;  // one per pipeline rank
+};
+
+// The cost model of one (model, cluster, batch), with caches for the pipeline simulations a
+// search repeats. Not thread-safe.
+class CostModel {
+ public:
+  explicit CostModel(PlanInputs inputs);
+  ~CostModel();
+
+  const PlanInputs& inputs() const { return inputs_; }
+
+  // Memory of the fullest device, and which stage that is. Runs the schedule only for its
+  // in-flight counts (cached per schedule shape). The layout must be resolved and valid.
+  MemoryBreakdown memory(const PlanLayout& layout, int64_t* fullest_stage = nullptr,
+                         double* inflight = nullptr);
+  // The full prediction. The layout must be resolved and valid (layout_problems empty).
+  Prediction predict(const PlanLayout& layout);
+  // The prediction with the pipeline taken as its busiest stage's work alone (no bubble, no
+  // transfers, no simulation): a lower bound of predict(layout).step_time_s.
+  Prediction predict_lower_bound(const PlanLayout& layout);
+
+  // Pipeline simulations run so far (a search's cost).
+  int64_t simulations() const { return simulations_; }
+
+ private:
+  struct StageModel;
+  std::vector<StageModel> stages(const PlanLayout& layout) const;
+  struct StageMemory {
+    MemoryBreakdown memory;
+    double inflight = 1;
+  };
+  std::vector<StageMemory> stage_memory(const PlanLayout& layout,
+                                        const std::vector<StageModel>& models);
+  const std::vector<double>& inflight_per_stage(const PlanLayout& layout, int64_t microbatches);
+  // Layers of each of the p * v virtual stages, as the runtime splits them.
+  const std::vector<int64_t>& partition(int64_t chunks) const;
+  Prediction predict(const PlanLayout& layout, bool simulate_pipeline);
+
+  PlanInputs inputs_;
+  std::map<std::tuple<std::string, int64_t, int64_t, int64_t>, std::vector<double>> inflight_cache_;
+  mutable std::map<int64_t, std::vector<int64_t>> partition_cache_;
+  int64_t simulations_ = 0;
+};
+
+// Checks the layout (UserError listing every problem and what to change), then predicts.
+Prediction predict_layout(const PlanInputs& inputs, const PlanLayout& layout);
+
+}  // namespace strata

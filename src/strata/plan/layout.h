@@ -1,0 +1,55 @@
+// A parallel layout as the planner sees it: the mesh sizes of config.h's ParallelConfig plus
+// the choices that change memory and time but not the mesh (microbatch size, recomputation,
+// ZeRO stage, schedule). Parsed from `--layout tp=2,pp=4,...`, checked against a model, a
+// cluster and a batch with messages that say what to change.
+#pragma once
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "strata/plan/transformer.h"
+
+namespace strata {
+
+struct PlanLayout {
+  int64_t tp = 1;
+  int64_t pp = 1;
+  int64_t dp = -1;  // -1: the devices left over by tp * pp * cp
+  int64_t cp = 1;
+  int64_t ep = 1;   // experts spread over ep of the dp * cp ranks
+  int64_t vpp = 1;  // model chunks per pipeline rank (interleaved-1f1b)
+  int64_t zero = 0;
+  int64_t micro_batch = 1;
+  Recompute recompute = Recompute::none;
+  bool sequence_parallel = false;
+  // "gpipe", "1f1b", "interleaved-1f1b" or "zb-h1"; "" = 1f1b, or interleaved-1f1b when
+  // vpp > 1. Irrelevant (and reported as "none") without pipeline parallelism.
+  std::string schedule;
+};
+
+// "tp=2,pp=4,dp=8,cp=1,ep=1,vpp=1,zero=1,micro_batch=2,recompute=selective,
+//  sequence_parallel=true,schedule=1f1b": any subset, in any order; the rest keep their
+// defaults. Throws UserError naming the item and the keys and values allowed.
+PlanLayout parse_layout(const std::string& text);
+
+// dp and the schedule made explicit for `devices` devices (dp stays as given when set).
+PlanLayout resolve_layout(PlanLayout layout, int64_t devices);
+
+// "tp=2 pp=4 dp=8 cp=1 ep=1 vpp=1 zero=1 micro_batch=2 recompute=selective
+//  sequence_parallel=true schedule=1f1b", the form --layout accepts with spaces for commas.
+std::string layout_to_string(const PlanLayout& layout);
+nlohmann::json layout_to_json(const PlanLayout& layout, int64_t microbatches);
+
+// Every reason the layout cannot run this model on `devices` devices with `global_batch`
+// sequences per step, each saying what to change; empty when it can. The layout must be
+// resolved (resolve_layout).
+std::vector<std::string> layout_problems(const TransformerSpec& model, const PlanLayout& layout,
+                                         int64_t devices, int64_t global_batch);
+
+// Microbatches per pipeline per step: global_batch / (dp * micro_batch).
+inline int64_t microbatches_of(const PlanLayout& layout, int64_t global_batch) {
+  return global_batch / (layout.dp * layout.micro_batch);
+}
+
+}  // namespace strata

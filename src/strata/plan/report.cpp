@@ -1,0 +1,159 @@
+// Text and JSON reports of the planner.
+#include "strata/plan/report.h"
+
+#include <iomanip>
+#include <sstream>
+
+#include "strata/core/error.h"
+
+namespace strata {
+namespace {
+
+std::string fixed(double value, int digits) {
+  std::ostringstream out;
+  out << std::fixed << std::setprecision(digits) << value;
+  return out.str();
+}
+
+std::string gigabytes(double bytes) { return fixed(bytes / 1e9, bytes < 1e8 ? 3 : 1) + " GB"; }
+
+std::string seconds(double value) {
+  std::ostringstream out;
+  out << std::setprecision(4) << value << " s";
+  return out.str();
+}
+
+std::string percent(double fraction) { return fixed(100 * fraction, 1) + "%"; }
+
+std::string count(double value) {
+  std::ostringstream out;
+  out << std::setprecision(4) << value;
+  return out.str();
+}
+
+}  // namespace
+
+nlohmann::json prediction_to_json(const Prediction& prediction) {
+  const MemoryBreakdown& memory = prediction.memory;
+  const TimeBreakdown& time = prediction.time;
+  nlohmann::json stages = nlohmann::json::array();
+  for (const StagePrediction& stage : prediction.stages) {
+    stages.push_back({{"layers", stage.layers},
+                      {"memory_bytes", stage.memory_bytes},
+                      {"inflight_microbatches", stage.inflight_microbatches},
+                      {"busy_s", stage.busy_s}});
+  }
+  return {
+      {"layout", layout_to_json(prediction.layout, prediction.microbatches)},
+      {"memory_per_device_bytes",
+       {{"params", memory.params},
+        {"grads", memory.grads},
+        {"optimizer", memory.optimizer},
+        {"activations", memory.activations},
+        {"buffers", memory.buffers},
+        {"total", memory.total()}}},
+      {"memory_capacity_bytes", prediction.memory_capacity},
+      {"fullest_stage", prediction.fullest_stage},
+      {"inflight_microbatches", prediction.inflight_microbatches},
+      {"step_time_s", prediction.step_time_s},
+      {"step_time_breakdown_s",
+       {{"compute", time.compute},
+        {"tensor_parallel", time.tensor_parallel},
+        {"context_parallel", time.context_parallel},
+        {"expert_all_to_all", time.expert_all_to_all},
+        {"pipeline_bubble", time.pipeline_bubble},
+        {"pipeline_p2p", time.pipeline_p2p},
+        {"data_parallel", time.data_parallel},
+        {"optimizer", time.optimizer}}},
+      {"tokens_per_s", prediction.tokens_per_s},
+      {"model_tflops_per_device", prediction.model_tflops_per_device},
+      {"hardware_tflops_per_device", prediction.hardware_tflops_per_device},
+      {"mfu", prediction.mfu},
+      {"bubble_fraction", prediction.bubble_fraction},
+      {"fits", prediction.fits},
+      {"tp_spans_nodes", prediction.tp_spans_nodes},
+      {"stages", stages},
+  };
+}
+
+nlohmann::json search_to_json(const SearchResult& result) {
+  nlohmann::json list = nlohmann::json::array();
+  for (size_t i = 0; i < result.top.size(); ++i) {
+    nlohmann::json entry = prediction_to_json(result.top[i].prediction);
+    entry["rank"] = i + 1;
+    entry["reason"] = result.top[i].reason;
+    list.push_back(entry);
+  }
+  return list;
+}
+
+std::string plan_heading(const PlanInputs& inputs) {
+  const TransformerSpec& model = inputs.model;
+  const ClusterProfile& cluster = inputs.cluster;
+  const ParameterCounts counts = parameter_counts(model);
+  return str("model: ", count(counts.total / 1e9), "B parameters (", model.layers,
+             " layers, d_model ", model.hidden, ", ", model.heads, " heads, seq ", model.seq,
+             ", vocab ", model.vocab, "), ", precision_name(inputs.precision),
+             "\ncluster: ", cluster.name, ": ", cluster.nodes, " x ", cluster.devices_per_node, " ",
+             cluster.device.name, " (", count(cluster.device.peak_tflops), " TFLOP/s, ",
+             gigabytes(cluster.memory_bytes()), ")\nglobal batch: ", inputs.global_batch,
+             " sequences (", inputs.global_batch * model.seq, " tokens) per step\n");
+}
+
+std::string prediction_to_text(const Prediction& prediction, const PlanInputs& inputs) {
+  const MemoryBreakdown& memory = prediction.memory;
+  const TimeBreakdown& time = prediction.time;
+  std::ostringstream out;
+  out << "layout: " << layout_to_string(prediction.layout) << " (" << prediction.microbatches
+      << " microbatches per step)";
+  if (prediction.tp_spans_nodes) out << "\n  note: the tensor-parallel group spans nodes";
+  out << "\nmemory per device: " << gigabytes(memory.total()) << " of "
+      << gigabytes(prediction.memory_capacity) << (prediction.fits ? ": fits" : ": DOES NOT FIT");
+  if (prediction.layout.pp > 1) {
+    out << " (stage " << prediction.fullest_stage << ", the fullest; layers per stage";
+    for (const StagePrediction& stage : prediction.stages) out << " " << stage.layers;
+    out << ")";
+  }
+  out << "\n  parameters   " << gigabytes(memory.params) << "\n  gradients    "
+      << gigabytes(memory.grads) << "\n  optimizer    " << gigabytes(memory.optimizer)
+      << "\n  activations  " << gigabytes(memory.activations) << " ("
+      << count(prediction.inflight_microbatches)
+      << (prediction.inflight_microbatches == 1 ? " microbatch" : " microbatches") << " in flight)"
+      << "\n  buffers      " << gigabytes(memory.buffers)
+      << "\nstep time: " << seconds(prediction.step_time_s) << "\n  compute             "
+      << seconds(time.compute) << "\n  tensor-parallel     " << seconds(time.tensor_parallel);
+  if (prediction.layout.cp > 1) out << "\n  context-parallel    " << seconds(time.context_parallel);
+  if (inputs.model.moe.enabled())
+    out << "\n  expert all-to-all   " << seconds(time.expert_all_to_all);
+  out << "\n  pipeline bubble     " << seconds(time.pipeline_bubble) << "\n  pipeline p2p        "
+      << seconds(time.pipeline_p2p) << "\n  data-parallel       " << seconds(time.data_parallel)
+      << "\n  optimizer           " << seconds(time.optimizer)
+      << "\nthroughput: " << count(prediction.tokens_per_s) << " tokens/s; per device "
+      << count(prediction.model_tflops_per_device) << " model TFLOP/s, "
+      << count(prediction.hardware_tflops_per_device) << " hardware TFLOP/s; MFU "
+      << percent(prediction.mfu) << "; bubble " << percent(prediction.bubble_fraction) << "\n";
+  return out.str();
+}
+
+std::string search_to_text(const SearchResult& result, const PlanInputs& inputs) {
+  std::ostringstream out;
+  out << result.candidates << " valid layouts, " << result.fitting << " fit in "
+      << gigabytes(inputs.cluster.memory_bytes()) << "; the fastest " << result.top.size() << ":\n";
+  for (size_t i = 0; i < result.top.size(); ++i) {
+    const Prediction& prediction = result.top[i].prediction;
+    out << "\n#" << i + 1 << " " << seconds(prediction.step_time_s) << " per step, MFU "
+        << percent(prediction.mfu) << ", " << gigabytes(prediction.memory.total()) << " per device";
+    if (i > 0) out << " — behind #1 on " << result.top[i].reason;
+    out << "\n" << prediction_to_text(prediction, inputs);
+  }
+  if (!result.lost.empty()) {
+    out << "\nwhy the other layouts lost:\n";
+    for (const LossGroup& group : result.lost) {
+      out << "  " << group.reason << ": " << group.count << " layouts; best of them "
+          << layout_to_string(group.example) << ": " << group.detail << "\n";
+    }
+  }
+  return out.str();
+}
+
+}  // namespace strata

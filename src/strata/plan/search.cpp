@@ -1,0 +1,350 @@
+// The search enumerates the layout space, prices each candidate's memory (cheap), and only for
+// those that fit runs the full prediction, in order of a lower bound on their step time (their
+// busiest stage's work plus the phases after the pipeline, no bubble): once that bound exceeds
+// the K-th best prediction so far, no remaining candidate can enter the top K, and those are
+// judged by their bound. That keeps the pipeline simulations to a handful per search.
+#include "strata/plan/search.h"
+
+#include <algorithm>
+#include <cmath>
+#include <iomanip>
+#include <map>
+#include <sstream>
+#include <tuple>
+
+#include "strata/core/error.h"
+
+namespace strata {
+namespace {
+
+constexpr int64_t kMaxMicroBatch = 64;
+constexpr int64_t kMaxVirtualStages = 8;
+constexpr int64_t kMinTokensPerContextRank = 256;
+
+std::vector<int64_t> divisors(int64_t n) {
+  std::vector<int64_t> out;
+  for (int64_t d = 1; d <= n; ++d) {
+    if (n % d == 0) out.push_back(d);
+  }
+  return out;
+}
+
+std::string gigabytes(double bytes, int digits = 1) {
+  std::ostringstream out;
+  out << std::fixed << std::setprecision(digits) << bytes / 1e9 << " GB";
+  return out.str();
+}
+
+// Fewer and smaller parallel dimensions first: among equal predictions, the simpler layout.
+std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int> complexity(
+    const PlanLayout& layout) {
+  return {layout.cp,
+          layout.ep,
+          layout.zero,
+          layout.vpp,
+          layout.pp,
+          layout.tp,
+          static_cast<int>(layout.recompute)};
+}
+
+std::string seconds_text(double seconds) {
+  std::ostringstream out;
+  out << std::setprecision(3) << seconds << " s";
+  return out.str();
+}
+
+// Every valid layout of the search space, resolved.
+std::vector<PlanLayout> enumerate_layouts(const PlanInputs& inputs, const SearchOptions& options) {
+  const TransformerSpec& spec = inputs.model;
+  const int64_t devices = inputs.cluster.devices();
+  const int64_t node = inputs.cluster.devices_per_node;
+  std::vector<PlanLayout> out;
+  for (int64_t tp : divisors(devices)) {
+    if (!options.allow_tp_across_nodes && (tp > node || node % tp != 0)) continue;
+    if (spec.heads % tp != 0 || spec.ffn % tp != 0) continue;
+    for (int64_t cp : divisors(devices / tp)) {
+      if (spec.seq % cp != 0 || (cp > 1 && spec.seq / cp < kMinTokensPerContextRank)) continue;
+      for (int64_t pp : divisors(devices / (tp * cp))) {
+        if (pp > spec.layers) continue;
+        const int64_t dp = devices / (tp * cp * pp);
+        if (inputs.global_batch % dp != 0) continue;
+        std::vector<std::pair<std::string, int64_t>> schedules;  // (schedule, vpp)
+        if (pp == 1) {
+          schedules.push_back({"none", 1});
+        } else {
+          schedules.push_back({"1f1b", 1});
+          schedules.push_back({"zb-h1", 1});
+          for (int64_t vpp = 2; vpp <= kMaxVirtualStages; ++vpp) {
+            if (spec.layers % (pp * vpp) == 0) schedules.push_back({"interleaved-1f1b", vpp});
+          }
+        }
+        const std::vector<int64_t> eps =
+            spec.moe.enabled() ? divisors(dp * cp) : std::vector<int64_t>{1};
+        for (int64_t ep : eps) {
+          if (spec.moe.enabled() && spec.moe.experts % ep != 0) continue;
+          for (int64_t micro_batch : divisors(inputs.global_batch / dp)) {
+            if (micro_batch > kMaxMicroBatch) break;
+            const int64_t microbatches = inputs.global_batch / (dp * micro_batch);
+            for (const auto& [schedule, vpp] : schedules) {
+              if (schedule == "interleaved-1f1b" && microbatches % pp != 0) continue;
+              for (bool sp : {false, true}) {
+                if (sp && (tp == 1 || spec.seq % (tp * cp) != 0)) continue;
+                for (Recompute recompute :
+                     {Recompute::none, Recompute::selective, Recompute::full}) {
+                  const int64_t max_zero = dp * cp == 1 ? 0 : pp == 1 ? 3 : 2;
+                  for (int64_t zero = 0; zero <= max_zero; ++zero) {
+                    PlanLayout layout;
+                    layout.tp = tp;
+                    layout.pp = pp;
+                    layout.dp = dp;
+                    layout.cp = cp;
+                    layout.ep = ep;
+                    layout.vpp = vpp;
+                    layout.zero = zero;
+                    layout.micro_batch = micro_batch;
+                    layout.recompute = recompute;
+                    layout.sequence_parallel = sp;
+                    layout.schedule = schedule;
+                    if (options.allowed && !options.allowed(layout)) continue;
+                    out.push_back(layout);
+                  }
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  return out;
+}
+
+// The parts of a step a layout can lose time in, as (reason, seconds).
+std::vector<std::pair<std::string, double>> time_parts(const TimeBreakdown& time,
+                                                       const PlanLayout& layout) {
+  return {{layout.recompute == Recompute::none ? "compute" : "recompute", time.compute},
+          {"communication (tensor-parallel)", time.tensor_parallel},
+          {"communication (context-parallel)", time.context_parallel},
+          {"communication (expert all-to-all)", time.expert_all_to_all},
+          {"bubble", time.pipeline_bubble},
+          {"communication (pipeline p2p)", time.pipeline_p2p},
+          {"communication (data-parallel)", time.data_parallel},
+          {"optimizer", time.optimizer}};
+}
+
+// The part where `candidate` loses most time against `best`, and by how much it is slower.
+std::pair<std::string, std::string> loss_reason(const Prediction& candidate,
+                                                const Prediction& best) {
+  if (candidate.step_time_s <= best.step_time_s) {
+    if (candidate.memory.total() > best.memory.total()) {
+      return {"memory",
+              str("as fast as the fastest but needs ", gigabytes(candidate.memory.total(), 2),
+                  " per device vs ", gigabytes(best.memory.total(), 2))};
+    }
+    return {"a simpler equal",
+            "the same predicted time and memory as the fastest, which uses "
+            "fewer or smaller parallel dimensions"};
+  }
+  const auto mine = time_parts(candidate.time, candidate.layout);
+  const auto theirs = time_parts(best.time, best.layout);
+  size_t worst = 0;
+  double worst_delta = -1;
+  for (size_t i = 0; i < mine.size(); ++i) {
+    const double delta = mine[i].second - theirs[i].second;
+    if (delta > worst_delta) {
+      worst_delta = delta;
+      worst = i;
+    }
+  }
+  std::string reason = mine[worst].first;
+  return {reason,
+          str(seconds_text(candidate.step_time_s - best.step_time_s), " slower than the fastest (",
+              mine[worst].first, " ", seconds_text(mine[worst].second), " vs ",
+              seconds_text(theirs[worst].second), ")")};
+}
+
+struct Bounded {
+  PlanLayout layout;
+  double bound = 0;  // predict_lower_bound's step time
+};
+
+}  // namespace
+
+SearchResult search_layouts(const PlanInputs& inputs, const SearchOptions& options) {
+  STRATA_REQUIRE(options.top >= 1, "--top (", options.top, ") must be >= 1");
+  const std::vector<PlanLayout> layouts = enumerate_layouts(inputs, options);
+  STRATA_REQUIRE(!layouts.empty(), "no layout of this model divides the cluster's ",
+                 inputs.cluster.devices(), " devices with a global batch of ", inputs.global_batch,
+                 " (the batch must be divisible by the data-parallel size, the heads and the MLP ",
+                 "width by tp <= ", inputs.cluster.devices_per_node,
+                 "); change --global-batch or the cluster size");
+  CostModel model(inputs);
+  SearchResult result;
+  result.candidates = static_cast<int64_t>(layouts.size());
+
+  // Memory first: the layouts that do not fit lose for that reason alone.
+  LossGroup no_fit;
+  no_fit.reason = "does not fit";
+  double smallest = 0;
+  std::vector<PlanLayout> fitting;
+  for (const PlanLayout& layout : layouts) {
+    const double bytes = model.memory(layout).total();
+    if (bytes <= inputs.cluster.memory_bytes()) {
+      fitting.push_back(layout);
+      continue;
+    }
+    if (no_fit.count == 0 || bytes < smallest) {
+      smallest = bytes;
+      no_fit.example = layout;
+    }
+    ++no_fit.count;
+  }
+  result.fitting = static_cast<int64_t>(fitting.size());
+  if (fitting.empty()) {
+    const double capacity = inputs.cluster.memory_bytes();
+    const int64_t nodes_needed =
+        inputs.cluster.nodes * static_cast<int64_t>(std::ceil(smallest / capacity));
+    throw UserError(str("no layout fits: the smallest of the ", result.candidates,
+                        " valid layouts needs ", gigabytes(smallest), " per device (",
+                        layout_to_string(no_fit.example), ") and a ", inputs.cluster.device.name,
+                        " has ", gigabytes(capacity), "; use more devices (about ", nodes_needed,
+                        " nodes of ", inputs.cluster.devices_per_node,
+                        "), devices with more memory, a smaller global batch, a shorter sequence "
+                        "or a smaller model"));
+  }
+  no_fit.detail = str("the smallest needs ", gigabytes(smallest, 2), " of ",
+                      gigabytes(inputs.cluster.memory_bytes(), 2));
+
+  std::vector<Bounded> bounded;
+  bounded.reserve(fitting.size());
+  for (const PlanLayout& layout : fitting) {
+    bounded.push_back({layout, model.predict_lower_bound(layout).step_time_s});
+  }
+  std::sort(bounded.begin(), bounded.end(),
+            [](const Bounded& a, const Bounded& b) { return a.bound < b.bound; });
+
+  std::vector<Prediction> predicted;
+  std::vector<Bounded> pruned;
+  for (const Bounded& candidate : bounded) {
+    if (static_cast<int64_t>(predicted.size()) >= options.top) {
+      std::vector<double> times;
+      for (const Prediction& p : predicted) times.push_back(p.step_time_s);
+      std::nth_element(times.begin(), times.begin() + (options.top - 1), times.end());
+      if (candidate.bound >= times[options.top - 1]) {
+        pruned.push_back(candidate);
+        continue;
+      }
+    }
+    predicted.push_back(model.predict(candidate.layout));
+  }
+  // Fastest first; among equally fast layouts the one that needs less memory, then the simpler.
+  std::stable_sort(predicted.begin(), predicted.end(),
+                   [](const Prediction& a, const Prediction& b) {
+                     if (a.step_time_s != b.step_time_s) return a.step_time_s < b.step_time_s;
+                     if (a.memory.total() != b.memory.total()) {
+                       return a.memory.total() < b.memory.total();
+                     }
+                     return complexity(a.layout) < complexity(b.layout);
+                   });
+
+  const Prediction& best = predicted.front();
+  std::map<std::string, LossGroup> groups;
+  auto lose = [&](const Prediction& loser) {
+    auto [reason, detail] = loss_reason(loser, best);
+    LossGroup& group = groups[reason];
+    if (group.count == 0) {
+      group.reason = reason;
+      group.example = loser.layout;
+      group.detail = detail;
+    }
+    ++group.count;
+  };
+  for (size_t i = 0; i < predicted.size(); ++i) {
+    if (static_cast<int64_t>(i) < options.top) {
+      RankedLayout ranked{predicted[i], i == 0 ? "fastest" : ""};
+      if (i > 0) {
+        auto [reason, detail] = loss_reason(predicted[i], best);
+        ranked.reason = str(reason, ": ", detail);
+      }
+      result.top.push_back(ranked);
+    } else {
+      lose(predicted[i]);
+    }
+  }
+  // Pruned candidates are judged on their lower-bound prediction, best first.
+  for (const Bounded& candidate : pruned) lose(model.predict_lower_bound(candidate.layout));
+
+  if (no_fit.count > 0) result.lost.push_back(no_fit);
+  for (auto& [reason, group] : groups) result.lost.push_back(group);
+  std::stable_sort(result.lost.begin(), result.lost.end(),
+                   [](const LossGroup& a, const LossGroup& b) { return a.count > b.count; });
+  result.simulations = model.simulations();
+  return result;
+}
+
+namespace {
+
+// The run config with the layout's [parallel] keys and micro batch.
+Config with_layout(Config config, const PlanLayout& layout) {
+  ParallelConfig& parallel = config.parallel;
+  parallel.tp = layout.tp;
+  parallel.pp = layout.pp;
+  parallel.dp = layout.dp;
+  parallel.cp = layout.cp;
+  parallel.ep = layout.ep;
+  parallel.zero = layout.zero;
+  parallel.sequence_parallel = layout.sequence_parallel;
+  parallel.vpp = layout.vpp;
+  if (layout.pp > 1) parallel.pp_schedule = layout.schedule;
+  parallel.microbatches = 0;
+  config.train.micro_batch = layout.micro_batch;
+  return config;
+}
+
+}  // namespace
+
+AutoLayout choose_layout(const Config& config, int64_t world, const ClusterProfile& cluster) {
+  STRATA_CHECK(world >= 1, "world ", world);
+  ClusterProfile ranks = cluster;
+  if (world <= cluster.devices_per_node) {
+    ranks.nodes = 1;
+    ranks.devices_per_node = world;
+  } else {
+    STRATA_REQUIRE(world % cluster.devices_per_node == 0, "parallel.auto: ", world,
+                   " ranks do not fill whole nodes of the cluster profile '", cluster.name, "' (",
+                   cluster.devices_per_node, " devices per node); use a multiple of ",
+                   cluster.devices_per_node, " ranks, or set the layout in [parallel]");
+    ranks.nodes = world / cluster.devices_per_node;
+  }
+  PlanInputs inputs = plan_inputs(transformer_of(config.model), ranks, config.train.global_batch);
+  // The runtime trains in train.dtype whatever the profile's device would use.
+  inputs.precision = config.train.dtype == "float64" ? Precision::fp64 : Precision::fp32;
+
+  SearchOptions options;
+  options.top = 2;
+  options.allowed = [&config](const PlanLayout& layout) {
+    if (layout.recompute != Recompute::none) return false;  // the runtime has no recomputation
+    try {
+      check_implemented(with_layout(config, layout));
+    } catch (const UserError&) {
+      return false;
+    }
+    return true;
+  };
+  const SearchResult result = search_layouts(inputs, options);
+  AutoLayout choice;
+  choice.prediction = result.top.front().prediction;
+  choice.config = with_layout(config, choice.prediction.layout);
+  const Prediction& chosen = choice.prediction;
+  choice.explanation =
+      str("parallel.auto: ", layout_to_string(chosen.layout), " on ", world, " ranks (profile '",
+          cluster.name, "'): predicted ", seconds_text(chosen.step_time_s), " per step, ",
+          gigabytes(chosen.memory.total()), " of ", gigabytes(chosen.memory_capacity), " per rank");
+  if (result.top.size() > 1) {
+    choice.explanation += str("; next best ", layout_to_string(result.top[1].prediction.layout),
+                              " lost on ", result.top[1].reason);
+  }
+  return choice;
+}
+
+}  // namespace strata

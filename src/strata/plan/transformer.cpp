@@ -1,0 +1,209 @@
+// Parameter counts, FLOPs and activation bytes of a GPT decoder, term by term as the header
+// lists them. Notation: n tokens of a microbatch (b * s), h hidden, F MLP width, t tp size.
+#include "strata/plan/transformer.h"
+
+#include "strata/core/error.h"
+
+namespace strata {
+namespace {
+
+// Width multiplier of the up-projection: SwiGLU has a gate and a value projection.
+double up_projections(const TransformerSpec& spec) { return spec.gated_mlp ? 2.0 : 1.0; }
+
+double mlp_parameters(const TransformerSpec& spec, double width) {
+  const double h = static_cast<double>(spec.hidden);
+  const double up =
+      up_projections(spec) * width * h + (spec.linear_biases ? up_projections(spec) * width : 0);
+  const double down = width * h + (spec.linear_biases ? h : 0);
+  return up + down;
+}
+
+double attention_and_norm_parameters(const TransformerSpec& spec) {
+  const double h = static_cast<double>(spec.hidden), kv = static_cast<double>(spec.kv_width());
+  const double norms = 2 * (spec.norm_bias ? 2 * h : h);
+  const double bias = spec.linear_biases ? 1.0 : 0.0;
+  const double qkv = (h + 2 * kv) * h + bias * (h + 2 * kv);
+  const double out = h * h + bias * h;
+  return norms + qkv + out;
+}
+
+// Forward FLOPs of the MLP's weight matmuls for n tokens at the given width.
+double mlp_forward_flops(const TransformerSpec& spec, double tokens, double width) {
+  const double h = static_cast<double>(spec.hidden);
+  return 2 * tokens * (up_projections(spec) * width * h + width * h);
+}
+
+// MLP activation items of n tokens at width F: the up-projection output and the activation
+// output (GELU); SwiGLU keeps the gate/value pair, silu(gate) and the product.
+double mlp_activation_elements(const TransformerSpec& spec, double tokens, double width) {
+  return tokens * width * (spec.gated_mlp ? 4.0 : 2.0);
+}
+
+}  // namespace
+
+TransformerSpec transformer_of(const ModelConfig& model) {
+  TransformerSpec spec;
+  spec.layers = model.n_layers;
+  spec.hidden = model.d_model;
+  spec.heads = model.n_heads;
+  spec.kv_heads = model.kv_heads();
+  spec.ffn = model.ff_dim();
+  spec.vocab = model.vocab_size;
+  spec.seq = model.seq_len;
+  spec.gated_mlp = model.activation == "swiglu";
+  spec.norm_bias = model.norm == "layernorm";
+  spec.linear_biases = false;
+  spec.learned_positions = model.pos == "learned";
+  spec.tied_embeddings = model.tie_embeddings;
+  spec.dropout = false;
+  return spec;
+}
+
+TransformerSpec megatron_gpt(int64_t layers, int64_t hidden, int64_t heads, int64_t vocab,
+                             int64_t seq) {
+  TransformerSpec spec;
+  spec.layers = layers;
+  spec.hidden = hidden;
+  spec.heads = heads;
+  spec.kv_heads = heads;
+  spec.ffn = 4 * hidden;
+  spec.vocab = vocab;
+  spec.seq = seq;
+  spec.linear_biases = true;
+  spec.dropout = true;
+  return spec;
+}
+
+ParameterCounts parameter_counts(const TransformerSpec& spec) {
+  const double h = static_cast<double>(spec.hidden);
+  ParameterCounts counts;
+  counts.dense_layer =
+      attention_and_norm_parameters(spec) + mlp_parameters(spec, static_cast<double>(spec.ffn));
+  if (spec.moe.enabled()) {
+    const double experts = static_cast<double>(spec.moe.experts);
+    counts.expert_params = experts * mlp_parameters(spec, static_cast<double>(spec.expert_width()));
+    const double router = h * experts;
+    counts.moe_layer = attention_and_norm_parameters(spec) + router + counts.expert_params;
+  }
+  const double moe_layers = static_cast<double>(spec.moe_layers());
+  counts.layers_total = (static_cast<double>(spec.layers) - moe_layers) * counts.dense_layer +
+                        moe_layers * counts.moe_layer;
+  counts.embedding = static_cast<double>(spec.vocab) * h;
+  counts.positions = spec.learned_positions ? static_cast<double>(spec.seq) * h : 0.0;
+  counts.head = spec.tied_embeddings ? 0.0 : static_cast<double>(spec.vocab) * h;
+  counts.final_norm = spec.norm_bias ? 2 * h : h;
+  counts.total =
+      counts.layers_total + counts.embedding + counts.positions + counts.head + counts.final_norm;
+  return counts;
+}
+
+double expert_token_factor(const MoeSpec& moe) {
+  const double k = static_cast<double>(moe.top_k);
+  return moe.capacity_factor > 0 ? k * moe.capacity_factor : k;
+}
+
+PassFlops layer_flops(const TransformerSpec& spec, int64_t micro_batch, bool moe_layer) {
+  STRATA_CHECK(!moe_layer || spec.moe.enabled(), "an MoE layer in a dense model");
+  const double n = static_cast<double>(micro_batch * spec.seq);
+  const double h = static_cast<double>(spec.hidden), kv = static_cast<double>(spec.kv_width());
+  const double s = static_cast<double>(spec.seq);
+  double weight_matmuls = 2 * n * ((h + 2 * kv) * h + h * h);  // QKV and out-projection
+  if (moe_layer) {
+    const double router = 2 * n * h * static_cast<double>(spec.moe.experts);
+    weight_matmuls += router + mlp_forward_flops(spec, n * expert_token_factor(spec.moe),
+                                                 static_cast<double>(spec.expert_width()));
+  } else {
+    weight_matmuls += mlp_forward_flops(spec, n, static_cast<double>(spec.ffn));
+  }
+  // QK^T and attention x V: 2 * s * head_dim per query token and head, for each of the two.
+  const double core = 4 * n * s * h;
+  PassFlops flops;
+  flops.forward = weight_matmuls + core;
+  flops.input_grad = weight_matmuls + 2 * core;
+  flops.weight_grad = weight_matmuls;
+  flops.attention_core_forward = core;
+  return flops;
+}
+
+PassFlops head_flops(const TransformerSpec& spec, int64_t micro_batch) {
+  const double n = static_cast<double>(micro_batch * spec.seq);
+  const double logits = 2 * n * static_cast<double>(spec.hidden) * static_cast<double>(spec.vocab);
+  PassFlops flops;
+  flops.forward = logits;
+  flops.input_grad = logits;
+  flops.weight_grad = logits;
+  return flops;
+}
+
+const char* recompute_name(Recompute recompute) {
+  switch (recompute) {
+    case Recompute::none:
+      return "none";
+    case Recompute::selective:
+      return "selective";
+    case Recompute::full:
+      return "full";
+  }
+  return "?";
+}
+
+double model_flops_per_step(const TransformerSpec& spec, int64_t sequences) {
+  double total = head_flops(spec, sequences).total();
+  for (int64_t layer = 0; layer < spec.layers; ++layer) {
+    total += layer_flops(spec, sequences, spec.is_moe_layer(layer)).total();
+  }
+  return total;
+}
+
+double hardware_flops_per_step(const TransformerSpec& spec, int64_t sequences,
+                               Recompute recompute) {
+  double total = model_flops_per_step(spec, sequences);
+  if (recompute == Recompute::none) return total;
+  for (int64_t layer = 0; layer < spec.layers; ++layer) {
+    const PassFlops flops = layer_flops(spec, sequences, spec.is_moe_layer(layer));
+    total += recompute == Recompute::full ? flops.forward : flops.attention_core_forward;
+  }
+  return total;
+}
+
+double attention_core_activation_bytes(const TransformerSpec& spec, int64_t micro_batch,
+                                       const ActivationOptions& options) {
+  const double e = static_cast<double>(options.element_bytes);
+  const double mask = spec.dropout ? 1.0 : 0.0;
+  const double s = static_cast<double>(spec.seq);
+  // Each rank keeps its s / cp queries against all s keys.
+  const double scores = static_cast<double>(spec.heads) * s *
+                        (s / static_cast<double>(options.cp)) * static_cast<double>(micro_batch);
+  const double per_element = e + (spec.dropout ? mask + e : 0.0);
+  return per_element * scores / static_cast<double>(options.tp);
+}
+
+double layer_activation_bytes(const TransformerSpec& spec, int64_t micro_batch, bool moe_layer,
+                              const ActivationOptions& options) {
+  STRATA_CHECK(options.tp >= 1 && options.cp >= 1 && options.element_bytes >= 1, "bad options");
+  const double e = static_cast<double>(options.element_bytes);
+  const double mask = spec.dropout ? 1.0 : 0.0;
+  const double t = static_cast<double>(options.tp);
+  const double n = static_cast<double>(micro_batch * spec.seq) / static_cast<double>(options.cp);
+  const double h = static_cast<double>(spec.hidden), kv = static_cast<double>(spec.kv_width());
+  const double replicated_divisor = options.sequence_parallel ? t : 1.0;
+
+  if (options.recompute == Recompute::full) return e * n * h / replicated_divisor;
+
+  const double replicated = (4 * e + 2 * mask) * n * h;
+  double mlp;
+  if (moe_layer) {
+    mlp = mlp_activation_elements(spec, n * expert_token_factor(spec.moe),
+                                  static_cast<double>(spec.expert_width()));
+  } else {
+    mlp = mlp_activation_elements(spec, n, static_cast<double>(spec.ffn));
+  }
+  const double split = e * (n * h + 2 * n * kv + n * h + mlp);
+  double bytes = replicated / replicated_divisor + split / t;
+  if (options.recompute == Recompute::none) {
+    bytes += attention_core_activation_bytes(spec, micro_batch, options);
+  }
+  return bytes;
+}
+
+}  // namespace strata

@@ -1,0 +1,138 @@
+// Cluster profiles: the presets equal the shipped configs/clusters files, a profile survives
+// to_toml and back, `local` is found where calibrate writes it, and every kind of bad file gets
+// a message naming the key and the file.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include "strata/core/error.h"
+#include "strata/plan/cluster.h"
+#include "test_support.h"
+
+namespace strata {
+namespace {
+
+std::string read_text(const std::string& path) {
+  std::ifstream file(path);
+  std::stringstream text;
+  text << file.rdbuf();
+  return text.str();
+}
+
+std::string error_of(const std::string& text) {
+  try {
+    parse_cluster(text, "bad.toml");
+  } catch (const UserError& error) {
+    return error.what();
+  }
+  return "no error";
+}
+
+const char* kComplete = R"([cluster]
+nodes = 2
+devices_per_node = 4
+[device]
+name = "X"
+peak_tflops = 100.0
+memory_gb = 40.0
+memory_bandwidth_gbs = 1000.0
+[network]
+intra_node_gbs = 200.0
+inter_node_gbs = 20.0
+latency_us = 4.0
+)";
+
+TEST(Cluster, PresetsAreTheShippedFiles) {
+  ASSERT_EQ(cluster_preset_names(), (std::vector<std::string>{"a100-80gb", "h100-80gb", "h200"}));
+  for (const std::string& name : cluster_preset_names()) {
+    const std::string path = std::string(STRATA_SOURCE_DIR) + "/configs/clusters/" + name + ".toml";
+    EXPECT_EQ(read_text(path), cluster_preset_toml(name)) << path;
+    const ClusterProfile preset = load_cluster(name);
+    EXPECT_EQ(preset.name, name);
+    EXPECT_EQ(preset.devices_per_node, 8);
+    EXPECT_EQ(preset.device.precision, "bf16");
+    const ClusterProfile from_file = load_cluster(path);
+    EXPECT_EQ(from_file.device.peak_tflops, preset.device.peak_tflops);
+  }
+  const ClusterProfile a100 = load_cluster("a100-80gb");
+  EXPECT_EQ(a100.device.peak_tflops, 312.0);
+  EXPECT_EQ(a100.memory_bytes(), 80e9);
+  EXPECT_EQ(load_cluster("h200").device.memory_gb, 141.0);
+}
+
+TEST(Cluster, OptionalKeysHaveDefaultsAndTomlRoundTrips) {
+  ClusterProfile cluster = parse_cluster(kComplete, "complete.toml");
+  EXPECT_EQ(cluster.devices(), 8);
+  EXPECT_EQ(cluster.device.matmul_efficiency, 1.0);
+  EXPECT_EQ(cluster.device.precision, "bf16");
+  EXPECT_EQ(cluster.network.intra_latency_us(), 4.0);
+  cluster.device.name = "quote \" and backslash \\";
+  cluster.device.peak_tflops = 0.0123456789;
+  cluster.network.intra_node_latency_us = 0.5;
+  const ClusterProfile back = parse_cluster(cluster_to_toml(cluster), "round-trip");
+  EXPECT_EQ(back.device.name, cluster.device.name);
+  EXPECT_EQ(back.device.peak_tflops, cluster.device.peak_tflops);
+  EXPECT_EQ(back.network.intra_latency_us(), 0.5);
+  EXPECT_EQ(back.nodes, 2);
+}
+
+TEST(Cluster, LocalProfileIsFoundWhereCalibrateWritesIt) {
+  testing::TempDir dir;
+  setenv("STRATA_CACHE_DIR", dir.path().c_str(), 1);
+  EXPECT_EQ(local_profile_path(), dir.path() + "/clusters/local.toml");
+  try {
+    load_cluster("local");
+    FAIL() << "no local profile yet";
+  } catch (const UserError& error) {
+    EXPECT_NE(std::string(error.what()).find("strata plan calibrate"), std::string::npos)
+        << error.what();
+  }
+  ASSERT_EQ(std::system(("mkdir -p " + dir.path() + "/clusters").c_str()), 0);
+  std::ofstream(local_profile_path()) << kComplete;
+  const ClusterProfile local = load_cluster("local");
+  EXPECT_EQ(local.name, "local");
+  EXPECT_EQ(local.devices(), 8);
+  unsetenv("STRATA_CACHE_DIR");
+}
+
+TEST(Cluster, BadFilesSayWhatToChange) {
+  // Missing keys: every one named.
+  const std::string missing = error_of("[cluster]\nnodes = 1\n[device]\nname = \"X\"\n[network]\n");
+  for (const char* key : {"cluster.devices_per_node is missing", "device.peak_tflops is missing",
+                          "device.memory_gb is missing", "device.memory_bandwidth_gbs is missing",
+                          "network.intra_node_gbs is missing", "network.inter_node_gbs is missing",
+                          "network.latency_us is missing", "bad.toml"}) {
+    EXPECT_NE(missing.find(key), std::string::npos) << key << " in: " << missing;
+  }
+  EXPECT_NE(error_of("[cluster]\n").find("[device] is missing"), std::string::npos);
+  // Unknown keys and sections, wrong types, out-of-range values.
+  std::string text = kComplete;
+  EXPECT_NE(error_of(text + "[gpu]\n").find("[gpu] is not a known section"), std::string::npos);
+  const std::string typo =
+      error_of(std::string(kComplete).replace(text.find("peak_tflops"), 11, "peak_tflop"));
+  EXPECT_NE(typo.find("device.peak_tflop is not a known key"), std::string::npos) << typo;
+  EXPECT_NE(typo.find("device.peak_tflops is missing"), std::string::npos) << typo;
+  const std::string zero_nodes =
+      error_of(std::string(kComplete).replace(text.find("nodes = 2"), 9, "nodes = 0"));
+  EXPECT_NE(zero_nodes.find("cluster.nodes must be a whole number >= 1"), std::string::npos)
+      << zero_nodes;
+  const std::string negative =
+      error_of(std::string(kComplete).replace(text.find("100.0"), 5, "-1.0"));
+  EXPECT_NE(negative.find("device.peak_tflops (-1) must be > 0"), std::string::npos) << negative;
+  const std::string precision = error_of(text + "[device.extra]\n");
+  EXPECT_NE(precision.find("device.extra is not a known key"), std::string::npos) << precision;
+  EXPECT_NE(error_of("[cluster\n").find("not valid TOML"), std::string::npos);
+  // Names that are neither presets nor files.
+  try {
+    load_cluster("a100");
+    FAIL();
+  } catch (const UserError& error) {
+    const std::string message = error.what();
+    EXPECT_NE(message.find("a100-80gb, h100-80gb, h200"), std::string::npos) << message;
+  }
+}
+
+}  // namespace
+}  // namespace strata

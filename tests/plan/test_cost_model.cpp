@@ -1,0 +1,259 @@
+// The cost model's pieces and how they add up: collective times by the links a group spans,
+// memory and time breakdowns that sum to their totals, what each layout choice changes, the
+// search over a 175B GPT on 1024 A100s (fast, only fitting layouts, tp inside nodes), and the
+// layout `parallel.auto` picks.
+#include <gtest/gtest.h>
+
+#include <chrono>
+
+#include "strata/core/error.h"
+#include "strata/plan/collectives.h"
+#include "strata/plan/cost_model.h"
+#include "strata/plan/search.h"
+
+namespace strata {
+namespace {
+
+NetworkProfile test_network() {
+  NetworkProfile network;
+  network.intra_node_gbs = 100;  // 1e11 B/s
+  network.inter_node_gbs = 10;   // 1e10 B/s
+  network.latency_us = 10;
+  network.intra_node_latency_us = 1;
+  return network;
+}
+
+TEST(Collectives, GroupSpanFollowsRankOrder) {
+  // 8 devices per node: tp=8 fills a node, a dp group spaced 8 apart has one member per node,
+  // a dp group spaced 2 apart has 4 members in each node.
+  GroupSpan tp = group_span(1, 8, 8);
+  EXPECT_EQ(tp.nodes, 1);
+  EXPECT_EQ(tp.members_per_node, 8);
+  GroupSpan wide_tp = group_span(1, 16, 8);
+  EXPECT_EQ(wide_tp.nodes, 2);
+  EXPECT_TRUE(wide_tp.crosses_nodes());
+  GroupSpan dp = group_span(8, 16, 8);
+  EXPECT_EQ(dp.nodes, 16);
+  EXPECT_EQ(dp.members_per_node, 1);
+  GroupSpan mixed = group_span(2, 16, 8);
+  EXPECT_EQ(mixed.nodes, 4);
+  EXPECT_EQ(mixed.members_per_node, 4);
+}
+
+TEST(Collectives, AlphaBetaTimes) {
+  const NetworkProfile network = test_network();
+  const double N = 1e9;
+  // Inside a node, a ring of 4: 2*3 steps of 1 us, 2*3/4 of N at 1e11 B/s.
+  EXPECT_DOUBLE_EQ(all_reduce_seconds(network, group_span(1, 4, 8), N), 6e-6 + 1.5 * N / 1e11);
+  EXPECT_DOUBLE_EQ(reduce_scatter_seconds(network, group_span(1, 4, 8), N), 3e-6 + 0.75 * N / 1e11);
+  EXPECT_DOUBLE_EQ(all_gather_seconds(network, group_span(1, 4, 8), N), 3e-6 + 0.75 * N / 1e11);
+  // One member per node: the plain ring over the inter-node link.
+  EXPECT_DOUBLE_EQ(all_reduce_seconds(network, group_span(8, 4, 8), N), 6 * 10e-6 + 1.5 * N / 1e10);
+  // 2 nodes x 4 members: intra phases on the full data, inter phase on a quarter each.
+  const double phase = (3 * 1e-6 + 0.75 * N / 1e11) + (1 * 10e-6 + 0.5 * (N / 4) / 1e10);
+  EXPECT_DOUBLE_EQ(all_reduce_seconds(network, group_span(2, 8, 8), N), 2 * phase);
+  // all-to-all over 2 nodes x 2 members: 1 intra peer, 2 remote peers.
+  EXPECT_DOUBLE_EQ(all_to_all_seconds(network, group_span(4, 4, 8), N),
+                   1e-6 + 0.25 * N / 1e11 + 2 * 10e-6 + 0.5 * N / 1e10);
+  EXPECT_DOUBLE_EQ(p2p_seconds(network, true, N), 10e-6 + N / 1e10);
+  EXPECT_DOUBLE_EQ(p2p_seconds(network, false, N), 1e-6 + N / 1e11);
+  EXPECT_EQ(all_reduce_seconds(network, group_span(1, 1, 8), N), 0.0);
+}
+
+TransformerSpec gpt_175b() { return megatron_gpt(96, 12288, 96, 51200, 2048); }
+
+ClusterProfile a100_nodes(int64_t nodes) {
+  ClusterProfile cluster = load_cluster("a100-80gb");
+  cluster.nodes = nodes;
+  return cluster;
+}
+
+TEST(CostModel, MemoryOfOneDeviceIsTheModelStateAndOneMicrobatch) {
+  TransformerSpec spec = megatron_gpt(4, 1024, 16, 50304, 1024);
+  spec.dropout = false;
+  ClusterProfile cluster = a100_nodes(1);
+  cluster.devices_per_node = 1;
+  const Prediction prediction = predict_layout(plan_inputs(spec, cluster, 8), PlanLayout{});
+  const double psi = parameter_counts(spec).total;
+  EXPECT_DOUBLE_EQ(prediction.memory.params, 2 * psi);
+  EXPECT_DOUBLE_EQ(prediction.memory.grads, 2 * psi);
+  EXPECT_DOUBLE_EQ(prediction.memory.optimizer, 12 * psi);
+  EXPECT_DOUBLE_EQ(prediction.memory.buffers, 0.0);
+  ActivationOptions options;
+  const double layers = 4 * layer_activation_bytes(spec, 1, false, options);
+  const double n = 1024, h = 1024, V = 50304;
+  const double head = 2 * n * h + 2 * n * h + 2 * 4 * n * V;  // norm input, head input, logits
+  EXPECT_DOUBLE_EQ(prediction.memory.activations, layers + head);
+  EXPECT_EQ(prediction.microbatches, 8);
+  EXPECT_EQ(prediction.layout.dp, 1);
+}
+
+TEST(CostModel, BreakdownsAddUpAndMetricsFollow) {
+  const PlanInputs inputs = plan_inputs(gpt_175b(), a100_nodes(128), 1536);
+  PlanLayout layout = parse_layout("tp=8,pp=8,zero=1,recompute=selective,sequence_parallel=true");
+  const Prediction prediction = predict_layout(inputs, layout);
+  EXPECT_EQ(prediction.layout.dp, 16);
+  EXPECT_EQ(prediction.layout.schedule, "1f1b");
+  EXPECT_EQ(prediction.microbatches, 96);
+  EXPECT_NEAR(prediction.time.total(), prediction.step_time_s, 1e-9 * prediction.step_time_s);
+  const MemoryBreakdown& memory = prediction.memory;
+  EXPECT_GT(memory.params, 0);
+  EXPECT_GT(memory.activations, 0);
+  EXPECT_GT(memory.buffers, 0);
+  EXPECT_GT(prediction.time.pipeline_bubble, 0);
+  EXPECT_GT(prediction.time.tensor_parallel, 0);
+  EXPECT_GT(prediction.time.data_parallel, 0);
+  EXPECT_DOUBLE_EQ(prediction.mfu, prediction.model_tflops_per_device / 312.0);
+  EXPECT_GT(prediction.hardware_tflops_per_device, prediction.model_tflops_per_device);
+  EXPECT_DOUBLE_EQ(prediction.tokens_per_s, 1536.0 * 2048 / prediction.step_time_s);
+  // 1F1B stage 0 holds p microbatches; ZeRO-1 shards the 12 bytes of optimizer state over dp.
+  EXPECT_EQ(prediction.fullest_stage, 0);
+  EXPECT_DOUBLE_EQ(prediction.inflight_microbatches, 8);
+  EXPECT_NEAR(memory.optimizer / memory.params, 12.0 / 2 / 16, 1e-12);
+  // Megatron's published setup for this model reaches about 50% MFU; the model should too.
+  EXPECT_GT(prediction.mfu, 0.3);
+  EXPECT_LT(prediction.mfu, 0.7);
+  EXPECT_TRUE(prediction.fits);
+}
+
+TEST(CostModel, EachChoiceMovesTheRightTerm) {
+  const PlanInputs inputs = plan_inputs(gpt_175b(), a100_nodes(128), 1536);
+  auto predict = [&](const std::string& layout) {
+    return predict_layout(inputs, parse_layout(layout));
+  };
+  const Prediction base = predict("tp=8,pp=8,micro_batch=1");
+  // Recomputation trades activations for compute.
+  const Prediction selective = predict("tp=8,pp=8,micro_batch=1,recompute=selective");
+  const Prediction full = predict("tp=8,pp=8,micro_batch=1,recompute=full");
+  EXPECT_LT(selective.memory.activations, base.memory.activations);
+  EXPECT_LT(full.memory.activations, selective.memory.activations);
+  EXPECT_GT(selective.time.compute, base.time.compute);
+  EXPECT_GT(full.time.compute, selective.time.compute);
+  EXPECT_GT(full.time.tensor_parallel,
+            base.time.tensor_parallel);  // the forward's all-reduces again
+  // Sequence parallelism divides the replicated activations, not the communication time.
+  const Prediction sp = predict("tp=8,pp=8,micro_batch=1,sequence_parallel=true");
+  EXPECT_LT(sp.memory.activations, base.memory.activations);
+  // ZeRO shards model state, stage by stage.
+  const Prediction zero1 = predict("tp=8,pp=8,micro_batch=1,zero=1");
+  const Prediction zero2 = predict("tp=8,pp=8,micro_batch=1,zero=2");
+  EXPECT_LT(zero1.memory.optimizer, base.memory.optimizer);
+  EXPECT_EQ(zero1.memory.grads, base.memory.grads);
+  EXPECT_LT(zero2.memory.grads, zero1.memory.grads);
+  EXPECT_LT(zero1.time.optimizer, base.time.optimizer);
+  // More pipeline stages at the same microbatches: a bigger bubble.
+  const Prediction deep = predict("tp=8,pp=16,micro_batch=1");
+  EXPECT_GT(deep.bubble_fraction, base.bubble_fraction);
+  // Interleaving shrinks the bubble and holds more activations.
+  const Prediction interleaved = predict("tp=8,pp=8,vpp=2,micro_batch=1");
+  EXPECT_LT(interleaved.bubble_fraction, base.bubble_fraction);
+  EXPECT_GT(interleaved.inflight_microbatches, base.inflight_microbatches);
+  // A tensor-parallel group across nodes is priced on the slow link and flagged.
+  const Prediction wide = predict("tp=16,pp=4,micro_batch=1");
+  EXPECT_TRUE(wide.tp_spans_nodes);
+  EXPECT_FALSE(base.tp_spans_nodes);
+  EXPECT_GT(wide.time.tensor_parallel, 2 * base.time.tensor_parallel);
+}
+
+TEST(CostModel, MixtureOfExpertsAddsAllToAllAndShardsExperts) {
+  TransformerSpec spec = megatron_gpt(24, 2048, 16, 51200, 2048);
+  spec.moe.experts = 16;
+  spec.moe.top_k = 2;
+  spec.moe.every = 2;
+  const PlanInputs inputs = plan_inputs(spec, a100_nodes(4), 256);
+  const Prediction ep1 = predict_layout(inputs, parse_layout("tp=2,ep=1,micro_batch=1,zero=1"));
+  const Prediction ep8 = predict_layout(inputs, parse_layout("tp=2,ep=8,micro_batch=1,zero=1"));
+  EXPECT_EQ(ep1.time.expert_all_to_all, 0.0);
+  EXPECT_GT(ep8.time.expert_all_to_all, 0.0);
+  EXPECT_LT(ep8.memory.params, ep1.memory.params);
+  // An MoE layer: the dense layer's attention and norms, a router, 16 MLPs.
+  const ParameterCounts counts = parameter_counts(spec);
+  const double mlp = 2 * 4 * 2048.0 * 2048 + 4 * 2048 + 2048;  // weights and biases
+  EXPECT_DOUBLE_EQ(counts.expert_params, 16 * mlp);
+  EXPECT_DOUBLE_EQ(counts.moe_layer, counts.dense_layer - mlp + 2048 * 16 + 16 * mlp);
+}
+
+TEST(Search, Gpt175bOn1024A100sIsFastFitsAndKeepsTpInsideNodes) {
+  const PlanInputs inputs = plan_inputs(gpt_175b(), a100_nodes(128), 1536);
+  const auto start = std::chrono::steady_clock::now();
+  SearchOptions options;
+  options.top = 10;
+  const SearchResult result = search_layouts(inputs, options);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_LT(seconds, 10.0) << "the search took " << seconds << " s";
+  ASSERT_EQ(result.top.size(), 10u);
+  EXPECT_GT(result.candidates, result.fitting);
+  for (size_t i = 0; i < result.top.size(); ++i) {
+    const Prediction& prediction = result.top[i].prediction;
+    EXPECT_TRUE(prediction.fits) << i;
+    EXPECT_LE(prediction.memory.total(), 80e9) << i;
+    EXPECT_LE(prediction.layout.tp, 8) << i;
+    EXPECT_FALSE(prediction.tp_spans_nodes) << i;
+    EXPECT_EQ(
+        prediction.layout.tp * prediction.layout.pp * prediction.layout.dp * prediction.layout.cp,
+        1024);
+    if (i > 0) {
+      EXPECT_GE(prediction.step_time_s, result.top[i - 1].prediction.step_time_s);
+      EXPECT_FALSE(result.top[i].reason.empty());
+    }
+  }
+  EXPECT_EQ(result.top[0].reason, "fastest");
+  // The losers are accounted for, by reason, "does not fit" among them.
+  int64_t lost = 0;
+  bool no_fit = false;
+  for (const LossGroup& group : result.lost) {
+    lost += group.count;
+    no_fit |= group.reason == "does not fit";
+  }
+  EXPECT_EQ(lost + static_cast<int64_t>(result.top.size()), result.candidates);
+  EXPECT_TRUE(no_fit);
+}
+
+TEST(Search, CrossNodeTensorParallelOnlyWhenAsked) {
+  const PlanInputs inputs = plan_inputs(megatron_gpt(8, 4096, 32, 51200, 2048), a100_nodes(2), 64);
+  SearchOptions options;
+  options.allowed = [](const PlanLayout& layout) { return layout.tp > 8; };
+  EXPECT_THROW(search_layouts(inputs, options), UserError);  // no layout left
+  options.allow_tp_across_nodes = true;
+  const SearchResult wide = search_layouts(inputs, options);
+  ASSERT_FALSE(wide.top.empty());
+  EXPECT_EQ(wide.top[0].prediction.layout.tp, 16);
+  EXPECT_TRUE(wide.top[0].prediction.tp_spans_nodes);
+}
+
+TEST(Search, NoLayoutFitsSaysWhatToChange) {
+  ClusterProfile cluster = a100_nodes(1);
+  try {
+    search_layouts(plan_inputs(gpt_175b(), cluster, 64));
+    FAIL() << "a 175B model fits on one node?";
+  } catch (const UserError& error) {
+    const std::string message = error.what();
+    EXPECT_NE(message.find("no layout fits"), std::string::npos) << message;
+    EXPECT_NE(message.find("more devices"), std::string::npos) << message;
+    EXPECT_NE(message.find("80.0 GB"), std::string::npos) << message;
+  }
+}
+
+TEST(AutoLayout, PicksARunnableLayoutAndExplains) {
+  Config config;
+  config.model.d_model = 512;
+  config.model.n_layers = 2;
+  config.model.n_heads = 8;
+  config.model.seq_len = 64;
+  config.train.global_batch = 8;
+  ClusterProfile cluster = load_cluster("h100-80gb");
+  const AutoLayout choice = choose_layout(config, 2, cluster);
+  const ParallelConfig& parallel = choice.config.parallel;
+  EXPECT_EQ(parallel.tp * parallel.pp * parallel.dp * parallel.cp, 2);
+  EXPECT_EQ(parallel.zero, 0);
+  EXPECT_EQ(parallel.cp, 1);
+  EXPECT_EQ(choice.prediction.layout.recompute, Recompute::none);
+  EXPECT_EQ(config.train.global_batch % (parallel.dp * choice.config.train.micro_batch), 0);
+  EXPECT_NO_THROW(validate_config(choice.config, 2));
+  EXPECT_NE(choice.explanation.find("parallel.auto:"), std::string::npos) << choice.explanation;
+  EXPECT_THROW(choose_layout(config, 12, cluster), UserError);  // 12 ranks: not whole 8-GPU nodes
+}
+
+}  // namespace
+}  // namespace strata

@@ -1,0 +1,178 @@
+// `strata plan` run in process (the command's source is compiled into this test): a layout's
+// prediction and a search as text and JSON with the keys docs/planner.md promises, and exit
+// status 2 with a message saying what to change for each kind of bad input.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "strata/cli/plan.h"
+#include "test_support.h"
+
+namespace strata {
+namespace {
+
+struct CommandResult {
+  int exit_code = 0;
+  std::string out, err;
+};
+
+CommandResult run_plan(const std::vector<std::string>& args) {
+  CLI::App app{"strata"};
+  app.require_subcommand(1);
+  add_plan_command(app);
+  std::vector<std::string> words = {"strata", "plan"};
+  words.insert(words.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& word : words) argv.push_back(word.data());
+  CommandResult result;
+  ::testing::internal::CaptureStdout();
+  ::testing::internal::CaptureStderr();
+  try {
+    app.parse(static_cast<int>(argv.size()), argv.data());
+  } catch (const CLI::ParseError& error) {
+    result.exit_code = app.exit(error);
+  }
+  result.out = ::testing::internal::GetCapturedStdout();
+  result.err = ::testing::internal::GetCapturedStderr();
+  return result;
+}
+
+class PlanCommand : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    model_ = dir_.file("model.toml");
+    // A training config: sections besides [model] are accepted and ignored.
+    std::ofstream(model_) << "[model]\nvocab_size = 51200\nd_model = 4096\nn_layers = 32\n"
+                             "n_heads = 32\nseq_len = 2048\n[train]\nsteps = 5\n[data]\n"
+                             "source = \"synthetic\"\n";
+  }
+  testing::TempDir dir_;
+  std::string model_;
+};
+
+void expect_error(const CommandResult& result, const std::string& fragment) {
+  EXPECT_EQ(result.exit_code, 2) << result.out << result.err;
+  EXPECT_NE(result.err.find("strata: error: "), std::string::npos) << result.err;
+  EXPECT_NE(result.err.find(fragment), std::string::npos)
+      << "wanted '" << fragment << "' in: " << result.err;
+}
+
+TEST_F(PlanCommand, LayoutPredictionAsJson) {
+  const CommandResult result = run_plan(
+      {"--model", model_, "--cluster", "h100-80gb", "--nodes", "4", "--global-batch", "256",
+       "--layout", "tp=4,pp=2,zero=1,recompute=selective,sequence_parallel=true", "--json"});
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  const nlohmann::json json = nlohmann::json::parse(result.out);
+  for (const char* key : {"params", "grads", "optimizer", "activations", "buffers", "total"}) {
+    EXPECT_TRUE(json["memory_per_device_bytes"].contains(key)) << key;
+  }
+  for (const char* key :
+       {"step_time_s", "model_tflops_per_device", "hardware_tflops_per_device", "mfu",
+        "bubble_fraction", "fits", "layout", "step_time_breakdown_s", "tokens_per_s"}) {
+    EXPECT_TRUE(json.contains(key)) << key;
+  }
+  EXPECT_EQ(json["layout"]["dp"], 4);
+  EXPECT_EQ(json["layout"]["tp"], 4);
+  EXPECT_EQ(json["layout"]["schedule"], "1f1b");
+  EXPECT_EQ(json["layout"]["recompute"], "selective");
+  EXPECT_EQ(json["fits"], true);
+}
+
+TEST_F(PlanCommand, SearchAsTextAndJson) {
+  const std::vector<std::string> args = {"--model", model_, "--cluster",      "a100-80gb",
+                                         "--nodes", "2",    "--global-batch", "128",
+                                         "--top",   "3"};
+  const CommandResult text = run_plan(args);
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  for (const char* fragment : {"valid layouts", "#1 ", "#3 ", "behind #1 on",
+                               "why the other layouts lost", "does not fit", "MFU"}) {
+    EXPECT_NE(text.out.find(fragment), std::string::npos) << fragment << " in:\n" << text.out;
+  }
+  std::vector<std::string> json_args = args;
+  json_args.push_back("--json");
+  const CommandResult json = run_plan(json_args);
+  ASSERT_EQ(json.exit_code, 0) << json.err;
+  const nlohmann::json list = nlohmann::json::parse(json.out);
+  ASSERT_TRUE(list.is_array());
+  ASSERT_EQ(list.size(), 3u);
+  EXPECT_EQ(list[0]["rank"], 1);
+  EXPECT_EQ(list[0]["reason"], "fastest");
+  EXPECT_LE(list[0]["step_time_s"].get<double>(), list[2]["step_time_s"].get<double>());
+  EXPECT_TRUE(list[2]["memory_per_device_bytes"].contains("total"));
+}
+
+TEST_F(PlanCommand, ClusterFromAFile) {
+  const std::string path = dir_.file("cluster.toml");
+  std::ofstream(path)
+      << "[cluster]\nnodes = 1\ndevices_per_node = 8\n[device]\nname = \"G\"\n"
+         "peak_tflops = 500.0\nmemory_gb = 96.0\nmemory_bandwidth_gbs = 3000.0\n"
+         "[network]\nintra_node_gbs = 400.0\ninter_node_gbs = 50.0\nlatency_us = 5.0\n";
+  const CommandResult result =
+      run_plan({"--model", model_, "--cluster", path, "--global-batch", "64", "--layout", "tp=8"});
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  EXPECT_NE(result.out.find("96.0 GB"), std::string::npos) << result.out;
+}
+
+TEST_F(PlanCommand, BadInputSaysWhatToChange) {
+  const std::vector<std::string> base = {"--model",   model_,           "--cluster",
+                                         "h100-80gb", "--global-batch", "64"};
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = base;
+    args.insert(args.end(), extra.begin(), extra.end());
+    return run_plan(args);
+  };
+  // A layout that does not divide the cluster.
+  expect_error(with({"--layout", "tp=3"}), "does not divide the cluster's 8 devices");
+  expect_error(with({"--layout", "tp=2,dp=2"}), "does not match the cluster's 8 devices");
+  expect_error(with({"--layout", "tp=8,pp=2"}), "does not divide the cluster's 8 devices");
+  expect_error(with({"--layout", "tp=5"}), "tp (5) must divide the attention heads (32)");
+  expect_error(with({"--layout", "tp=2,micro_batch=3"}), "must be divisible by dp*micro_batch");
+  expect_error(with({"--layout", "pp=2,vpp=2,schedule=1f1b"}),
+               "vpp (2) > 1 needs schedule=interleaved-1f1b");
+  expect_error(with({"--layout", "ep=2"}), "needs a mixture-of-experts model");
+  expect_error(with({"--layout", "tq=2"}), "unknown key 'tq'");
+  expect_error(with({"--layout", "tp=two"}), "tp=two is not a whole number");
+  expect_error(with({"--layout", "recompute=some"}),
+               "recompute=some must be none, selective or full");
+  // A model that fits nowhere.
+  {
+    const std::string big = dir_.file("big.toml");
+    std::ofstream(big)
+        << "[model]\nvocab_size = 51200\nd_model = 25600\nn_layers = 128\nn_heads = 160\n"
+           "seq_len = 2048\n";
+    expect_error(run_plan({"--model", big, "--cluster", "a100-80gb", "--global-batch", "64"}),
+                 "no layout fits");
+  }
+  // Missing or broken inputs.
+  expect_error(run_plan({"--cluster", "h100-80gb", "--global-batch", "8"}), "--model is required");
+  expect_error(run_plan({"--model", model_, "--global-batch", "8"}), "--cluster is required");
+  expect_error(run_plan({"--model", model_, "--cluster", "h100-80gb"}),
+               "--global-batch is required");
+  expect_error(with({"--top", "0"}), "--top '0' must be a whole number >= 1");
+  expect_error(run_plan({"--model", dir_.file("none.toml"), "--cluster", "h100-80gb",
+                         "--global-batch", "8"}),
+               "is not a readable file");
+  {
+    const std::string typo = dir_.file("typo.toml");
+    std::ofstream(typo) << "[model]\nd_modle = 512\n";
+    expect_error(run_plan({"--model", typo, "--cluster", "h100-80gb", "--global-batch", "8"}),
+                 "d_modle");
+    const std::string invalid = dir_.file("invalid.toml");
+    std::ofstream(invalid) << "[model]\nd_model = 100\nn_heads = 3\n";
+    expect_error(run_plan({"--model", invalid, "--cluster", "h100-80gb", "--global-batch", "8"}),
+                 "model.d_model (100) must be divisible by model.n_heads (3)");
+  }
+  {
+    const std::string cluster = dir_.file("partial.toml");
+    std::ofstream(cluster)
+        << "[cluster]\nnodes = 1\ndevices_per_node = 8\n[device]\nname = \"G\"\n";
+    expect_error(run_plan({"--model", model_, "--cluster", cluster, "--global-batch", "8"}),
+                 "device.peak_tflops is missing");
+  }
+  expect_error(run_plan({"--model", model_, "--cluster", "tpu", "--global-batch", "8"}),
+               "neither a preset (a100-80gb, h100-80gb, h200)");
+}
+
+}  // namespace
+}  // namespace strata
