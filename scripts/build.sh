@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Configures and builds strata into a build directory (default: build/).
 # Usage: scripts/build.sh [BUILD_DIR] [extra cmake args...]
+# STRATA_BUILD_TARGET=name builds only that target (default: everything).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 build="${1:-$root/build}"
@@ -12,4 +13,4 @@ if [ ! -f "$build/CMakeCache.txt" ]; then
 else
   cmake -S "$root" -B "$build" "$@" >/dev/null
 fi
-cmake --build "$build" -j "$(nproc)"
+cmake --build "$build" -j "$(nproc)" ${STRATA_BUILD_TARGET:+--target "$STRATA_BUILD_TARGET"}

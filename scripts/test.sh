@@ -14,7 +14,8 @@ clang-format --dry-run --Werror $(git ls-files '*.h' '*.cpp')
 bash scripts/build.sh build -DSTRATA_WERROR=ON
 ctest --test-dir build --output-on-failure -j 2 --timeout 900
 
-bash scripts/build.sh build-sanitize -DSTRATA_WERROR=ON -DSTRATA_SANITIZE=ON
+STRATA_BUILD_TARGET=strata_unit_tests \
+  bash scripts/build.sh build-sanitize -DSTRATA_WERROR=ON -DSTRATA_SANITIZE=ON
 # libtorch and OpenMPI are not built with the sanitizers: their one-time allocations are
 # reported as leaks, so leak checking is off; every other ASan/UBSan check stays on.
 ASAN_OPTIONS=detect_leaks=0:detect_odr_violation=0 UBSAN_OPTIONS=print_stacktrace=1 \

@@ -6,6 +6,8 @@
 #include <filesystem>
 #include <iostream>
 
+#include <unistd.h>
+
 #include "strata/cli/simulate.h"
 #include "strata/core/config.h"
 #include "strata/core/error.h"
@@ -35,6 +37,8 @@ int run_train(const std::string& config_path, const std::vector<std::string>& ov
   Config config = load_config(config_path, overrides);
   if (nproc > 0 && !started_by_mpi_launcher()) {
     check_runnable(validate_config(config, nproc));  // every config error before any rank starts
+    // mpirun gives ranks a pseudo-terminal: tell them what the user's stdout really is.
+    setenv("STRATA_STDOUT_IS_TTY", isatty(STDOUT_FILENO) ? "1" : "0", 1);
     if (nproc > 1) relaunch_under_mpirun(nproc, argv);
   }
   int argc = 0;

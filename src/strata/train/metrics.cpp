@@ -74,9 +74,19 @@ std::string format_rate(double per_second) {
   return buffer;
 }
 
+namespace {
+// A terminal on stdout? Ranks started by `strata train --nproc` learn it from the launching
+// process, because mpirun hands them a pseudo-terminal whatever the user's stdout is.
+bool stdout_is_terminal() {
+  const char* launcher_view = std::getenv("STRATA_STDOUT_IS_TTY");
+  if (launcher_view != nullptr) return std::string(launcher_view) == "1";
+  return isatty(STDOUT_FILENO);
+}
+}  // namespace
+
 Progress::Progress(const std::string& mode, int64_t total_steps, int64_t line_every, bool active)
     : active_(active && mode != "none"),
-      bar_(mode == "bar" || (mode == "auto" && isatty(STDOUT_FILENO))),
+      bar_(mode == "bar" || (mode == "auto" && stdout_is_terminal())),
       total_steps_(total_steps),
       line_every_(std::max<int64_t>(1, line_every)) {}
 
