@@ -8,6 +8,7 @@
 
 #include <unistd.h>
 
+#include "strata/cli/plan.h"
 #include "strata/cli/simulate.h"
 #include "strata/core/config.h"
 #include "strata/core/error.h"
@@ -158,6 +159,7 @@ int main(int argc, char** argv) {
   prepare->add_option("--out", out_dir, "Output directory")->required();
 
   add_simulate_command(app);
+  add_plan_command(app);
 
   CLI11_PARSE(app, argc, argv);
   // The command line to re-execute under mpirun, with this binary's absolute path.
