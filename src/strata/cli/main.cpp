@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 
 #include <filesystem>
+#include <functional>
 #include <iostream>
 
 #include <unistd.h>
@@ -33,30 +34,17 @@ MeshShape mesh_shape_of(const ParallelConfig& parallel) {
   return shape;
 }
 
-int run_train(const std::string& config_path, const std::vector<std::string>& overrides, int nproc,
-              const std::vector<std::string>& argv) {
-  Config config = load_config(config_path, overrides);
-  if (nproc > 0 && !started_by_mpi_launcher()) {
-    check_runnable(validate_config(config, nproc));  // every config error before any rank starts
-    // mpirun gives ranks a pseudo-terminal: tell them what the user's stdout really is.
-    setenv("STRATA_STDOUT_IS_TTY", isatty(STDOUT_FILENO) ? "1" : "0", 1);
-    if (nproc > 1) relaunch_under_mpirun(nproc, argv);
-  }
+// Runs body(world_size, &rank) on every rank of the job with MPI initialized. A UserError
+// (bad config or file: identical on every rank, before any work) is printed once by rank 0
+// and exits 2; any other failure on one rank aborts the whole job so no rank is left waiting.
+int run_on_ranks(const std::function<void(int, int*)>& body) {
   int argc = 0;
   char** no_args = nullptr;
   const int world_size = init_mpi(&argc, &no_args);
   int rank = 0;
   try {
-    config = validate_config(config, world_size);
-    check_runnable(config);
-    Comm world = Comm::world(config.parallel.comm_timeout_s);
-    rank = world.rank();
-    configure_rank_threads(static_cast<int>(config.train.threads));
-    Mesh mesh(world, mesh_shape_of(config.parallel));
-    Trainer trainer(config, mesh);
-    trainer.run();
+    body(world_size, &rank);
   } catch (const UserError& error) {
-    // Validation errors happen identically on every rank before any work: say it once.
     if (rank == 0) std::cerr << "strata: error: " << error.what() << std::endl;
     if (world_size > 1) abort_job(2);
     finalize_mpi();
@@ -67,6 +55,27 @@ int run_train(const std::string& config_path, const std::vector<std::string>& ov
   }
   finalize_mpi();
   return 0;
+}
+
+int run_train(const std::string& config_path, const std::vector<std::string>& overrides, int nproc,
+              const std::vector<std::string>& argv) {
+  Config config = load_config(config_path, overrides);
+  if (nproc > 0 && !started_by_mpi_launcher()) {
+    check_runnable(validate_config(config, nproc));  // every config error before any rank starts
+    // mpirun gives ranks a pseudo-terminal: tell them what the user's stdout really is.
+    setenv("STRATA_STDOUT_IS_TTY", isatty(STDOUT_FILENO) ? "1" : "0", 1);
+    if (nproc > 1) relaunch_under_mpirun(nproc, argv);
+  }
+  return run_on_ranks([&](int world_size, int* rank) {
+    config = validate_config(config, world_size);
+    check_runnable(config);
+    Comm world = Comm::world(config.parallel.comm_timeout_s);
+    *rank = world.rank();
+    configure_rank_threads(static_cast<int>(config.train.threads));
+    Mesh mesh(world, mesh_shape_of(config.parallel));
+    Trainer trainer(config, mesh);
+    trainer.run();
+  });
 }
 
 int run_config(const std::string& config_path, const std::vector<std::string>& overrides,
@@ -81,13 +90,9 @@ int run_config(const std::string& config_path, const std::vector<std::string>& o
 int run_generate(const std::string& checkpoint, const std::string& prompt,
                  const SamplingOptions& options, int nproc, const std::vector<std::string>& argv) {
   if (nproc > 1 && !started_by_mpi_launcher()) relaunch_under_mpirun(nproc, argv);
-  int argc = 0;
-  char** no_args = nullptr;
-  const int world_size = init_mpi(&argc, &no_args);
-  int rank = 0;
-  try {
+  return run_on_ranks([&](int, int* rank) {
     Comm world = Comm::world();
-    rank = world.rank();
+    *rank = world.rank();
     configure_rank_threads(0);
     Config config;
     auto model = load_model_from_checkpoint(checkpoint, &config, &world);
@@ -95,18 +100,8 @@ int run_generate(const std::string& checkpoint, const std::string& prompt,
     std::vector<int32_t> encoded = tokenizer->encode(prompt);
     std::vector<int64_t> prompt_tokens(encoded.begin(), encoded.end());
     std::vector<int64_t> output = generate(*model, prompt_tokens, options);
-    if (rank == 0) std::cout << prompt << tokenizer->decode(output) << std::endl;
-  } catch (const UserError& error) {
-    if (rank == 0) std::cerr << "strata: error: " << error.what() << std::endl;
-    if (world_size > 1) abort_job(2);
-    finalize_mpi();
-    return 2;
-  } catch (const std::exception& error) {
-    std::cerr << "strata: rank " << rank << ": " << error.what() << std::endl;
-    abort_job(1);
-  }
-  finalize_mpi();
-  return 0;
+    if (*rank == 0) std::cout << prompt << tokenizer->decode(output) << std::endl;
+  });
 }
 
 }  // namespace
