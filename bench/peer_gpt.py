@@ -89,7 +89,8 @@ class GPT(torch.nn.Module):
             block = {
                 "norm1_weight": add((C,), "ones", decay=False),
                 "norm1_bias": add((C,), "zeros", decay=False) if self.layernorm else None,
-                "qkv": add(((H + 2 * K) * D, C), "normal", INIT_STD),
+                "q": add((H * D, C), "normal", INIT_STD),
+                "kv": add((2 * K * D, C), "normal", INIT_STD),
                 "attn_out": add((C, H * D), "normal", residual_std),
                 "norm2_weight": add((C,), "ones", decay=False),
                 "norm2_bias": add((C,), "zeros", decay=False) if self.layernorm else None,
@@ -124,10 +125,10 @@ class GPT(torch.nn.Module):
     def attention(self, x, block):
         B, T = x.shape[:2]
         H, K, D = self.H, self.K, self.D
-        qkv = torch.matmul(x, block["qkv"].t())  # (B, T, (H + 2K) * D)
-        q = qkv.narrow(-1, 0, H * D).view(B, T, H, D).transpose(1, 2)
-        k = qkv.narrow(-1, H * D, K * D).view(B, T, K, D).transpose(1, 2)
-        v = qkv.narrow(-1, (H + K) * D, K * D).view(B, T, K, D).transpose(1, 2)
+        q = torch.matmul(x, block["q"].t()).view(B, T, H, D).transpose(1, 2)
+        kv = torch.matmul(x, block["kv"].t())  # (B, T, 2K * D): keys, then values
+        k = kv.narrow(-1, 0, K * D).view(B, T, K, D).transpose(1, 2)
+        v = kv.narrow(-1, K * D, K * D).view(B, T, K, D).transpose(1, 2)
         if self.rope:
             q, k = self.rotate(q), self.rotate(k)
         if K != H:
