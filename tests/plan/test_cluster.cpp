@@ -68,13 +68,19 @@ TEST(Cluster, OptionalKeysHaveDefaultsAndTomlRoundTrips) {
   EXPECT_EQ(cluster.device.matmul_efficiency, 1.0);
   EXPECT_EQ(cluster.device.precision, "bf16");
   EXPECT_EQ(cluster.network.intra_latency_us(), 4.0);
+  EXPECT_EQ(cluster.device.elementwise_rate_gbs(), 1000.0);      // memory_bandwidth_gbs
+  EXPECT_EQ(cluster.device.attention_matmul_efficiency(), 1.0);  // matmul_efficiency
   cluster.device.name = "quote \" and backslash \\";
+  cluster.device.elementwise_gbs = 12.5;
+  cluster.device.attention_efficiency = 0.4;
   cluster.device.peak_tflops = 0.0123456789;
   cluster.network.intra_node_latency_us = 0.5;
   const ClusterProfile back = parse_cluster(cluster_to_toml(cluster), "round-trip");
   EXPECT_EQ(back.device.name, cluster.device.name);
   EXPECT_EQ(back.device.peak_tflops, cluster.device.peak_tflops);
   EXPECT_EQ(back.network.intra_latency_us(), 0.5);
+  EXPECT_EQ(back.device.elementwise_rate_gbs(), 12.5);
+  EXPECT_EQ(back.device.attention_matmul_efficiency(), 0.4);
   EXPECT_EQ(back.nodes, 2);
 }
 
@@ -124,6 +130,10 @@ TEST(Cluster, BadFilesSayWhatToChange) {
   const std::string precision = error_of(text + "[device.extra]\n");
   EXPECT_NE(precision.find("device.extra is not a known key"), std::string::npos) << precision;
   EXPECT_NE(error_of("[cluster\n").find("not valid TOML"), std::string::npos);
+  const std::string efficiency = error_of(std::string(kComplete).replace(
+      text.find("[network]"), 9, "attention_efficiency = 1.5\n[network]"));
+  EXPECT_NE(efficiency.find("device.attention_efficiency (1.5) must be <= 1"), std::string::npos)
+      << efficiency;
   // Names that are neither presets nor files.
   try {
     load_cluster("a100");

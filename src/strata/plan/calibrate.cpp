@@ -22,7 +22,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr int kTrials = 5;
-constexpr double kTrialSeconds = 0.25;  // each trial repeats its operation at least this long
+constexpr double kTrialSeconds = 0.5;  // each trial repeats its operation at least this long
 
 double median(std::vector<double> values) {
   std::sort(values.begin(), values.end());
@@ -79,15 +79,41 @@ double measure_matmul_flops(Comm& world) {
   return total_flops / total_seconds;
 }
 
-// c = a + b over 1M floats: 3 x 4 MB moved per call. Tensors of this size are what the
-// elementwise work and the optimizer of a model small enough to train on a CPU touch (the
-// activations of a microbatch, a weight matrix), so their rate, caches included, is the one
-// that matters here.
+// The attention core's batched matmuls, QK^T and attention x V, for 16 (sequence, head) pairs of
+// 256 tokens and head_dim 64.
+double measure_attention_flops(Comm& world) {
+  auto q = at::randn({16, 256, 64}), k = at::randn({16, 256, 64}), v = at::randn({16, 256, 64});
+  auto scores = at::empty({16, 256, 256}), out = at::empty({16, 256, 64});
+  const double seconds = slowest(world, seconds_per_call(world, [&] {
+                                   at::bmm_out(scores, q, k.transpose(1, 2));
+                                   at::bmm_out(out, scores, v);
+                                 }));
+  return 2 * (2.0 * 16 * 256 * 256 * 64) / seconds;
+}
+
+// c = a + b over 1M floats: 3 x 4 MB moved per call. Tensors of this size are what a model
+// small enough to train on a CPU touches (a microbatch's activations, a weight matrix), so
+// their rate, caches included, is the one that matters here.
 double measure_memory_bandwidth(Comm& world) {
   constexpr int64_t elements = 1 << 20;
   auto a = at::randn({elements}), b = at::randn({elements}), c = at::empty({elements});
   const double seconds = slowest(world, seconds_per_call(world, [&] { at::add_out(c, a, b); }));
   return 3.0 * 4.0 * static_cast<double>(elements) / seconds;
+}
+
+// The elementwise kernels with arithmetic on the same 1M floats: LayerNorm, softmax over rows
+// of 256 and tanh-GELU, each reading and writing 4 MB. On a CPU they are compute-bound.
+double measure_elementwise_rate(Comm& world) {
+  constexpr int64_t rows = 4096, width = 256;
+  auto a = at::randn({rows, width});
+  auto weight = at::ones({width}), bias = at::zeros({width});
+  at::Tensor c;
+  const double seconds = slowest(world, seconds_per_call(world, [&] {
+                                   c = at::layer_norm(a, {width}, weight, bias, 1e-5);
+                                   c = at::softmax(a, -1);
+                                   c = at::gelu(a, "tanh");
+                                 }));
+  return 3 * 2 * 4.0 * static_cast<double>(rows * width) / seconds;
 }
 
 std::string cpu_model() {
@@ -121,7 +147,9 @@ CalibrationReport calibrate_local(Comm& world) {
   CalibrationReport report;
   report.threads_per_rank = at::get_num_threads();
   report.matmul_tflops = measure_matmul_flops(world) / 1e12;
+  report.attention_tflops = measure_attention_flops(world) / 1e12;
   report.memory_bandwidth_gbs = measure_memory_bandwidth(world) / 1e9;
+  report.elementwise_gbs = measure_elementwise_rate(world) / 1e9;
 
   if (n > 1) {
     // Latency: an 8-byte all-reduce is 2(n-1) ring steps of pure latency.
@@ -172,7 +200,10 @@ CalibrationReport calibrate_local(Comm& world) {
   profile.device.peak_tflops = report.matmul_tflops;
   profile.device.memory_gb = physical_memory_bytes() / n / 1e9;
   profile.device.memory_bandwidth_gbs = report.memory_bandwidth_gbs;
+  profile.device.elementwise_gbs = report.elementwise_gbs;
   profile.device.matmul_efficiency = 1.0;
+  profile.device.attention_efficiency =
+      std::min(1.0, report.attention_tflops / report.matmul_tflops);
   profile.device.precision = "fp32";
   if (n > 1) {
     profile.network.intra_node_gbs = report.allreduce_bandwidth_gbs;
@@ -194,8 +225,13 @@ std::string calibration_to_text(const CalibrationReport& report) {
       << (report.threads_per_rank == 1 ? " thread" : " threads") << " each:\n"
       << "  float32 matmul      " << fixed(report.matmul_tflops * 1e3, 2)
       << " GFLOP/s per rank (the slowest rank, all computing)\n"
+      << "  attention matmuls   " << fixed(report.attention_tflops * 1e3, 2)
+      << " GFLOP/s per rank (sets attention_efficiency "
+      << fixed(report.profile.device.attention_efficiency, 3) << ")\n"
       << "  memory bandwidth    " << fixed(report.memory_bandwidth_gbs, 2)
-      << " GB/s per rank (all streaming)\n";
+      << " GB/s per rank (c = a + b, all ranks at once)\n"
+      << "  elementwise kernels " << fixed(report.elementwise_gbs, 2)
+      << " GB/s per rank (LayerNorm, softmax, GELU; sets elementwise_gbs)\n";
   if (n > 1) {
     out << "  all-reduce          " << fixed(report.allreduce_latency_us, 2)
         << " us per ring step, " << fixed(report.allreduce_bandwidth_gbs, 2)

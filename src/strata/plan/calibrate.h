@@ -14,9 +14,11 @@ namespace strata {
 class Comm;
 
 struct CalibrationReport {
-  ClusterProfile profile;              // one node of world-size "devices"; fp32, as the runtime
-  double matmul_tflops = 0;            // per rank, the slowest rank
-  double memory_bandwidth_gbs = 0;     // per rank, all ranks streaming at once
+  ClusterProfile profile;       // one node of world-size "devices"; fp32, as the runtime
+  double matmul_tflops = 0;     // per rank, the slowest rank
+  double attention_tflops = 0;  // per rank: batched head_dim-sized matmuls (QK^T, attention x V)
+  double memory_bandwidth_gbs = 0;     // per rank: c = a + b on 4 MB tensors
+  double elementwise_gbs = 0;          // per rank: LayerNorm, softmax, GELU on 4 MB tensors
   double allreduce_latency_us = 0;     // per ring step, from an 8-byte all-reduce
   double allreduce_bandwidth_gbs = 0;  // from a 16 MB all-reduce with the latency taken off
   double p2p_latency_us = 0;           // half a ping-pong of one float between ranks 0 and 1

@@ -226,12 +226,18 @@ ClusterProfile parse_cluster(const std::string& toml_text, const std::string& or
   device.number("peak_tflops", cluster.device.peak_tflops, true, 0, true);
   device.number("memory_gb", cluster.device.memory_gb, true, 0, true);
   device.number("memory_bandwidth_gbs", cluster.device.memory_bandwidth_gbs, true, 0, true);
+  device.number("elementwise_gbs", cluster.device.elementwise_gbs, false, 0, true);
   device.number("matmul_efficiency", cluster.device.matmul_efficiency, false, 0, true);
+  device.number("attention_efficiency", cluster.device.attention_efficiency, false, 0, true);
   device.text("precision", cluster.device.precision, false, {"bf16", "fp32"});
   device.reject_unknown();
-  if (cluster.device.matmul_efficiency > 1) {
-    problems.push_back(str("device.matmul_efficiency (", cluster.device.matmul_efficiency,
-                           ") must be <= 1 (a fraction of peak_tflops)"));
+  for (const auto& [key, value] :
+       {std::make_pair("matmul_efficiency", cluster.device.matmul_efficiency),
+        std::make_pair("attention_efficiency", cluster.device.attention_efficiency)}) {
+    if (value > 1) {
+      problems.push_back(
+          str("device.", key, " (", value, ") must be <= 1 (a fraction of peak_tflops)"));
+    }
   }
 
   SectionReader network(root, "network", origin, problems);
@@ -290,7 +296,12 @@ std::string cluster_to_toml(const ClusterProfile& cluster) {
   number("peak_tflops", cluster.device.peak_tflops);
   number("memory_gb", cluster.device.memory_gb);
   number("memory_bandwidth_gbs", cluster.device.memory_bandwidth_gbs);
+  if (cluster.device.elementwise_gbs >= 0)
+    number("elementwise_gbs", cluster.device.elementwise_gbs);
   number("matmul_efficiency", cluster.device.matmul_efficiency);
+  if (cluster.device.attention_efficiency >= 0) {
+    number("attention_efficiency", cluster.device.attention_efficiency);
+  }
   out << "precision = \"" << cluster.device.precision << "\"\n\n[network]\n";
   number("intra_node_gbs", cluster.network.intra_node_gbs);
   number("inter_node_gbs", cluster.network.inter_node_gbs);

@@ -14,13 +14,27 @@ struct DeviceProfile {
   double peak_tflops = 0;           // dense matrix-multiply rate in `precision`, TFLOP/s
   double memory_gb = 0;             // usable memory per device, GB = 1e9 bytes
   double memory_bandwidth_gbs = 0;  // device memory, GB/s
+  // GB/s that the elementwise kernels with arithmetic (norms, softmax, activation functions,
+  // cross-entropy) move; < 0: memory_bandwidth_gbs, as on GPUs, where they are memory-bound.
+  // On CPUs they are compute-bound and calibrate measures them.
+  double elementwise_gbs = -1;
   // Fraction of peak_tflops that the transformer's matrix multiplies reach (kernel and
   // shape efficiency). 1 for a calibrated profile, whose peak is already a measured rate.
   double matmul_efficiency = 1.0;
+  // The same for the attention core's batched head_dim-sized matmuls (QK^T, attention x V),
+  // which run well below big GEMMs; < 0: the same as matmul_efficiency.
+  double attention_efficiency = -1;
   // What training runs in on this device: "bf16" = mixed precision (16-bit weights and
   // activations, fp32 master weights and Adam state); "fp32" = everything in float32, as the
   // CPU runtime of this release trains.
   std::string precision = "bf16";
+
+  double elementwise_rate_gbs() const {
+    return elementwise_gbs >= 0 ? elementwise_gbs : memory_bandwidth_gbs;
+  }
+  double attention_matmul_efficiency() const {
+    return attention_efficiency >= 0 ? attention_efficiency : matmul_efficiency;
+  }
 };
 
 struct NetworkProfile {
@@ -46,7 +60,8 @@ struct ClusterProfile {
 };
 
 // TOML text -> profile. Sections [cluster] nodes, devices_per_node; [device] name,
-// peak_tflops, memory_gb, memory_bandwidth_gbs (+ optional matmul_efficiency, precision);
+// peak_tflops, memory_gb, memory_bandwidth_gbs (+ optional elementwise_gbs, matmul_efficiency,
+// attention_efficiency, precision);
 // [network] intra_node_gbs, inter_node_gbs, latency_us (+ optional intra_node_latency_us).
 // Throws UserError naming the origin and every missing, unknown or out-of-range key.
 ClusterProfile parse_cluster(const std::string& toml_text, const std::string& origin);

@@ -16,19 +16,24 @@
 namespace strata {
 namespace {
 
-// Elementwise passes over the data, each a read and a write unless noted.
-constexpr double kNormAndResidualPasses =
-    10;  // 2 norms (read+write), 2 residual adds (2 reads+write)
-constexpr double kAttentionScorePasses = 6;  // scale, causal mask, softmax over a*s*s scores
-constexpr double kDropoutPasses = 3;         // mask generation and apply, per dropout site
-constexpr double kHeadCopyPasses = 2;        // q, k, v made contiguous per head; the merge back
-constexpr double kRopePasses = 8;            // rotate q and k: two products, a sum, a concat
-constexpr double kGeluPasses = 2;
-constexpr double kSwigluPasses = 5;  // silu (read+write) and the product (2 reads+write)
-constexpr double kCrossEntropyForwardPasses = 8;   // max, shift, exp, sum, pick the target, ...
-constexpr double kCrossEntropyBackwardPasses = 4;  // softmax minus one-hot, scaled
+// Elementwise passes over the data (a read and a write each unless noted), by the rate they
+// run at: plain data movement at memory_bandwidth_gbs (M), kernels with arithmetic at
+// elementwise_gbs (E; the same on GPUs, slower on CPUs).
+constexpr double kResidualAddPasses = 6;     // M: 2 residual adds, 2 reads + 1 write each
+constexpr double kNormPasses = 4;            // E: 2 norms
+constexpr double kScoreScaleMaskPasses = 4;  // M: scale and causal mask of a*s*s scores
+constexpr double kSoftmaxPasses = 2;         // E: softmax of the scores
+constexpr double kDropoutPasses = 3;         // M: mask generation and apply, per dropout site
+constexpr double kHeadCopyPasses = 2;        // M: q, k, v made contiguous per head; the merge
+constexpr double kRopePasses = 8;            // M: rotate q and k: two products, a sum, a concat
+constexpr double kGeluPasses = 2;            // E
+constexpr double kSwigluPasses = 5;          // E: silu (read+write), the product (2 reads+write)
+constexpr double kFinalNormPasses = 2;       // E
+constexpr double kEmbeddingPasses = 3;       // M: lookup, position add
+constexpr double kCrossEntropyForwardPasses = 8;   // E: max, shift, exp, sum, pick the target...
+constexpr double kCrossEntropyBackwardPasses = 4;  // E: softmax minus one-hot, scaled
 constexpr double kBackwardElementwiseFactor = 2;  // a backward op reads input and grad, writes grad
-constexpr double kGradAccumulatePasses = 3;       // .grad += dW: two reads, one write
+constexpr double kGradAccumulatePasses = 3;       // M: .grad += dW, two reads and one write
 
 // Optimizer step + clipping, bytes moved per local parameter. fp32/fp64: strata's AdamW as
 // separate ATen ops (decay, two moment updates, sqrt, scale, add eps, addcdiv: 92 bytes at 4
@@ -51,9 +56,13 @@ double optimizer_bytes_per_parameter(Precision precision) {
 // Reduce-scatter granularity of ZeRO-2/3 gradients: the buffer the reduction needs.
 constexpr double kZeroBucketElements = 25e6;
 
-// Elementwise bytes of one layer's forward for one microbatch on one rank.
-double layer_elementwise_forward_bytes(const TransformerSpec& spec, const PlanLayout& layout,
-                                       bool moe_layer, double e) {
+// Seconds of one layer's elementwise forward for one microbatch on one rank, and of its
+// attention-score part (what selective recomputation repeats). M and E in bytes per second.
+struct ElementwiseSeconds {
+  double layer = 0, scores = 0;
+};
+ElementwiseSeconds layer_elementwise_forward(const TransformerSpec& spec, const PlanLayout& layout,
+                                             bool moe_layer, double e, double M, double E) {
   const double t = static_cast<double>(layout.tp), cp = static_cast<double>(layout.cp);
   const double n = static_cast<double>(layout.micro_batch * spec.seq) / cp;
   const double replicated_tokens = layout.sequence_parallel ? n / t : n;
@@ -61,16 +70,20 @@ double layer_elementwise_forward_bytes(const TransformerSpec& spec, const PlanLa
   const double s = static_cast<double>(spec.seq);
   const double scores =
       static_cast<double>(spec.heads) / t * s * (s / cp) * static_cast<double>(layout.micro_batch);
-  double bytes = kNormAndResidualPasses * e * replicated_tokens * h;
-  bytes += kHeadCopyPasses * e * n * (2 * h + 2 * kv) / t;
-  bytes += (kAttentionScorePasses + (spec.dropout ? kDropoutPasses : 0)) * e * scores;
-  if (spec.dropout) bytes += 2 * kDropoutPasses * e * replicated_tokens * h;
-  if (!spec.learned_positions) bytes += kRopePasses * e * n * (h + kv) / t;
+  double memory = kResidualAddPasses * e * replicated_tokens * h;
+  memory += kHeadCopyPasses * e * n * (2 * h + 2 * kv) / t;
+  if (spec.dropout) memory += 2 * kDropoutPasses * e * replicated_tokens * h;
+  if (!spec.learned_positions) memory += kRopePasses * e * n * (h + kv) / t;
+  double kernels = kNormPasses * e * replicated_tokens * h;
   const double width =
       moe_layer ? static_cast<double>(spec.expert_width()) : static_cast<double>(spec.ffn);
   const double tokens = moe_layer ? n * expert_token_factor(spec.moe) : n;
-  bytes += (spec.gated_mlp ? kSwigluPasses : kGeluPasses) * e * tokens * width / t;
-  return bytes;
+  kernels += (spec.gated_mlp ? kSwigluPasses : kGeluPasses) * e * tokens * width / t;
+  ElementwiseSeconds seconds;
+  seconds.scores = (kScoreScaleMaskPasses + (spec.dropout ? kDropoutPasses : 0)) * e * scores / M +
+                   kSoftmaxPasses * e * scores / E;
+  seconds.layer = memory / M + kernels / E + seconds.scores;
+  return seconds;
 }
 
 struct ScheduleKey {
@@ -130,7 +143,10 @@ std::vector<CostModel::StageModel> CostModel::stages(const PlanLayout& layout) c
   const double e = bytes_per.activation_element;
   const double t = static_cast<double>(layout.tp), cp = static_cast<double>(layout.cp);
   const double R = cluster.device.peak_tflops * 1e12 * cluster.device.matmul_efficiency;
+  const double R_attention =
+      cluster.device.peak_tflops * 1e12 * cluster.device.attention_matmul_efficiency();
   const double M = cluster.device.memory_bandwidth_gbs * 1e9;
+  const double E = cluster.device.elementwise_rate_gbs() * 1e9;
   const double n = static_cast<double>(layout.micro_batch * spec.seq) / cp;
   const double h = static_cast<double>(spec.hidden);
   const double kv = static_cast<double>(spec.kv_width());
@@ -155,7 +171,13 @@ std::vector<CostModel::StageModel> CostModel::stages(const PlanLayout& layout) c
   // Collectives of one layer for one microbatch: the tp all-reduce (or all-gather +
   // reduce-scatter) of the b*s*h activations, the cp ring exchange of K and V, the expert
   // dispatch (or combine) all-to-all.
-  const double tp_collective = all_reduce_seconds(network, tp_group, e * n * h);
+  // Around each block: an all-reduce, or under sequence parallelism an all-gather before it
+  // and a reduce-scatter after it (the same bytes, one more op).
+  const double tp_all_gather = all_gather_seconds(network, tp_group, e * n * h);
+  const double tp_reduce_scatter = reduce_scatter_seconds(network, tp_group, e * n * h);
+  const double tp_block = layout.sequence_parallel
+                              ? tp_all_gather + tp_reduce_scatter
+                              : all_reduce_seconds(network, tp_group, e * n * h);
   const double cp_ring =
       (cp - 1) * p2p_seconds(network, cp_group.crosses_nodes(), 2 * e * n * kv / t);
   const double expert_tokens = replicated_tokens * expert_token_factor(spec.moe);
@@ -189,24 +211,24 @@ std::vector<CostModel::StageModel> CostModel::stages(const PlanLayout& layout) c
       }
 
       const double split = t * cp;
-      const double forward_matmul = flops.forward / split / R;
-      const double core_matmul = flops.attention_core_forward / split / R;
-      const double forward_elementwise = layer_elementwise_forward_bytes(spec, layout, moe, e) / M;
-      const double scores = static_cast<double>(spec.heads) / t * static_cast<double>(spec.seq) *
-                            (static_cast<double>(spec.seq) / cp) *
-                            static_cast<double>(layout.micro_batch);
-      const double core_elementwise = kAttentionScorePasses * e * scores / M;
+      // The attention core (2 matmuls forward, 4 for the input gradient) at its own rate.
+      const double core = flops.attention_core_forward;
+      const double core_matmul = core / split / R_attention;
+      const double forward_matmul = (flops.forward - core) / split / R + core_matmul;
+      const double input_grad_matmul = (flops.input_grad - 2 * core) / split / R + 2 * core_matmul;
+      const ElementwiseSeconds elementwise = layer_elementwise_forward(spec, layout, moe, e, M, E);
+      const double forward_elementwise = elementwise.layer;
+      const double core_elementwise = elementwise.scores;
       const double forward_ring = std::max(0.0, cp_ring - core_matmul);
       const double backward_ring = std::max(0.0, 2 * cp_ring - 2 * core_matmul);
 
       stage.forward_compute += forward_matmul + forward_elementwise;
-      stage.input_compute +=
-          flops.input_grad / split / R + kBackwardElementwiseFactor * forward_elementwise;
+      stage.input_compute += input_grad_matmul + kBackwardElementwiseFactor * forward_elementwise;
       stage.weight_compute += flops.weight_grad / split / R + kGradAccumulatePasses *
                                                                   bytes_per.grads *
                                                                   (local_dense + local_expert) / M;
-      stage.forward_tp += 2 * tp_collective;
-      stage.backward_tp += 2 * tp_collective;
+      stage.forward_tp += 2 * tp_block;
+      stage.backward_tp += 2 * tp_block;
       stage.forward_cp += forward_ring;
       stage.backward_cp += backward_ring;
       if (moe) {
@@ -215,7 +237,7 @@ std::vector<CostModel::StageModel> CostModel::stages(const PlanLayout& layout) c
       }
       if (layout.recompute == Recompute::full) {
         stage.input_compute += forward_matmul + forward_elementwise;
-        stage.backward_tp += 2 * tp_collective;
+        stage.backward_tp += 2 * tp_block;
         stage.backward_cp += forward_ring;
         if (moe) stage.backward_ep += 2 * ep_all_to_all;
       } else if (layout.recompute == Recompute::selective) {
@@ -231,12 +253,12 @@ std::vector<CostModel::StageModel> CostModel::stages(const PlanLayout& layout) c
   const double embedding_params = vocab_per_rank * h;
   const double position_params = spec.learned_positions ? static_cast<double>(spec.seq) * h : 0.0;
   first.dense_params += embedding_params + position_params;
-  first.forward_compute += 3 * e * n * h / M;
-  first.input_compute += 3 * e * n * h / M;
+  first.forward_compute += kEmbeddingPasses * e * n * h / M;
+  first.input_compute += kEmbeddingPasses * e * n * h / M;
   first.weight_compute +=
       kGradAccumulatePasses * bytes_per.grads * (embedding_params + position_params) / M;
-  first.forward_tp += tp_collective;
-  if (layout.sequence_parallel) first.backward_tp += tp_collective;
+  first.forward_tp += layout.sequence_parallel ? tp_reduce_scatter : tp_block;
+  if (layout.sequence_parallel) first.backward_tp += tp_all_gather;
 
   // Head on the last stage: final norm, (gather,) logits matmul, vocab-parallel cross-entropy
   // (three all-reduces of one number per token), which keeps the logits and their softmax in
@@ -249,16 +271,18 @@ std::vector<CostModel::StageModel> CostModel::stages(const PlanLayout& layout) c
   const double logits = n * vocab_per_rank;
   const double loss_element = std::max(4.0, e);
   last.activation_bytes += e * replicated_tokens * h + e * n * h + 2 * loss_element * logits;
-  last.forward_compute += head.forward / (t * cp) / R + 2 * e * replicated_tokens * h / M +
-                          kCrossEntropyForwardPasses * loss_element * logits / M;
-  last.input_compute += head.input_grad / (t * cp) / R +
-                        kBackwardElementwiseFactor * 2 * e * replicated_tokens * h / M +
-                        kCrossEntropyBackwardPasses * loss_element * logits / M;
+  last.forward_compute += head.forward / (t * cp) / R +
+                          kFinalNormPasses * e * replicated_tokens * h / E +
+                          kCrossEntropyForwardPasses * loss_element * logits / E;
+  last.input_compute +=
+      head.input_grad / (t * cp) / R +
+      kBackwardElementwiseFactor * kFinalNormPasses * e * replicated_tokens * h / E +
+      kCrossEntropyBackwardPasses * loss_element * logits / E;
   last.weight_compute +=
       head.weight_grad / (t * cp) / R + kGradAccumulatePasses * bytes_per.grads * head_params / M;
   last.forward_tp += 3 * all_reduce_seconds(network, tp_group, 4 * n);
-  last.forward_tp += layout.sequence_parallel ? tp_collective : 0.0;
-  last.backward_tp += tp_collective;
+  last.forward_tp += layout.sequence_parallel ? tp_all_gather : 0.0;
+  last.backward_tp += layout.sequence_parallel ? tp_reduce_scatter : tp_block;
   if (spec.tied_embeddings && layout.pp > 1) {
     // The last stage's copy of the tied embedding and the first stage's are kept equal by
     // all-reducing their gradients once per step (Megatron's embedding group).

@@ -3,10 +3,11 @@
 // docs/planner.md states every term; in short:
 //
 // Time. Per microbatch and pipeline rank, a layer's matrix work takes FLOPs / (tp * cp) /
-// (peak_tflops * matmul_efficiency), FLOPs from transformer.h (forward F, input gradient B,
-// weight gradient W); its elementwise work (norms, residual adds, softmax and its masking,
-// head split/merge copies, activation function; the backward twice the forward) moves bytes at
-// memory_bandwidth_gbs; weight gradients are accumulated into .grad (3 x gradient bytes).
+// (peak_tflops * matmul_efficiency) (the attention core at attention_efficiency), FLOPs from
+// transformer.h (forward F, input gradient B, weight gradient W); its elementwise work, in
+// passes over memory (the backward twice the forward), moves residual adds, score masking and
+// head copies at memory_bandwidth_gbs and norms, softmax and the activation function at
+// elementwise_gbs; weight gradients are accumulated into .grad (3 x gradient bytes).
 // Tensor-parallel all-reduces (2 forward, 2 backward per layer, of b*s*h elements; all-gather
 // + reduce-scatter pairs of the same bytes under sequence parallelism) and expert all-to-alls
 // are exposed: they sit between the matmuls that need them. Context-parallel ring exchanges

@@ -206,14 +206,20 @@ SearchResult search_layouts(const PlanInputs& inputs, const SearchOptions& optio
         inputs.cluster.nodes * static_cast<int64_t>(std::ceil(smallest / capacity));
     throw UserError(str("no layout fits: the smallest of the ", result.candidates,
                         " valid layouts needs ", gigabytes(smallest), " per device (",
-                        layout_to_string(no_fit.example), ") and a ", inputs.cluster.device.name,
+                        layout_to_string(no_fit.example), ") and each ", inputs.cluster.device.name,
                         " has ", gigabytes(capacity), "; use more devices (about ", nodes_needed,
                         " nodes of ", inputs.cluster.devices_per_node,
                         "), devices with more memory, a smaller global batch, a shorter sequence "
                         "or a smaller model"));
   }
-  no_fit.detail = str("the smallest needs ", gigabytes(smallest, 2), " of ",
-                      gigabytes(inputs.cluster.memory_bytes(), 2));
+  // Enough digits to show the difference from the capacity.
+  int digits = 2;
+  while (digits < 6 &&
+         gigabytes(smallest, digits) == gigabytes(inputs.cluster.memory_bytes(), digits)) {
+    ++digits;
+  }
+  no_fit.detail = str("the smallest needs ", gigabytes(smallest, digits), " of ",
+                      gigabytes(inputs.cluster.memory_bytes(), digits));
 
   std::vector<Bounded> bounded;
   bounded.reserve(fitting.size());
