@@ -62,10 +62,10 @@ TEST(Launcher, CommandForFewerRanksThanCores) {
 TEST(Launcher, CommandOversubscribedAsRoot) {
   const auto command = mpirun_command(5, {"strata"}, 2, true);
   const std::vector<std::string> rest(command.begin() + 1, command.end());
-  EXPECT_EQ(rest,
-            (std::vector<std::string>{"-np", "5", "--oversubscribe", "--allow-run-as-root", "-x",
-                                      "OMP_WAIT_POLICY=passive", "-x", "OMP_NUM_THREADS=1", "-x",
-                                      "OPENBLAS_NUM_THREADS=1", "-x", "STRATA_THREADS=1", "strata"}));
+  EXPECT_EQ(rest, (std::vector<std::string>{"-np", "5", "--oversubscribe", "--allow-run-as-root",
+                                            "-x", "OMP_WAIT_POLICY=passive", "-x",
+                                            "OMP_NUM_THREADS=1", "-x", "OPENBLAS_NUM_THREADS=1",
+                                            "-x", "STRATA_THREADS=1", "strata"}));
   // Exactly as many ranks as cores is not oversubscribed.
   const auto exact = mpirun_command(2, {"strata"}, 2, false);
   EXPECT_EQ(std::count(exact.begin(), exact.end(), "--oversubscribe"), 0);
