@@ -1,5 +1,8 @@
 // Byte counters against the closed forms of the ring algorithms (see comm.h): per rank when
 // the elements divide evenly, and summed over ranks for odd sizes.
+#include <chrono>
+#include <thread>
+
 #include "dist_test_util.h"
 
 namespace strata {
@@ -120,6 +123,26 @@ TEST(Counters, SharedWithSplitGroupsAndZeroForOneRank) {
   EXPECT_EQ(bytes_of(world, CommKind::AllReduce), 2 * (n - 1) * 40 / n);
   EXPECT_EQ(&pairs.counters(), &world.counters());
   EXPECT_STREQ(comm_kind_name(CommKind::ReduceScatter), "reduce_scatter");
+}
+
+TEST(Counters, WaitTimeCountsTheBlockedSeconds) {
+  Comm world = test_world();
+  if (world.size() < 2) GTEST_SKIP() << "needs a peer to wait for";
+  world.barrier();
+  world.counters().reset();
+  // Rank 0 arrives 0.3 s late: every other rank blocks in the all-reduce for about that long.
+  if (world.rank() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  auto tensor = at::ones({10});
+  world.all_reduce(tensor);
+  const auto& wait_s = world.counters().wait_s;
+  const double all_reduce = wait_s[static_cast<size_t>(CommKind::AllReduce)];
+  if (world.rank() != 0) {
+    EXPECT_GE(all_reduce, 0.25);
+  }
+  EXPECT_LT(all_reduce, 30.0);
+  EXPECT_EQ(world.counters().total_wait_s(), all_reduce) << "only the all-reduce waited";
+  world.counters().reset();
+  EXPECT_EQ(world.counters().total_wait_s(), 0.0);
 }
 
 }  // namespace

@@ -48,6 +48,10 @@ int64_t CommCounters::total_bytes() const {
   return std::accumulate(bytes.begin(), bytes.end(), int64_t{0});
 }
 
+double CommCounters::total_wait_s() const {
+  return std::accumulate(wait_s.begin(), wait_s.end(), 0.0);
+}
+
 namespace {
 
 const char* reduce_op_name(ReduceOp op) {

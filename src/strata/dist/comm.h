@@ -97,11 +97,16 @@ class Work {
 struct CommCounters {
   std::array<int64_t, static_cast<size_t>(CommKind::Count)> bytes{};
   std::array<int64_t, static_cast<size_t>(CommKind::Count)> calls{};
+  // Seconds this rank spent blocked in wait() (every blocking call is a post plus a wait):
+  // the communication time not hidden behind computation, including waiting for late peers.
+  std::array<double, static_cast<size_t>(CommKind::Count)> wait_s{};
   void reset() {
     bytes.fill(0);
     calls.fill(0);
+    wait_s.fill(0);
   }
   int64_t total_bytes() const;
+  double total_wait_s() const;
 };
 
 class Comm {

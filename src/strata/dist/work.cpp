@@ -135,12 +135,47 @@ Work& Work::operator=(Work&& other) noexcept {
 }
 Work::~Work() { abort_if_in_flight(impl_); }
 
+namespace {
+CommKind kind_of(dist_internal::OpCode code) {
+  using dist_internal::OpCode;
+  switch (code) {
+    case OpCode::AllReduce:
+      return CommKind::AllReduce;
+    case OpCode::ReduceScatter:
+      return CommKind::ReduceScatter;
+    case OpCode::AllGather:
+      return CommKind::AllGather;
+    case OpCode::AllToAll:
+    case OpCode::AllToAllV:
+      return CommKind::AllToAll;
+    case OpCode::Broadcast:
+      return CommKind::Broadcast;
+    case OpCode::Barrier:
+    case OpCode::Split:
+      return CommKind::Barrier;
+    case OpCode::None:
+      break;
+  }
+  return CommKind::SendRecv;
+}
+}  // namespace
+
 void Work::wait() {
   STRATA_CHECK(impl_ != nullptr, "wait() on an empty Work (default-constructed or moved from)");
   if (!impl_->error.empty()) throw CommError(impl_->error);
   if (!impl_->op) return;
+  dist_internal::CommState& comm = *impl_->comm;
+  const auto kind = static_cast<size_t>(kind_of(impl_->op->code));
+  const auto start = dist_internal::Clock::now();
+  struct AddWait {  // also when the wait throws
+    double& total;
+    dist_internal::Clock::time_point start;
+    ~AddWait() {
+      total += std::chrono::duration<double>(dist_internal::Clock::now() - start).count();
+    }
+  } add_wait{comm.counters->wait_s[kind], start};
   try {
-    dist_internal::wait_in_flight(*impl_->comm, impl_->op);
+    dist_internal::wait_in_flight(comm, impl_->op);
   } catch (const CommError& error) {
     impl_->error = error.what();
     throw;

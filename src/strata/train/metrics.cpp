@@ -27,7 +27,9 @@ nlohmann::json to_json(const StepMetrics& metrics) {
             {"optimizer", metrics.mem.optimizer},
             {"activations_peak", metrics.mem.activations_peak},
             {"rss_peak", metrics.mem.rss_peak}}},
-          {"comm_bytes", metrics.comm}};
+          {"comm_bytes", metrics.comm},
+          {"comm_wait_s", metrics.comm_wait},
+          {"comm_share", metrics.comm_share}};
 }
 
 MetricsLog::MetricsLog(const std::string& dir, bool active) {
