@@ -189,5 +189,23 @@ TEST(SimulateCommand, BadInputExitsTwoNamingTheFlag) {
                      {"--svg: cannot write"});
 }
 
+TEST(SimulateCommand, CostsPerStage) {
+  // GPipe, p = 2, m = 2; stage 1 twice as slow: F 1|2, full backward 2|4.
+  // Stage 0: F F at 0-1, 1-2; stage 1: F at 1-3, 3-5; B at 5-9, 9-13; stage 0: B 9-11, 13-15.
+  const auto result = run_simulate({"--pp", "2", "--microbatches", "2", "--schedule", "gpipe",
+                                    "--costs", "1,1,1/2,2,2", "--json"});
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  const auto json = nlohmann::json::parse(result.out);
+  EXPECT_DOUBLE_EQ(json["step_time"].get<double>(), 15.0);
+  EXPECT_DOUBLE_EQ(json["busy_time"][0].get<double>(), 6.0);
+  EXPECT_DOUBLE_EQ(json["busy_time"][1].get<double>(), 12.0);
+  const auto text = run_simulate(
+      {"--pp", "2", "--microbatches", "2", "--schedule", "gpipe", "--costs", "1,1,1/2,2,2"});
+  EXPECT_NE(text.out.find("stage 1: F=2 B=2 W=2"), std::string::npos) << text.out;
+  expect_usage_error(
+      {"--pp", "3", "--microbatches", "3", "--schedule", "1f1b", "--costs", "1,1,1/2,2,2"},
+      {"has 2 stage groups but --pp is 3", "separated by '/'"});
+}
+
 }  // namespace
 }  // namespace strata

@@ -42,10 +42,11 @@ int parse_count(const std::string& flag, const std::string& text, const std::str
 }
 
 // "F,B,W" or "F,B,W,C": non-negative finite numbers.
-StageCosts parse_costs(const std::string& text) {
+StageCosts parse_stage_costs(const std::string& text) {
   const std::string usage =
       "; use F,B,W or F,B,W,C (forward, input grad, weight grad, transfer time per microbatch "
-      "per stage, non-negative), e.g. --costs 1,2,1,0.1";
+      "per stage, non-negative), e.g. --costs 1,2,1,0.1, or one such group per stage "
+      "separated by '/', e.g. --costs 1,2,1/1.5,3,1.5";
   std::vector<double> values;
   size_t begin = 0;
   while (begin <= text.size()) {
@@ -71,19 +72,38 @@ StageCosts parse_costs(const std::string& text) {
   return costs;
 }
 
+// One group for every stage, or one per stage: "F,B,W[,C]" or "F,B,W[,C]/F,B,W[,C]/...".
+std::vector<StageCosts> parse_costs(const std::string& text, int stages) {
+  std::vector<StageCosts> costs;
+  size_t begin = 0;
+  while (begin <= text.size()) {
+    const size_t slash = std::min(text.find('/', begin), text.size());
+    costs.push_back(parse_stage_costs(text.substr(begin, slash - begin)));
+    begin = slash + 1;
+  }
+  STRATA_REQUIRE(costs.size() == 1 || static_cast<int>(costs.size()) == stages, "--costs '", text,
+                 "' has ", costs.size(), " stage groups but --pp is ", stages,
+                 ": give one F,B,W[,C] group for all stages or one per stage, separated by '/'");
+  return costs;
+}
+
 std::string percent(double fraction) {
   std::ostringstream out;
   out << std::fixed << std::setprecision(2) << 100 * fraction << "%";
   return out.str();
 }
 
-void print_text(const SimulationResult& result, const StageCosts& costs) {
+void print_text(const SimulationResult& result, const std::vector<StageCosts>& costs) {
   std::cout << "schedule " << result.schedule << ": p=" << result.stages
             << " stages, m=" << result.microbatches << " microbatches, v=" << result.chunks
             << (result.chunks == 1 ? " chunk" : " chunks") << " per rank\n"
-            << "costs per microbatch per stage: F=" << costs.forward
-            << " B=" << costs.backward_input << " W=" << costs.backward_weight
-            << " C=" << costs.transfer;
+            << "costs per microbatch per stage:";
+  for (size_t stage = 0; stage < costs.size(); ++stage) {
+    const StageCosts& cost = costs[stage];
+    if (costs.size() > 1) std::cout << (stage ? "," : "") << " stage " << stage << ":";
+    std::cout << " F=" << cost.forward << " B=" << cost.backward_input
+              << " W=" << cost.backward_weight << " C=" << cost.transfer;
+  }
   if (result.chunks > 1) std::cout << " (each chunk costs 1/" << result.chunks << " of these)";
   std::cout << "\nstep time: " << result.step_time << "\n"
             << "bubble fraction: " << percent(result.bubble_fraction)
@@ -115,7 +135,7 @@ void run_simulate(const SimulateOptions& options) {
   request.stages = parse_count("--pp", options.stages, "4");
   request.microbatches = parse_count("--microbatches", options.microbatches, "8");
   request.chunks = parse_count("--vpp", options.chunks, "2");
-  const StageCosts costs = parse_costs(options.costs);
+  const std::vector<StageCosts> costs = parse_costs(options.costs, request.stages);
   ScheduleParameterNames names;
   names.name = "--schedule";
   names.stages = "--pp";
@@ -128,7 +148,7 @@ void run_simulate(const SimulateOptions& options) {
                  ") is over the simulator's limit of ", kMaxComputeCells,
                  " microbatch-stages; use fewer microbatches or stages");
   const Schedule schedule = build_schedule(request, names);
-  const SimulationResult result = simulate_schedule(schedule, {costs});
+  const SimulationResult result = simulate_schedule(schedule, costs);
 
   if (!options.svg_path.empty()) {
     std::ofstream file(options.svg_path);
@@ -164,7 +184,7 @@ CLI::App* add_simulate_command(CLI::App& app) {
   command
       ->add_option("--costs", options->costs,
                    "F,B,W[,C]: forward, input grad, weight grad, transfer time per microbatch "
-                   "per stage (default 1,1,1,0)")
+                   "per stage (default 1,1,1,0); or one group per stage separated by '/'")
       ->type_name("F,B,W,C");
   command->add_option("--svg", options->svg_path, "Write the timeline as SVG to FILE")
       ->type_name("FILE");
