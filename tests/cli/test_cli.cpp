@@ -70,6 +70,66 @@ TEST(Cli, ConfigPrintsEffectiveValues) {
   EXPECT_NE(output.find("microbatches = 1"), std::string::npos) << output;
 }
 
+TEST(Cli, AutoLayoutPlansThenTrains) {
+  testing::TempDir dir;
+  // A local profile of a 2-rank machine, as `strata plan calibrate` would leave it.
+  std::filesystem::create_directories(dir.file("cache/clusters"));
+  std::ofstream(dir.file("cache/clusters/local.toml")) << R"([cluster]
+nodes = 1
+devices_per_node = 2
+[device]
+name = "test machine"
+peak_tflops = 0.05
+memory_gb = 8.0
+memory_bandwidth_gbs = 10.0
+precision = "fp32"
+[network]
+intra_node_gbs = 5.0
+inter_node_gbs = 5.0
+latency_us = 5.0
+)";
+  const std::string env = "STRATA_CACHE_DIR=" + dir.file("cache") + " ";
+  std::string output;
+  ASSERT_EQ(testing::run_command(env + kStrata + " train " + write_config(dir) +
+                                     " --nproc 2 --set parallel.auto=true",
+                                 &output),
+            0)
+      << output;
+  EXPECT_NE(output.find("parallel.auto: "), std::string::npos) << output;
+  EXPECT_NE(output.find("on 2 ranks (profile 'local')"), std::string::npos) << output;
+  EXPECT_NE(output.find("planned with the local profile"), std::string::npos) << output;
+  EXPECT_NE(output.find("step 6/6"), std::string::npos) << output;
+
+  // The planner chooses the layout: a config that also sets it is refused before launch.
+  EXPECT_EQ(testing::run_command(env + kStrata + " train " + write_config(dir) +
+                                     " --nproc 2 --set parallel.auto=true --set parallel.tp=2",
+                                 &output),
+            2);
+  EXPECT_NE(output.find("parallel.auto = true chooses the layout, but the config also sets "
+                        "parallel.tp = 2"),
+            std::string::npos)
+      << output;
+}
+
+TEST(Cli, TensorParallelCheckpointServesSplitOrWhole) {
+  testing::TempDir dir;
+  std::string output;
+  ASSERT_EQ(testing::run_command(kStrata + " train " + write_config(dir) +
+                                     " --nproc 2 --set parallel.tp=2 --set log.trace=false",
+                                 &output),
+            0)
+      << output;
+  const std::string generate = kStrata + " generate --checkpoint " +
+                               dir.file("ckpt/step_00000006") +
+                               " --prompt 'The ' --max-new-tokens 24 --temperature 0";
+  std::string whole, split;
+  ASSERT_EQ(testing::run_command(generate, &whole), 0) << whole;
+  ASSERT_EQ(testing::run_command(generate + " --nproc 2", &split), 0) << split;
+  EXPECT_EQ(whole.rfind("The ", 0), 0u) << whole;
+  EXPECT_GT(whole.size(), 4u + 20u) << whole;
+  EXPECT_EQ(split, whole) << "greedy decoding of the tp=2 checkpoint on 2 ranks and on 1";
+}
+
 TEST(Cli, TrainTwoRanksThenGenerateAndRefuseCorruption) {
   testing::TempDir dir;
   std::string output;

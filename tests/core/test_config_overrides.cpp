@@ -32,6 +32,16 @@ TEST(ConfigOverrides, ScalarTypes) {
   EXPECT_EQ(with({"train.steps=5", "train.steps=6"}).train.steps, 6) << "the later --set wins";
 }
 
+TEST(ConfigOverrides, Arrays) {
+  EXPECT_EQ(with({"parallel.pp_layers=[3, 1]"}).parallel.pp_layers, (std::vector<int64_t>{3, 1}));
+  EXPECT_EQ(with({"parallel.pp_layers=[]"}).parallel.pp_layers, std::vector<int64_t>{});
+  EXPECT_CONTAINS(override_error("parallel.pp_layers=[3, 1.5]"),
+                  "parallel.pp_layers must be an array of integers, got array [");
+  EXPECT_CONTAINS(override_error("parallel.pp_layers=3"),
+                  "parallel.pp_layers must be an array of integers, got integer 3 "
+                  "(--set parallel.pp_layers=3)");
+}
+
 TEST(ConfigOverrides, Strings) {
   EXPECT_EQ(with({"model.pos=\"rope\""}).model.pos, "rope");
   EXPECT_EQ(with({"model.pos=rope"}).model.pos, "rope") << "bare strings for string keys";

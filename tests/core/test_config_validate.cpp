@@ -29,6 +29,19 @@ TEST(ConfigValidate, DefaultsAreValidOnOneRank) {
   EXPECT_EQ(config.parallel.microbatches, 1);
 }
 
+TEST(ConfigValidate, AutoLayoutLeavesTheLayoutToThePlanner) {
+  // Any number of ranks and batch: the planner picks sizes and micro batch that divide.
+  const Config config = validate_config(with({"parallel.auto=true", "train.global_batch=6"}), 4);
+  EXPECT_TRUE(config.parallel.auto_layout);
+  EXPECT_EQ(config.parallel.dp, -1) << "left for the planner";
+  const std::string message =
+      validate_error({"parallel.auto=true", "parallel.tp=2", "parallel.pp_schedule=zb-h1"}, 4);
+  EXPECT_CONTAINS(message,
+                  "parallel.auto = true chooses the layout, but the config also sets "
+                  "parallel.tp = 2, parallel.pp_schedule = \"zb-h1\"; remove those keys");
+  EXPECT_CONTAINS(validate_error({"parallel.auto=true", "train.lr=-1"}, 2), "train.lr");
+}
+
 TEST(ConfigValidate, DataParallelSize) {
   for (int64_t world : {1, 2, 3, 4, 8}) {
     const Config config =

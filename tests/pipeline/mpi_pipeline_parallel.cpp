@@ -98,6 +98,28 @@ TEST(PipelineTraining, ComposesWithTensorParallelism) {
   expect_same_losses(train_with(world, config, pp, 2, "1f1b", 1), reference, "pp x tp2 with sp");
 }
 
+TEST(PipelineTraining, ExplicitUnevenSplitEqualsUnsharded) {
+  Comm world = Comm::world(120);
+  if (world.size() < 2) GTEST_SKIP();
+  Comm self = world.split(world.rank(), 0, "self");
+  const int64_t p = world.size();
+  TrainResult reference = train_with(self, tiny_run(p), 1, 1, "1f1b", 1);
+  Config config = tiny_run(p);
+  // The last stage gets most layers: the opposite of what balanced_partition would choose.
+  config.parallel.pp_layers.assign(p, 1);
+  config.parallel.pp_layers.back() = config.model.n_layers - (p - 1);
+  expect_same_losses(train_with(world, config, p, 1, "zb-h1", 1), reference,
+                     "last-heavy parallel.pp_layers");
+  config.parallel.pp_layers.back() += 1;  // one layer too many
+  try {
+    train_with(world, config, p, 1, "1f1b", 1);
+    FAIL() << "no error";
+  } catch (const UserError& error) {
+    EXPECT_NE(std::string(error.what()).find("parallel.pp_layers sums to"), std::string::npos)
+        << error.what();
+  }
+}
+
 TEST(PipelineTraining, BadRequestsSayWhatWorks) {
   Comm world = Comm::world(120);
   if (world.size() < 2) GTEST_SKIP();

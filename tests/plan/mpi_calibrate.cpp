@@ -3,10 +3,14 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
 
 #include "strata/dist/comm.h"
 #include "strata/plan/calibrate.h"
 #include "strata/plan/cost_model.h"
+#include "test_support.h"
 
 namespace strata {
 namespace {
@@ -42,6 +46,32 @@ TEST(Calibrate, MakesAValidLocalProfile) {
   PlanLayout layout;
   const Prediction prediction = predict_layout(plan_inputs(spec, back, world.size()), layout);
   EXPECT_GT(prediction.step_time_s, 0);
+}
+
+// The profile parallel.auto plans with: measured and saved when missing, read back after.
+TEST(Calibrate, LocalProfileOnRanksMeasuresOnceThenReads) {
+  Comm world = Comm::world();
+  testing::TempDir local("strata-cache");
+  // One directory for every rank: rank 0's.
+  at::Tensor bytes = at::zeros({4096}, at::kByte);
+  if (world.rank() == 0) std::memcpy(bytes.data_ptr(), local.path().data(), local.path().size());
+  world.broadcast(bytes, 0);
+  const std::string cache(reinterpret_cast<const char*>(bytes.data_ptr()));
+  setenv("STRATA_CACHE_DIR", cache.c_str(), 1);
+  ASSERT_EQ(local_profile_path(), cache + "/clusters/local.toml");
+
+  std::string note;
+  const ClusterProfile measured = local_profile_on_ranks(world, &note);
+  EXPECT_NE(note.find("measured this machine"), std::string::npos) << note;
+  EXPECT_TRUE(std::filesystem::is_regular_file(local_profile_path()));
+  EXPECT_EQ(measured.devices_per_node, world.size());
+
+  const ClusterProfile read = local_profile_on_ranks(world, &note);
+  EXPECT_NE(note.find("planned with the local profile"), std::string::npos) << note;
+  EXPECT_EQ(read.device.peak_tflops, measured.device.peak_tflops);
+  EXPECT_EQ(read.network.intra_node_gbs, measured.network.intra_node_gbs);
+  world.barrier();
+  unsetenv("STRATA_CACHE_DIR");
 }
 
 }  // namespace

@@ -4,7 +4,7 @@
 // layout `parallel.auto` picks.
 #include <gtest/gtest.h>
 
-#include <chrono>
+#include <ctime>
 
 #include "strata/core/error.h"
 #include "strata/plan/collectives.h"
@@ -175,13 +175,26 @@ TEST(CostModel, MixtureOfExpertsAddsAllToAllAndShardsExperts) {
 
 TEST(Search, Gpt175bOn1024A100sIsFastFitsAndKeepsTpInsideNodes) {
   const PlanInputs inputs = plan_inputs(gpt_175b(), a100_nodes(128), 1536);
-  const auto start = std::chrono::steady_clock::now();
+  // CPU time of this (the only searching) thread: what the search costs, independent of how
+  // many other processes share the machine's cores while the suite runs.
+  const auto cpu_seconds = [] {
+    timespec now{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now);
+    return static_cast<double>(now.tv_sec) + 1e-9 * static_cast<double>(now.tv_nsec);
+  };
+  const double start = cpu_seconds();
   SearchOptions options;
   options.top = 10;
   const SearchResult result = search_layouts(inputs, options);
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  EXPECT_LT(seconds, 10.0) << "the search took " << seconds << " s";
+  const double seconds = cpu_seconds() - start;
+  // The bound, for an optimized build; sanitizer instrumentation (scripts/test.sh's
+  // second build, at -O1) makes this search several times slower.
+#if defined(__SANITIZE_ADDRESS__)
+  const double limit = 120.0;
+#else
+  const double limit = 10.0;
+#endif
+  EXPECT_LT(seconds, limit) << "the search took " << seconds << " s of CPU time";
   ASSERT_EQ(result.top.size(), 10u);
   EXPECT_GT(result.candidates, result.fitting);
   for (size_t i = 0; i < result.top.size(); ++i) {

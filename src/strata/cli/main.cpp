@@ -19,6 +19,8 @@
 #include "strata/dist/mesh.h"
 #include "strata/dist/runtime.h"
 #include "strata/infer/generate.h"
+#include "strata/plan/calibrate.h"
+#include "strata/plan/search.h"
 #include "strata/train/trainer.h"
 
 namespace strata {
@@ -61,17 +63,26 @@ int run_train(const std::string& config_path, const std::vector<std::string>& ov
               const std::vector<std::string>& argv) {
   Config config = load_config(config_path, overrides);
   if (nproc > 0 && !started_by_mpi_launcher()) {
-    check_runnable(validate_config(config, nproc));  // every config error before any rank starts
+    // Every config error before any rank starts (with parallel.auto, all but the layout's).
+    const Config validated = validate_config(config, nproc);
+    if (!validated.parallel.auto_layout) check_runnable(validated);
     // mpirun gives ranks a pseudo-terminal: tell them what the user's stdout really is.
     setenv("STRATA_STDOUT_IS_TTY", isatty(STDOUT_FILENO) ? "1" : "0", 1);
     if (nproc > 1) relaunch_under_mpirun(nproc, argv);
   }
   return run_on_ranks([&](int world_size, int* rank) {
     config = validate_config(config, world_size);
-    check_runnable(config);
     Comm world = Comm::world(config.parallel.comm_timeout_s);
     *rank = world.rank();
     configure_rank_threads(static_cast<int>(config.train.threads));
+    if (config.parallel.auto_layout) {
+      std::string note;
+      const ClusterProfile local = local_profile_on_ranks(world, &note);
+      const AutoLayout choice = choose_layout(config, world_size, local);
+      if (world.rank() == 0) std::cout << choice.explanation << " (" << note << ")" << std::endl;
+      config = validate_config(choice.config, world_size);
+    }
+    check_runnable(config);
     Mesh mesh(world, mesh_shape_of(config.parallel));
     Trainer trainer(config, mesh);
     trainer.run();

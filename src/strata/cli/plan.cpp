@@ -96,24 +96,6 @@ std::vector<std::string> own_command_line() {
   return args;
 }
 
-void write_profile(const std::string& path, const ClusterProfile& profile) {
-  const std::filesystem::path target(path);
-  std::error_code error;
-  if (target.has_parent_path()) std::filesystem::create_directories(target.parent_path(), error);
-  const std::string temporary = path + ".tmp";
-  {
-    std::ofstream file(temporary);
-    file << "# The local machine as measured by `strata plan calibrate`.\n"
-         << cluster_to_toml(profile);
-    file.close();
-    STRATA_REQUIRE(file.good(), "--out: cannot write '", temporary,
-                   "'; give a path in a writable directory");
-  }
-  std::filesystem::rename(temporary, target, error);
-  STRATA_REQUIRE(!error, "--out: cannot rename '", temporary, "' to '", path,
-                 "': ", error.message());
-}
-
 void run_calibrate(const PlanOptions& options) {
   const int64_t nproc = parse_positive("--nproc", options.calibrate_nproc, "2");
   const std::string out =
@@ -131,7 +113,7 @@ void run_calibrate(const PlanOptions& options) {
     configure_rank_threads(0);
     const CalibrationReport report = calibrate_local(world);
     if (rank == 0) {
-      write_profile(out, report.profile);
+      save_local_profile(out, report.profile);
       std::cout << calibration_to_text(report) << "profile written to " << out
                 << " (use it with --cluster local"
                 << (options.calibrate_out.empty() ? "" : str(" or --cluster ", out)) << ")\n";

@@ -143,6 +143,7 @@ const char* expected_type(const FieldRef& field) {
     const char* operator()(double*) const { return "a number"; }
     const char* operator()(bool*) const { return "a boolean (true or false)"; }
     const char* operator()(std::string*) const { return "a string"; }
+    const char* operator()(std::vector<int64_t>*) const { return "an array of integers"; }
   };
   return std::visit(Names{}, field);
 }
@@ -179,6 +180,17 @@ void assign(const FieldRef& field, const toml::node& node, const std::string& fu
     bool operator()(std::string* value) const {
       if (!node.is_string()) return false;
       *value = node.as_string()->get();
+      return true;
+    }
+    bool operator()(std::vector<int64_t>* value) const {
+      const toml::array* array = node.as_array();
+      if (array == nullptr) return false;
+      std::vector<int64_t> items;
+      for (const toml::node& item : *array) {
+        if (!item.is_integer()) return false;
+        items.push_back(item.as_integer()->get());
+      }
+      *value = std::move(items);
       return true;
     }
   };
@@ -236,6 +248,11 @@ std::string format_field(const FieldRef& field) {
     std::string operator()(double* value) const { return config_detail::format_double(*value); }
     std::string operator()(bool* value) const { return *value ? "true" : "false"; }
     std::string operator()(std::string* value) const { return config_detail::quote(*value); }
+    std::string operator()(std::vector<int64_t>* value) const {
+      std::string out = "[";
+      for (size_t i = 0; i < value->size(); ++i) out += str(i ? ", " : "", (*value)[i]);
+      return out + "]";
+    }
   };
   return std::visit(Format{}, field);
 }

@@ -30,6 +30,9 @@ struct ModelConfig {
 };
 
 struct ParallelConfig {
+  // Key parallel.auto: the planner picks every other [parallel] key and train.micro_batch
+  // for the ranks the run gets (plan/search.h choose_layout); those keys must stay unset.
+  bool auto_layout = false;
   int64_t tp = 1;
   int64_t pp = 1;
   int64_t dp = -1;  // -1 = the remaining ranks: world / (tp * pp * cp)
@@ -40,6 +43,9 @@ struct ParallelConfig {
   std::string pp_schedule = "1f1b";  // "gpipe" | "1f1b" | "interleaved-1f1b" | "zb-h1"
   int64_t vpp = 1;
   int64_t microbatches = 0;  // 0 = derived: global_batch / (dp * micro_batch)
+  // Layers of each virtual pipeline stage (pp * vpp entries, in virtual-stage order);
+  // empty = balanced by cost (pipeline/partition.h).
+  std::vector<int64_t> pp_layers;
   double comm_timeout_s = 300.0;
 };
 

@@ -33,6 +33,8 @@ const std::vector<Key>& keys() {
       STRATA_CONFIG_KEY(model, norm_eps),
       STRATA_CONFIG_KEY(model, rope_theta),
 
+      Key{"parallel", "auto",
+          [](Config& config) -> FieldRef { return &config.parallel.auto_layout; }},
       STRATA_CONFIG_KEY(parallel, tp),
       STRATA_CONFIG_KEY(parallel, pp),
       STRATA_CONFIG_KEY(parallel, dp),
@@ -43,6 +45,7 @@ const std::vector<Key>& keys() {
       STRATA_CONFIG_KEY(parallel, pp_schedule),
       STRATA_CONFIG_KEY(parallel, vpp),
       STRATA_CONFIG_KEY(parallel, microbatches),
+      STRATA_CONFIG_KEY(parallel, pp_layers),
       STRATA_CONFIG_KEY(parallel, comm_timeout_s),
 
       STRATA_CONFIG_KEY(train, steps),

@@ -12,7 +12,8 @@
 namespace strata::config_detail {
 
 // Points at one field of a Config; the alternative says the key's type.
-using FieldRef = std::variant<int64_t*, uint64_t*, double*, bool*, std::string*>;
+using FieldRef =
+    std::variant<int64_t*, uint64_t*, double*, bool*, std::string*, std::vector<int64_t>*>;
 
 struct Key {
   const char* section;

@@ -332,6 +332,35 @@ void collect_unimplemented(const Config& config, Problems& problems) {
   throw UserError(message);
 }
 
+// parallel.auto = true: the planner chooses the layout, so the keys it sets must be unset.
+void check_auto(const Config& config, Problems& problems) {
+  const ParallelConfig& parallel = config.parallel;
+  const ParallelConfig unset;
+  std::vector<std::string> given;
+  if (parallel.tp != unset.tp) given.push_back(str("parallel.tp = ", parallel.tp));
+  if (parallel.pp != unset.pp) given.push_back(str("parallel.pp = ", parallel.pp));
+  if (parallel.dp != unset.dp) given.push_back(str("parallel.dp = ", parallel.dp));
+  if (parallel.cp != unset.cp) given.push_back(str("parallel.cp = ", parallel.cp));
+  if (parallel.ep != unset.ep) given.push_back(str("parallel.ep = ", parallel.ep));
+  if (parallel.zero != unset.zero) given.push_back(str("parallel.zero = ", parallel.zero));
+  if (parallel.vpp != unset.vpp) given.push_back(str("parallel.vpp = ", parallel.vpp));
+  if (parallel.sequence_parallel) given.push_back("parallel.sequence_parallel = true");
+  if (parallel.pp_schedule != unset.pp_schedule) {
+    given.push_back(str("parallel.pp_schedule = \"", parallel.pp_schedule, "\""));
+  }
+  if (parallel.microbatches != unset.microbatches) {
+    given.push_back(str("parallel.microbatches = ", parallel.microbatches));
+  }
+  if (!parallel.pp_layers.empty()) given.push_back("parallel.pp_layers");
+  if (!given.empty()) {
+    std::string list;
+    for (const std::string& item : given) list += (list.empty() ? "" : ", ") + item;
+    problems.push_back(str("parallel.auto = true chooses the layout, but the config also sets ",
+                           list, "; remove those keys, or set parallel.auto = false to keep them"));
+  }
+  require_positive(problems, "parallel.comm_timeout_s", parallel.comm_timeout_s);
+}
+
 Problems collect_consistency(Config& config, int64_t world_size) {
   STRATA_CHECK(world_size >= 1, "world_size = ", world_size);
   Problems problems;
@@ -339,6 +368,10 @@ Problems collect_consistency(Config& config, int64_t world_size) {
   check_train(config.train, problems);
   check_data(config, problems);
   check_checkpoint_and_log(config, problems);
+  if (config.parallel.auto_layout) {  // the layout is checked once the planner chose it
+    check_auto(config, problems);
+    return problems;
+  }
   const bool dp_was_derived = config.parallel.dp == -1;
   check_layout(config, world_size, problems);
   check_batch(config, dp_was_derived, problems);

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <iomanip>
 #include <sstream>
@@ -242,6 +243,47 @@ std::string calibration_to_text(const CalibrationReport& report) {
     out << "  one rank: no network measured; [network] set to the memory bandwidth and 1 us\n";
   }
   return out.str();
+}
+
+void save_local_profile(const std::string& path, const ClusterProfile& profile) {
+  const std::filesystem::path target(path);
+  std::error_code error;
+  if (target.has_parent_path()) std::filesystem::create_directories(target.parent_path(), error);
+  const std::string temporary = str(path, ".tmp.", getpid());
+  {
+    std::ofstream file(temporary);
+    file << "# The local machine as measured by `strata plan calibrate`.\n"
+         << cluster_to_toml(profile);
+    file.close();
+    STRATA_REQUIRE(file.good(), "cannot write the cluster profile '", temporary,
+                   "'; give a path in a writable directory (--out, or STRATA_CACHE_DIR)");
+  }
+  std::filesystem::rename(temporary, target, error);
+  STRATA_REQUIRE(!error, "cannot rename '", temporary, "' to '", path, "': ", error.message());
+}
+
+ClusterProfile local_profile_on_ranks(Comm& world, std::string* note) {
+  const std::string path = local_profile_path();
+  at::Tensor exists = at::zeros({1}, at::kInt);
+  if (world.rank() == 0 && std::filesystem::is_regular_file(path)) exists.fill_(1);
+  world.broadcast(exists, 0);
+  ClusterProfile profile;
+  if (exists.item<int>() == 1) {
+    *note = str("planned with the local profile ", path);
+    profile = load_cluster(path);
+  } else {
+    const CalibrationReport report = calibrate_local(world);
+    if (world.rank() == 0) save_local_profile(path, report.profile);
+    world.barrier();  // the file is complete before any rank goes on
+    *note = str("measured this machine (no local profile yet) and saved it to ", path,
+                "; `strata plan calibrate` measures it again");
+    profile = report.profile;
+  }
+  // One machine, whatever number of ranks it was measured with.
+  profile.name = "local";
+  profile.nodes = 1;
+  profile.devices_per_node = std::max<int64_t>(profile.devices_per_node, world.size());
+  return profile;
 }
 
 }  // namespace strata

@@ -34,4 +34,14 @@ CalibrationReport calibrate_local(Comm& world);
 // Human-readable lines: what was measured, and how it became the profile.
 std::string calibration_to_text(const CalibrationReport& report);
 
+// Writes `profile` to `path` atomically (temporary file, then rename), creating directories,
+// with a first line saying it was measured here.
+void save_local_profile(const std::string& path, const ClusterProfile& profile);
+
+// The `local` profile for a run on `world` (what parallel.auto plans with): read from
+// local_profile_path() when rank 0 finds it, else measured now by calibrate_local on these
+// ranks and saved there for later runs. Collective; every rank gets the same profile. `note`
+// says which happened.
+ClusterProfile local_profile_on_ranks(Comm& world, std::string* note);
+
 }  // namespace strata

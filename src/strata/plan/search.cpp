@@ -293,6 +293,8 @@ namespace {
 // The run config with the layout's [parallel] keys and micro batch.
 Config with_layout(Config config, const PlanLayout& layout) {
   ParallelConfig& parallel = config.parallel;
+  parallel.auto_layout = false;
+  parallel.pp_layers.clear();
   parallel.tp = layout.tp;
   parallel.pp = layout.pp;
   parallel.dp = layout.dp;

@@ -34,11 +34,12 @@ int64_t bytes_of(const std::vector<Parameter*>& parameters, bool grads) {
   return bytes;
 }
 
-nlohmann::json comm_bytes_json(const CommCounters& counters) {
+// {"all_reduce": value, ...} for the kinds with a nonzero value.
+template <typename T, size_t N>
+nlohmann::json per_kind_json(const std::array<T, N>& values) {
   nlohmann::json out = nlohmann::json::object();
-  for (size_t kind = 0; kind < static_cast<size_t>(CommKind::Count); ++kind) {
-    if (counters.bytes[kind] > 0)
-      out[comm_kind_name(static_cast<CommKind>(kind))] = counters.bytes[kind];
+  for (size_t kind = 0; kind < N; ++kind) {
+    if (values[kind] > 0) out[comm_kind_name(static_cast<CommKind>(kind))] = values[kind];
   }
   return out;
 }
@@ -72,8 +73,26 @@ ScheduleRequest schedule_request(const Config& config) {
 }
 }  // namespace
 
+std::vector<int64_t> stage_layers(const Config& validated) {
+  const ModelConfig& model = validated.model;
+  const int64_t stages = validated.parallel.pp * validated.parallel.vpp;
+  if (!validated.parallel.pp_layers.empty()) {
+    check_partition(validated.parallel.pp_layers, model.n_layers, stages);
+    return validated.parallel.pp_layers;
+  }
+  // Balanced against the embedding (first stage) and the head and loss (last stage), costed
+  // in matmul FLOPs per token.
+  ModelConfig one_layer = model;
+  one_layer.n_layers = 1;
+  one_layer.vocab_size = 0;
+  const double per_layer = training_flops_per_token(one_layer);
+  const double head = 6.0 * static_cast<double>(model.vocab_size) * model.d_model;
+  return balanced_partition(model.n_layers, stages, per_layer, 0.0, head);
+}
+
 void check_runnable(const Config& validated) {
   check_schedule_request(schedule_request(validated), kScheduleKeys);
+  stage_layers(validated);
 }
 
 Trainer::Trainer(const Config& config, Mesh& mesh)
@@ -85,14 +104,8 @@ Trainer::Trainer(const Config& config, Mesh& mesh)
   const int64_t p = mesh_.shape().pp, v = config_.parallel.vpp, stages = p * v;
   const int64_t pp_rank = mesh_.coords().pp;
 
-  // Stage partition: contiguous layers per virtual stage, balanced against the embedding
-  // (first stage) and the head and loss (last stage), costed in matmul FLOPs per token.
-  ModelConfig one_layer = model;
-  one_layer.n_layers = 1;
-  one_layer.vocab_size = 0;
-  const double per_layer = training_flops_per_token(one_layer);
-  const double head = 6.0 * static_cast<double>(model.vocab_size) * model.d_model;
-  std::vector<int64_t> layers = balanced_partition(model.n_layers, stages, per_layer, 0.0, head);
+  // Stage partition: contiguous layers per virtual stage.
+  const std::vector<int64_t> layers = stage_layers(config_);
 
   const TensorParallel tp{&mesh_.tp(), config_.parallel.sequence_parallel};
   for (int64_t chunk = 0; chunk < v; ++chunk) {
@@ -360,7 +373,10 @@ TrainResult Trainer::run() {
     m.bubble_fraction = step_result.bubble / m.step_time_s;
     m.mem = {state_bytes, bytes_of(parameters_, true), optimizer_->state_bytes(),
              tracked_bytes_peak() - live_before, rss_peak_bytes()};
-    m.comm = comm_bytes_json(mesh_.world().counters());
+    const CommCounters& counters = mesh_.world().counters();
+    m.comm = per_kind_json(counters.bytes);
+    m.comm_wait = per_kind_json(counters.wait_s);
+    m.comm_share = counters.total_wait_s() / m.step_time_s;
     metrics.write(to_json(m));
     progress.update(m);
     result.losses.push_back(step_result.loss);

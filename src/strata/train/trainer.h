@@ -73,6 +73,10 @@ class Trainer {
 // naming the keys and a value that would work.
 void check_runnable(const Config& validated);
 
+// Layers of each virtual pipeline stage: parallel.pp_layers when given (checked), else split
+// by cost with balanced_partition.
+std::vector<int64_t> stage_layers(const Config& validated);
+
 // Best of a few dense float32 matmuls on this rank's threads, in FLOP/s.
 double measure_matmul_peak_flops();
 
