@@ -15,13 +15,8 @@
 #   KEEP=DIR   keep logs, traces and metrics in DIR
 set -euo pipefail
 
-repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-build=${1:-build}
-[[ -d $build ]] || build="$repo/$build"
-build=$(cd "$build" 2>/dev/null && pwd) || { echo "pipeline_bubble: no build dir ${1:-build}" >&2; exit 2; }
-strata="$build/src/strata"
-[[ -x $strata ]] || { echo "pipeline_bubble: $strata missing; ninja -C $build strata" >&2; exit 2; }
-python=/usr/bin/python3
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+bench_init pipeline_bubble "${1:-build}"
 
 PP=${PP:-2} MICROBATCHES=${MICROBATCHES:-8} SCHEDULES=${SCHEDULES:-"1f1b zb-h1"} ROUNDS=${ROUNDS:-2}
 STEPS=${STEPS:-6} WARMUP=${WARMUP:-2} THREADS=${THREADS:-1} MICRO=${MICRO:-1}
@@ -29,17 +24,8 @@ D_MODEL=${D_MODEL:-256} N_LAYERS=${N_LAYERS:-8} N_HEADS=${N_HEADS:-8} SEQ_LEN=${
 VOCAB=${VOCAB:-256}
 if ((STEPS <= WARMUP)); then echo "pipeline_bubble: STEPS ($STEPS) must exceed WARMUP ($WARMUP)" >&2; exit 2; fi
 
-if [[ -n ${KEEP:-} ]]; then
-  work=$KEEP
-  mkdir -p "$work"
-else
-  work=$(mktemp -d)
-  trap 'rm -rf "$work"' EXIT
-fi
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-
-echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores, $(free -g | awk '/^Mem:/ { print $2 }') GiB"
-echo "date:    $(date -u '+%Y-%m-%d %H:%M UTC')   load average: $(cut -d' ' -f1-3 /proc/loadavg)"
+bench_workdir
+bench_header
 echo "model:   d_model $D_MODEL, $N_LAYERS layers, $N_HEADS heads, seq $SEQ_LEN, vocab $VOCAB;" \
      "pp $PP on $PP ranks x $THREADS threads, $MICROBATCHES microbatches of $MICRO;" \
      "$STEPS steps (first $WARMUP dropped), $ROUNDS rounds"

@@ -14,16 +14,10 @@
 #   KEEP=DIR       keep the logs and per-run JSON in DIR instead of a deleted temp dir
 set -euo pipefail
 
-repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-build=${1:-build}
-[[ -d $build ]] || build="$repo/$build"
-build=$(cd "$build" 2>/dev/null && pwd) || { echo "throughput: no build dir ${1:-build}" >&2; exit 2; }
-strata="$build/src/strata"
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+bench_init throughput "${1:-build}"
 peak_binary="$build/bench/matmul_peak"
-python=/usr/bin/python3  # Debian's python3-torch, the same libtorch that strata links
-for file in "$strata" "$peak_binary"; do
-  [[ -x $file ]] || { echo "throughput: $file missing; ninja -C $build strata matmul_peak" >&2; exit 2; }
-done
+[[ -x $peak_binary ]] || { echo "throughput: $peak_binary missing; ninja -C $build matmul_peak" >&2; exit 2; }
 $python -c "import torch" 2>/dev/null || { echo "throughput: $python lacks torch; run scripts/install-deps.sh" >&2; exit 2; }
 
 ROUNDS=${ROUNDS:-3} STEPS=${STEPS:-5} WARMUP=${WARMUP:-2} BATCH=${BATCH:-8} THREADS=${THREADS:-2}
@@ -32,13 +26,7 @@ if ((STEPS <= WARMUP)); then echo "throughput: STEPS ($STEPS) must exceed WARMUP
 D_MODEL=${D_MODEL:-768} N_LAYERS=${N_LAYERS:-6} N_HEADS=${N_HEADS:-12} SEQ_LEN=${SEQ_LEN:-256}
 VOCAB=${VOCAB:-256}
 
-if [[ -n ${KEEP:-} ]]; then
-  work=$KEEP
-  mkdir -p "$work"
-else
-  work=$(mktemp -d)
-  trap 'rm -rf "$work"' EXIT
-fi
+bench_workdir
 if [[ -n ${BLAS_DIR:-} ]]; then export LD_LIBRARY_PATH="$BLAS_DIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"; fi
 # Both programs get the same thread settings; strata's train.threads and the peer's
 # torch.set_num_threads then pin ATen's pool to the same count.
@@ -46,8 +34,7 @@ export OMP_NUM_THREADS=$THREADS OPENBLAS_NUM_THREADS=$THREADS
 
 blas=$(ldd "$strata" | awk '$1 == "libblas.so.3" { print $3 }')
 blas=$(readlink -f "$blas")
-echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores, $(free -g | awk '/^Mem:/ { print $2 }') GiB"
-echo "date:    $(date -u '+%Y-%m-%d %H:%M UTC')   load average: $(cut -d' ' -f1-3 /proc/loadavg)"
+bench_header
 echo "blas:    $blas"
 if [[ $blas == */blas/libblas.so* ]]; then
   echo "warning: libtorch resolves BLAS to Debian's netlib reference BLAS (~3 GFLOP/s, one thread);" \

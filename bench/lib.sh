@@ -1,0 +1,33 @@
+# Shared set-up of the bench/ scripts; source it, then call these in order.
+#   bench_init NAME [BUILD_DIR]   sets repo, build (absolute), strata and python; exits 2 with a
+#                                 message when the build or its strata binary is missing
+#   bench_workdir                 sets work: $KEEP if given (kept), else a temp dir removed on exit
+#   bench_header                  prints the machine, date and load lines every record starts with
+# shellcheck shell=bash
+
+bench_init() {
+  bench_name=$1
+  repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+  build=${2:-build}
+  [[ -d $build ]] || build="$repo/$build"
+  build=$(cd "$build" 2>/dev/null && pwd) || { echo "$bench_name: no build dir ${2:-build}" >&2; exit 2; }
+  strata="$build/src/strata"
+  [[ -x $strata ]] || { echo "$bench_name: $strata missing; ninja -C $build strata" >&2; exit 2; }
+  python=/usr/bin/python3  # Debian's python3-torch, the same libtorch that strata links
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+}
+
+bench_workdir() {
+  if [[ -n ${KEEP:-} ]]; then
+    work=$KEEP
+    mkdir -p "$work"
+  else
+    work=$(mktemp -d)
+    trap 'rm -rf "$work"' EXIT
+  fi
+}
+
+bench_header() {
+  echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores, $(free -g | awk '/^Mem:/ { print $2 }') GiB"
+  echo "date:    $(date -u '+%Y-%m-%d %H:%M UTC')   load average: $(cut -d' ' -f1-3 /proc/loadavg)"
+}
