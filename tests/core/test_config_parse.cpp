@@ -151,7 +151,7 @@ Config unusual_config() {
   Config config;
   config.model = {1000,   96,        3,        6,     2,         200,    33,
                   "rope", "rmsnorm", "swiglu", false, 1.0 / 3.0, 1e-300, 123456.789};
-  config.parallel = {2, 3, 4, 5, 6, 2, true, "interleaved-1f1b", 7, 8, 0.1};
+  config.parallel = {2, 3, 4, 5, 6, 2, 0.75, true, "interleaved-1f1b", 7, 8, 0.1};
   config.train.steps = 11;
   config.train.global_batch = 12;
   config.train.micro_batch = 13;
@@ -211,7 +211,7 @@ TEST(ConfigParse, ToTomlPrintsEverySectionAndKeyInOrder) {
   EXPECT_CONTAINS(text, "\ntie_embeddings = true\n");
   EXPECT_CONTAINS(text, "\ndir = \"\"\n");
   const std::vector<std::string> keys = config_keys();
-  EXPECT_EQ(keys.size(), 53u);
+  EXPECT_EQ(keys.size(), 54u);
   EXPECT_EQ(keys.front(), "model.vocab_size");
   EXPECT_EQ(keys.back(), "log.every");
   EXPECT_EQ(std::set<std::string>(keys.begin(), keys.end()).size(), keys.size());
