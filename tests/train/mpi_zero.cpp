@@ -20,10 +20,11 @@ const testing::TempDir& log_dir() {
 struct Layout {
   int64_t dp = 1, tp = 1, pp = 1;
   bool sequence_parallel = false;
+  std::string schedule = "1f1b";
   std::string name() const {
     std::string out = "dp" + std::to_string(dp);
     if (tp > 1) out += "xtp" + std::to_string(tp) + (sequence_parallel ? "(sp)" : "");
-    if (pp > 1) out += "xpp" + std::to_string(pp);
+    if (pp > 1) out += "xpp" + std::to_string(pp) + "(" + schedule + ")";
     return out;
   }
 };
@@ -61,6 +62,7 @@ Outcome train_with(Comm& comm, Config config, const Layout& layout) {
   config.parallel.tp = layout.tp;
   config.parallel.pp = layout.pp;
   config.parallel.sequence_parallel = layout.sequence_parallel;
+  config.parallel.pp_schedule = layout.schedule;
   config = validate_config(config, comm.size());
   check_runnable(config);
   MeshShape shape;
@@ -76,11 +78,12 @@ Outcome train_with(Comm& comm, Config config, const Layout& layout) {
   return run;
 }
 
-// The layouts each world size checks (every one with each ZeRO stage).
+// The layouts each world size checks (every one with each ZeRO stage). Under zb-h1 the
+// gradients are complete only after the deferred weight-gradient (W) actions.
 std::vector<Layout> layouts_for(int world) {
   switch (world) {
     case 4:
-      return {{4, 1, 1}, {2, 2, 1}, {2, 1, 2}};
+      return {{4, 1, 1}, {2, 2, 1}, {2, 1, 2, false, "zb-h1"}};
     case 8:
       return {{2, 2, 2, true}};
     default:
