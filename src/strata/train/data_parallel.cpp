@@ -83,6 +83,7 @@ class DataParallel::ChunkHooks final : public LayerHooks {
     if (owner_.zero_ == 3) owner_.release_unit(chunk_, unit);
   }
   void before_backward(int64_t unit) override {
+    owner_.progress_reductions();
     if (owner_.zero_ < 3) return;
     owner_.require_unit(chunk_, unit);
     // Backward visits the outer unit (head) first, then the blocks from the last one down.
@@ -278,6 +279,12 @@ void DataParallel::launch_reduction(Bucket& bucket) {
   }
 }
 
+void DataParallel::progress_reductions() {
+  for (size_t b : launch_order_) {
+    if (buckets_[b].reduction.valid()) buckets_[b].reduction.is_completed();
+  }
+}
+
 void DataParallel::finish_reduction(Bucket& bucket) {
   if (bucket.reduction.valid()) bucket.reduction.wait();
   bucket.reduction = Work();
@@ -367,9 +374,8 @@ double DataParallel::clip_gradients(double max_norm) {
 
 void DataParallel::step(double lr) {
   optimizer_->step(lr);
-  if (zero_ != 1 && zero_ != 2)
-    return;  // zero 0: every rank updated all; zero 3: gathered
-             // before the next use
+  // Zero 0: every rank updated everything. Zero 3: layers are gathered before their next use.
+  if (zero_ != 1 && zero_ != 2) return;
   at::NoGradGuard no_grad;
   for (Bucket& bucket : buckets_) {
     if (bucket.group->size() == 1) continue;

@@ -89,6 +89,9 @@ class DataParallel final : public BackwardListener {
 
   void unit_backward_done(int chunk, int64_t unit);
   void launch_reduction(Bucket& bucket);
+  // Tests the reductions in flight: MPI advances a non-blocking collective only inside MPI
+  // calls, so backward pokes it between layers to overlap it with the compute.
+  void progress_reductions();
   void finish_reduction(Bucket& bucket);
   // zero 3: make a layer's parameters resident (gather; prefetch does not wait), or free them.
   void prefetch_unit(int chunk, int64_t unit);

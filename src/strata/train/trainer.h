@@ -38,6 +38,8 @@ class Trainer {
   TrainResult run();
 
   // This rank's model chunks (one per virtual pipeline stage it runs) and their parameters.
+  // Their values and gradients are views into DataParallel's buffers; under ZeRO-3 a value
+  // holds storage only while its layer is gathered (sizes and shapes are always valid).
   const std::vector<std::unique_ptr<GPT>>& chunks() const { return chunks_; }
   const std::vector<Parameter*>& parameters() const { return parameters_; }
   int64_t num_parameters() const;  // of the whole model
