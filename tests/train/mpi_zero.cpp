@@ -99,10 +99,21 @@ TEST(Zero, EveryStageAndLayoutEqualsSingleRank) {
   Comm world = Comm::world(120);
   Comm self = world.split(world.rank(), 0, "self");
   for (const Layout& layout : layouts_for(world.size())) {
-    const Outcome reference = train_with(self, tiny_run(20, layout.dp, 2, 0), Layout{});
+    auto with_eval = [&](int64_t zero) {  // evaluation runs the forward-only schedule
+      Config config = tiny_run(20, layout.dp, 2, zero);
+      config.train.eval_every = 10;
+      config.train.eval_batches = 1;
+      return config;
+    };
+    const Outcome reference = train_with(self, with_eval(0), Layout{});
     for (int64_t zero = 0; zero <= 3; ++zero) {
       const std::string what = layout.name() + " zero " + std::to_string(zero);
-      const Outcome run = train_with(world, tiny_run(20, layout.dp, 2, zero), layout);
+      const Outcome run = train_with(world, with_eval(zero), layout);
+      ASSERT_EQ(run.result.eval_losses.size(), 2u) << what;
+      for (size_t i = 0; i < 2; ++i) {
+        expect_close(run.result.eval_losses[i], reference.result.eval_losses[i],
+                     what + " eval " + std::to_string(i));
+      }
       ASSERT_EQ(run.result.losses.size(), 20u) << what;
       for (size_t i = 0; i < 20; ++i) {
         const std::string step = what + ", step " + std::to_string(i + 1);
@@ -177,8 +188,8 @@ std::string shared_path(Comm& world, const std::string& local) {
 }
 
 // Checkpoints carry global tensors: written under ZeRO-3 on dp = world, resumed on one rank
-// without ZeRO; written on one rank, resumed under ZeRO-2 on dp = world. Both continue the
-// uninterrupted run.
+// without ZeRO; written on one rank, resumed under ZeRO-2 and ZeRO-3 on dp = world. All
+// continue the uninterrupted run.
 TEST(Zero, CheckpointMovesBetweenStagesAndDpSizes) {
   Comm world = Comm::world(120);
   Comm self = world.split(world.rank(), 0, "self");
@@ -209,15 +220,17 @@ TEST(Zero, CheckpointMovesBetweenStagesAndDpSizes) {
   single.checkpoint.dir = (world.rank() == 0 ? dir : own.path()) + "/single";
   train_with(self, single, Layout{});
   world.barrier();
-  Config to_sharded = tiny_run(6, dp, 1, 2);
-  to_sharded.checkpoint.resume = dir + "/single/step_00000003";
-  const Outcome on_world = train_with(world, to_sharded, Layout{dp});
-  ASSERT_EQ(on_world.result.first_step, 3);
-  ASSERT_EQ(on_world.result.losses.size(), 3u);
-  for (size_t i = 0; i < 3; ++i) {
-    expect_close(
-        on_world.result.losses[i], uninterrupted.result.losses[3 + i],
-        "zero 0 dp 1 -> zero 2 dp " + std::to_string(dp) + ", step " + std::to_string(4 + i));
+  for (int64_t zero : {2, 3}) {
+    Config to_sharded = tiny_run(6, dp, 1, zero);
+    to_sharded.checkpoint.resume = dir + "/single/step_00000003";
+    const Outcome on_world = train_with(world, to_sharded, Layout{dp});
+    ASSERT_EQ(on_world.result.first_step, 3);
+    ASSERT_EQ(on_world.result.losses.size(), 3u);
+    for (size_t i = 0; i < 3; ++i) {
+      expect_close(on_world.result.losses[i], uninterrupted.result.losses[3 + i],
+                   "zero 0 dp 1 -> zero " + std::to_string(zero) + " dp " + std::to_string(dp) +
+                       ", step " + std::to_string(4 + i));
+    }
   }
 }
 

@@ -360,6 +360,8 @@ double DataParallel::clip_gradients(double max_norm) {
   at::Tensor sum_squares = at::zeros({1}, at::kDouble);
   for (size_t g = 0; g < groups_.size(); ++g) {
     if (zero_ >= 1) groups_[g]->all_reduce(sums[g], ReduceOp::Sum);
+    // Expert weights are split over ep: each ep rank adds its experts.
+    if (groups_[g] == &mesh_.expert_dp()) mesh_.ep().all_reduce(sums[g], ReduceOp::Sum);
     sum_squares += sums[g];
   }
   mesh_.tp().all_reduce(sum_squares, ReduceOp::Sum);
