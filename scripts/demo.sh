@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The demo: installs what is missing, builds, trains a small GPT on real English text
-# (the Debian `fortunes` corpus, byte-level) on 2 local ranks (data parallel), then prints a
-# sample generated from the final checkpoint.
+# (the Debian `fortunes` corpus, byte-level) on 8 local ranks (dp 2 x pp 2 x tp 2, ZeRO-1),
+# then prints a sample generated from the final checkpoint.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
@@ -9,7 +9,7 @@ bash scripts/install-deps.sh
 bash scripts/build.sh build
 run="runs/demo"
 rm -rf "$run"
-./build/src/strata train configs/demo.toml --nproc 2 --set log.dir="\"$run\"" \
+./build/src/strata train configs/demo.toml --nproc 8 --set log.dir="\"$run\"" \
   --set checkpoint.dir="\"$run/checkpoints\"" "$@"
 checkpoint="$(ls -d "$run"/checkpoints/step_* | tail -n 1)"
 echo

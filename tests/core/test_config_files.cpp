@@ -31,12 +31,13 @@ TEST(ConfigFiles, EveryShippedConfigValidates) {
     Config config;
     ASSERT_NO_THROW(config = load_config(path));
     const ParallelConfig& parallel = config.parallel;
-    // dp = -1 configs run on the fewest ranks their model-parallel sizes allow (1 here).
+    // dp = -1 configs run on the fewest ranks their model-parallel sizes allow (dp = 1), and
+    // on twice as many (dp = 2).
     const int64_t world_size =
         parallel.tp * parallel.pp * parallel.cp * (parallel.dp == -1 ? 1 : parallel.dp);
     try {
       validate_config(config, world_size);
-      if (parallel.dp == -1) validate_config(config, 1);
+      if (parallel.dp == -1) validate_config(config, 2 * world_size);
     } catch (const UserError& error) {
       ADD_FAILURE() << error.what();
     }

@@ -158,6 +158,7 @@ Config unusual_config() {
   config.parallel.cp = 5;
   config.parallel.ep = 6;
   config.parallel.zero = 2;
+  config.parallel.bucket_mb = 0.75;
   config.parallel.sequence_parallel = true;
   config.parallel.pp_schedule = "interleaved-1f1b";
   config.parallel.vpp = 7;
@@ -223,7 +224,7 @@ TEST(ConfigParse, ToTomlPrintsEverySectionAndKeyInOrder) {
   EXPECT_CONTAINS(text, "\ntie_embeddings = true\n");
   EXPECT_CONTAINS(text, "\ndir = \"\"\n");
   const std::vector<std::string> keys = config_keys();
-  EXPECT_EQ(keys.size(), 55u);
+  EXPECT_EQ(keys.size(), 56u);
   EXPECT_EQ(keys.front(), "model.vocab_size");
   EXPECT_EQ(keys.back(), "log.every");
   EXPECT_EQ(std::set<std::string>(keys.begin(), keys.end()).size(), keys.size());

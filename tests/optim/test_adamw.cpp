@@ -21,7 +21,7 @@ TEST(AdamW, MatchesClosedFormUpdate) {
   parameters[1].name = "norm";
   parameters[1].value = at::tensor({0.5}, at::kDouble).set_requires_grad(true);
   parameters[1].weight_decay = false;
-  AdamW optimizer({&parameters[0], &parameters[1]}, config);
+  AdamW optimizer(std::vector<Parameter*>{&parameters[0], &parameters[1]}, config);
 
   std::vector<double> w = {1.0, -2.0, 3.0}, m(3, 0.0), v(3, 0.0);
   double n = 0.5, mn = 0, vn = 0;

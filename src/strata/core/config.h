@@ -38,7 +38,8 @@ struct ParallelConfig {
   int64_t dp = -1;  // -1 = the remaining ranks: world / (tp * pp * cp)
   int64_t cp = 1;
   int64_t ep = 1;
-  int64_t zero = 0;  // 0..3
+  int64_t zero = 0;         // 0..3
+  double bucket_mb = 25.0;  // gradient reduction bucket size, MiB (zero 3: one layer each)
   bool sequence_parallel = false;
   std::string pp_schedule = "1f1b";  // "gpipe" | "1f1b" | "interleaved-1f1b" | "zb-h1"
   int64_t vpp = 1;

@@ -41,6 +41,7 @@ const std::vector<Key>& keys() {
       STRATA_CONFIG_KEY(parallel, cp),
       STRATA_CONFIG_KEY(parallel, ep),
       STRATA_CONFIG_KEY(parallel, zero),
+      STRATA_CONFIG_KEY(parallel, bucket_mb),
       STRATA_CONFIG_KEY(parallel, sequence_parallel),
       STRATA_CONFIG_KEY(parallel, pp_schedule),
       STRATA_CONFIG_KEY(parallel, vpp),

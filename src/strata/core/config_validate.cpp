@@ -203,6 +203,7 @@ void check_layout(Config& config, int64_t world_size, Problems& problems) {
   require_at_least<int64_t>(problems, "parallel.microbatches", parallel.microbatches, 0,
                             " (0 = derived from the batch sizes)");
   require_positive(problems, "parallel.comm_timeout_s", parallel.comm_timeout_s);
+  require_positive(problems, "parallel.bucket_mb", parallel.bucket_mb);
 
   if (parallel.tp >= 1 && model.n_heads >= 1) {
     if (model.n_heads % parallel.tp != 0) {
@@ -320,8 +321,6 @@ void collect_unimplemented(const Config& config, Problems& problems) {
          "parallel.cp = 1");
   reject(parallel.ep > 1, "parallel.ep", number(parallel.ep), "expert parallelism",
          "parallel.ep = 1");
-  reject(parallel.zero >= 1 && parallel.zero <= 3, "parallel.zero", number(parallel.zero),
-         "ZeRO sharding", "parallel.zero = 0");
 }
 // ---------------------------------------------------------------------------------------
 

@@ -4,6 +4,8 @@
 // parallelism the residual stream is (B, T / tp, C).
 #include "strata/model/gpt.h"
 
+#include <torch/csrc/autograd/custom_function.h>
+
 #include <cmath>
 
 #include "strata/core/error.h"
@@ -12,6 +14,37 @@
 #include "strata/parallel/regions.h"
 
 namespace strata {
+namespace {
+
+// Identity forward; its backward tells the hooks that the gradient has reached this point:
+// at a unit's output that is "before the unit's backward", at its input "after" it.
+struct BackwardMark : torch::autograd::Function<BackwardMark> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x,
+                            int64_t hooks, int64_t unit, bool before) {
+    ctx->saved_data["hooks"] = hooks;
+    ctx->saved_data["unit"] = unit;
+    ctx->saved_data["before"] = before;
+    return x;
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    auto* hooks = reinterpret_cast<LayerHooks*>(ctx->saved_data["hooks"].toInt());
+    const int64_t unit = ctx->saved_data["unit"].toInt();
+    if (ctx->saved_data["before"].toBool()) {
+      hooks->before_backward(unit);
+    } else {
+      hooks->after_backward(unit);
+    }
+    return {grads[0], at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
+at::Tensor mark_backward(const at::Tensor& x, LayerHooks* hooks, int64_t unit, bool before) {
+  if (hooks == nullptr || !at::GradMode::is_enabled() || !x.requires_grad()) return x;
+  return BackwardMark::apply(x, reinterpret_cast<int64_t>(hooks), unit, before);
+}
+
+}  // namespace
 
 GPT::GPT(const ModelConfig& config, uint64_t seed, at::ScalarType dtype, TensorParallel tp,
          StageSpec stage)
@@ -66,6 +99,7 @@ GPT::GPT(const ModelConfig& config, uint64_t seed, at::ScalarType dtype, TensorP
   for (int64_t layer = stage_.first_layer; layer < stage_.first_layer + stage_.num_layers;
        ++layer) {
     const std::string prefix = "blocks." + std::to_string(layer) + ".";
+    adding_unit_ = 1 + static_cast<int64_t>(blocks_.size());
     BlockParams block{};
     block.norm1_weight = add_norm(prefix + "norm1.weight", InitKind::Ones);
     block.norm1_bias = layernorm ? add_norm(prefix + "norm1.bias", InitKind::Zeros) : kNone;
@@ -88,6 +122,7 @@ GPT::GPT(const ModelConfig& config, uint64_t seed, at::ScalarType dtype, TensorP
         add(prefix + "mlp.out.weight", {C, F}, InitKind::Normal, residual_std, true, 1);
     blocks_.push_back(block);
   }
+  adding_unit_ = kOuterUnit;
   if (stage_.last) {
     final_norm_weight_ = add_norm("final_norm.weight", InitKind::Ones);
     final_norm_bias_ = layernorm ? add_norm("final_norm.bias", InitKind::Zeros) : kNone;
@@ -117,6 +152,7 @@ size_t GPT::add(const std::string& name, std::vector<int64_t> shape, InitKind ki
     spec.split_blocks = std::move(blocks);
   }
   parameters_.push_back(make_parameter(name, spec, kind, std, seed_, dtype_, weight_decay));
+  parameter_units_.push_back(adding_unit_);
   return parameters_.size() - 1;
 }
 
@@ -287,9 +323,34 @@ at::Tensor GPT::loss(const at::Tensor& tokens, const at::Tensor& targets) {
 }
 
 at::Tensor GPT::forward_stage(const at::Tensor& input, const at::Tensor& targets) {
+  if (hooks_ == nullptr) {
+    at::Tensor x = stage_.first ? embed(input, 0, sequence_parallel_) : input;
+    x = blocks_forward(x, nullptr, sequence_parallel_);
+    return stage_.last ? head_loss(x, targets) : x;
+  }
+  // With hooks: each block is bracketed by its forward calls and by backward marks (the
+  // mark at its input fires after its backward, the one at its output before it).
+  hooks_->before_forward(kOuterUnit);
   at::Tensor x = stage_.first ? embed(input, 0, sequence_parallel_) : input;
-  x = blocks_forward(x, nullptr, sequence_parallel_);
-  return stage_.last ? head_loss(x, targets) : x;
+  for (size_t index = 0; index < blocks_.size(); ++index) {
+    const int64_t unit = 1 + static_cast<int64_t>(index);
+    const auto& block = blocks_[index];
+    hooks_->before_forward(unit);
+    x = mark_backward(x, hooks_, unit, /*before=*/false);
+    x = x + attention(norm(x, block.norm1_weight, block.norm1_bias), block,
+                      static_cast<int64_t>(index), nullptr, sequence_parallel_);
+    x = x + mlp(norm(x, block.norm2_weight, block.norm2_bias), block, sequence_parallel_);
+    x = mark_backward(x, hooks_, unit, /*before=*/true);
+    hooks_->after_forward(unit);
+  }
+  at::Tensor output = stage_.last ? head_loss(x, targets) : x;
+  output = mark_backward(output, hooks_, kOuterUnit, /*before=*/true);
+  hooks_->after_forward(kOuterUnit);
+  return output;
+}
+
+void GPT::end_backward() {
+  if (hooks_ != nullptr) hooks_->after_backward(kOuterUnit);
 }
 
 at::Tensor GPT::head_loss(const at::Tensor& last_hidden, const at::Tensor& targets) {

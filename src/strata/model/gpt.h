@@ -20,6 +20,22 @@ namespace strata {
 
 class Comm;
 
+// Observes a model chunk's layers ("units") around their forward and backward, for ZeRO:
+// stage 3 gathers a unit's weights before each use and frees them after; gradient reduction
+// starts as soon as a unit's backward is done. Unit 0 (GPT::kOuterUnit) is the embeddings,
+// the final norm and the head, held for the whole forward (and the whole backward) of the
+// chunk; unit 1 + i is the chunk's block i. The backward calls run inside autograd's
+// backward, on the thread that called it. after_backward of the outer unit comes from
+// GPT::end_backward(), called once the chunk's backward for a microbatch is done.
+class LayerHooks {
+ public:
+  virtual ~LayerHooks() = default;
+  virtual void before_forward(int64_t unit) = 0;
+  virtual void after_forward(int64_t unit) = 0;
+  virtual void before_backward(int64_t unit) = 0;
+  virtual void after_backward(int64_t unit) = 0;
+};
+
 // Keys and values of every layer for incremental decoding.
 struct KVCache {
   std::vector<at::Tensor> keys;    // per layer (B, local kv heads, length, head_dim)
@@ -65,6 +81,15 @@ class GPT {
   at::Tensor forward_stage(const at::Tensor& input, const at::Tensor& targets);
   const StageSpec& stage() const { return stage_; }
 
+  // Layer units (see LayerHooks): how many, and the unit of parameters()[index].
+  static constexpr int64_t kOuterUnit = 0;
+  int64_t num_units() const { return 1 + static_cast<int64_t>(blocks_.size()); }
+  int64_t unit_of(size_t parameter_index) const { return parameter_units_[parameter_index]; }
+  // nullptr (the default) = no hooks. The hooks must outlive every forward and backward.
+  void set_hooks(LayerHooks* hooks) { hooks_ = hooks; }
+  // The chunk's backward of one microbatch is done (after_backward of the outer unit).
+  void end_backward();
+
  private:
   struct BlockParams {  // indices into parameters_
     size_t norm1_weight, norm1_bias, q_weight, kv_weight, attn_out_weight;
@@ -101,6 +126,9 @@ class GPT {
   StageSpec stage_;
 
   std::vector<Parameter> parameters_;
+  std::vector<int64_t> parameter_units_;  // per parameter: its layer unit
+  int64_t adding_unit_ = kOuterUnit;      // unit of the parameters add() creates
+  LayerHooks* hooks_ = nullptr;
   size_t token_embedding_ = kNone, position_embedding_ = kNone;
   size_t final_norm_weight_ = kNone, final_norm_bias_ = kNone, head_weight_ = kNone;
   std::vector<BlockParams> blocks_;

@@ -7,17 +7,26 @@
 
 namespace strata {
 
+namespace {
+std::vector<AdamW::Slot> slots_of(const std::vector<Parameter*>& parameters) {
+  std::vector<AdamW::Slot> slots;
+  for (const Parameter* parameter : parameters) {
+    slots.push_back({parameter->value, at::Tensor(), at::zeros_like(parameter->value),
+                     at::zeros_like(parameter->value), parameter->weight_decay});
+  }
+  return slots;
+}
+}  // namespace
+
 AdamW::AdamW(std::vector<Parameter*> parameters, const TrainConfig& config)
-    : parameters_(std::move(parameters)),
+    : AdamW(slots_of(parameters), config) {}
+
+AdamW::AdamW(std::vector<Slot> slots, const TrainConfig& config)
+    : slots_(std::move(slots)),
       beta1_(config.beta1),
       beta2_(config.beta2),
       eps_(config.eps),
-      weight_decay_(config.weight_decay) {
-  for (const Parameter* parameter : parameters_) {
-    exp_avg_.push_back(at::zeros_like(parameter->value));
-    exp_avg_sq_.push_back(at::zeros_like(parameter->value));
-  }
-}
+      weight_decay_(config.weight_decay) {}
 
 void AdamW::step(double lr) {
   at::NoGradGuard no_grad;
@@ -26,29 +35,21 @@ void AdamW::step(double lr) {
   const double bias_correction2 = 1.0 - std::pow(beta2_, static_cast<double>(step_count_));
   const double step_size = lr / bias_correction1;
   const double inv_sqrt_bias_correction2 = 1.0 / std::sqrt(bias_correction2);
-  for (size_t i = 0; i < parameters_.size(); ++i) {
-    at::Tensor& value = parameters_[i]->value;
-    const at::Tensor& grad = value.grad();
+  for (Slot& slot : slots_) {
+    at::Tensor& value = slot.value;
+    const at::Tensor grad = slot.grad.defined() ? slot.grad : value.grad();
     if (!grad.defined()) continue;
-    if (parameters_[i]->weight_decay && weight_decay_ != 0.0) value.mul_(1.0 - lr * weight_decay_);
-    exp_avg_[i].mul_(beta1_).add_(grad, 1.0 - beta1_);
-    exp_avg_sq_[i].mul_(beta2_).addcmul_(grad, grad, 1.0 - beta2_);
-    auto denominator = (exp_avg_sq_[i].sqrt() * inv_sqrt_bias_correction2).add_(eps_);
-    value.addcdiv_(exp_avg_[i], denominator, -step_size);
-  }
-}
-
-void AdamW::zero_grad() {
-  for (Parameter* parameter : parameters_) {
-    if (parameter->value.grad().defined()) parameter->value.mutable_grad().zero_();
+    if (slot.weight_decay && weight_decay_ != 0.0) value.mul_(1.0 - lr * weight_decay_);
+    slot.exp_avg.mul_(beta1_).add_(grad, 1.0 - beta1_);
+    slot.exp_avg_sq.mul_(beta2_).addcmul_(grad, grad, 1.0 - beta2_);
+    auto denominator = (slot.exp_avg_sq.sqrt() * inv_sqrt_bias_correction2).add_(eps_);
+    value.addcdiv_(slot.exp_avg, denominator, -step_size);
   }
 }
 
 int64_t AdamW::state_bytes() const {
   int64_t bytes = 0;
-  for (size_t i = 0; i < exp_avg_.size(); ++i) {
-    bytes += exp_avg_[i].nbytes() + exp_avg_sq_[i].nbytes();
-  }
+  for (const Slot& slot : slots_) bytes += slot.exp_avg.nbytes() + slot.exp_avg_sq.nbytes();
   return bytes;
 }
 

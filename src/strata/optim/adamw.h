@@ -1,6 +1,8 @@
 // AdamW (Loshchilov & Hutter) over the local pieces of the parameters: decoupled weight decay,
 // none on parameters marked weight_decay = false (norms, biases). Its state (step count and
-// the two moments per parameter) is exposed for checkpoints.
+// the two moments per parameter) is exposed for checkpoints. It updates "slots": a value with
+// its gradient and moments, either one per parameter (moments owned here) or views the
+// caller owns (ZeRO's shards of flat buffers, train/data_parallel.h).
 #pragma once
 #include <ATen/ATen.h>
 
@@ -14,23 +16,30 @@ namespace strata {
 
 class AdamW {
  public:
+  // All four tensors have the same shape; any may be a view into a larger buffer.
+  struct Slot {
+    at::Tensor value;  // updated in place
+    at::Tensor grad;   // undefined: read value.grad() at each step (skipped if undefined)
+    at::Tensor exp_avg, exp_avg_sq;
+    bool weight_decay = true;
+  };
+  // One slot per parameter; moments allocated here, gradients read from value.grad().
   AdamW(std::vector<Parameter*> parameters, const TrainConfig& config);
+  // Caller-owned slots.
+  AdamW(std::vector<Slot> slots, const TrainConfig& config);
 
   // One update with learning rate lr, using each parameter's .grad().
   void step(double lr);
-  void zero_grad();
 
   int64_t step_count() const { return step_count_; }
   void set_step_count(int64_t steps) { step_count_ = steps; }
-  std::vector<at::Tensor>& exp_avg() { return exp_avg_; }        // first moments, like params
-  std::vector<at::Tensor>& exp_avg_sq() { return exp_avg_sq_; }  // second moments, like params
-  int64_t state_bytes() const;
+  const std::vector<Slot>& slots() const { return slots_; }
+  int64_t state_bytes() const;  // bytes of the moments' elements
 
  private:
-  std::vector<Parameter*> parameters_;
+  std::vector<Slot> slots_;
   double beta1_, beta2_, eps_, weight_decay_;
   int64_t step_count_ = 0;
-  std::vector<at::Tensor> exp_avg_, exp_avg_sq_;
 };
 
 // Warmup then cosine: lr * (step + 1) / warmup for step < warmup, then cosine decay from lr

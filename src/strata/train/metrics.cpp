@@ -27,6 +27,8 @@ nlohmann::json to_json(const StepMetrics& metrics) {
             {"optimizer", metrics.mem.optimizer},
             {"activations_peak", metrics.mem.activations_peak},
             {"rss_peak", metrics.mem.rss_peak}}},
+          {"dp_buckets", metrics.dp_buckets},
+          {"dp_buckets_overlapped", metrics.dp_buckets_overlapped},
           {"comm_bytes", metrics.comm},
           {"comm_wait_s", metrics.comm_wait},
           {"comm_share", metrics.comm_share}};

@@ -82,6 +82,7 @@ void PipelineExecutor::backward(const Action& action, bool defer_weight_grads) {
       s.output.backward(s.output_grad);
     }
   }
+  chunks_[action.chunk]->end_backward();
   if (s.input.defined()) s.input_grad = s.input.grad();
   s.input = at::Tensor();
   s.output = at::Tensor();
@@ -99,7 +100,18 @@ PipelineStepStats PipelineExecutor::run(const std::function<at::Tensor(int64_t)>
   std::vector<at::Tensor> send_buffers;  // alive until their sends complete
   Trace unused(false, 0);
   Trace& trace = trace_ ? *trace_ : unused;
-  for (const Action& action : schedule_.ranks[rank_]) {
+  const std::vector<Action>& actions = schedule_.ranks[rank_];
+  std::vector<size_t> last_gradient_action(chunks_.size(), actions.size());
+  for (size_t index = 0; index < actions.size(); ++index) {
+    const ActionKind kind = actions[index].kind;
+    if (kind == ActionKind::Backward || kind == ActionKind::BackwardInput ||
+        kind == ActionKind::BackwardWeight) {
+      last_gradient_action[actions[index].chunk] = index;
+    }
+  }
+  for (size_t index = 0; index < actions.size(); ++index) {
+    const Action& action = actions[index];
+    const bool last_gradient_work = index == last_gradient_action[action.chunk];
     const int peer = action.peer_stage >= 0 ? schedule_.rank_of(action.peer_stage) : -1;
     Trace::Scope scope(trace, kind_name(action.kind), step, action.microbatch);
     switch (action.kind) {
@@ -138,6 +150,7 @@ PipelineStepStats PipelineExecutor::run(const std::function<at::Tensor(int64_t)>
         forward(action, rows, stats);
         break;
       case ActionKind::Backward:
+        if (listener_ && last_gradient_work) listener_->last_backward_begins(action.chunk);
         backward(action, /*defer_weight_grads=*/false);
         break;
       case ActionKind::BackwardInput:
@@ -150,6 +163,7 @@ PipelineStepStats PipelineExecutor::run(const std::function<at::Tensor(int64_t)>
         break;
       }
     }
+    if (listener_ && last_gradient_work) listener_->gradients_complete(action.chunk);
   }
   for (auto& work : sends) work.wait();
   STRATA_CHECK(inflight_ == 0, inflight_, " microbatch activations still held after the step");

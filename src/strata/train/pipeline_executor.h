@@ -31,6 +31,19 @@ struct PipelineStepStats {
   double wait_s = 0;          // time blocked in receives (this rank's bubble)
 };
 
+// Told where a chunk's gradients of the step become complete, so that their reduction can
+// start while later actions still run. A chunk's gradients are complete after its last
+// gradient action of the step (B, B without weights, or W) in this rank's action list.
+class BackwardListener {
+ public:
+  virtual ~BackwardListener() = default;
+  // Before that last action when it is a full backward (B): each layer's gradients are
+  // complete as soon as autograd is done with the layer (see LayerHooks::after_backward).
+  virtual void last_backward_begins(int chunk) = 0;
+  // After that last action, whatever its kind.
+  virtual void gradients_complete(int chunk) = 0;
+};
+
 class PipelineExecutor {
  public:
   // chunks[c] is this rank's chunk c (virtual stage c * p + pp rank). activation_shape is
@@ -44,6 +57,7 @@ class PipelineExecutor {
   // Each microbatch's loss is scaled by 1 / microbatches before its backward. `step` only
   // labels trace events.
   PipelineStepStats run(const std::function<at::Tensor(int64_t)>& rows, int64_t step);
+  void set_listener(BackwardListener* listener) { listener_ = listener; }  // may be null
 
  private:
   struct Slot {
@@ -66,6 +80,7 @@ class PipelineExecutor {
   std::vector<int64_t> activation_shape_;
   at::ScalarType dtype_;
   Trace* trace_;
+  BackwardListener* listener_ = nullptr;
   bool forward_only_;
   int rank_;
   std::map<std::pair<int, int>, Slot> slots_;

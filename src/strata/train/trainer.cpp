@@ -12,6 +12,7 @@
 #include "strata/data/dataset.h"
 #include "strata/pipeline/generators.h"
 #include "strata/pipeline/partition.h"
+#include "strata/train/data_parallel.h"
 #include "strata/train/metrics.h"
 #include "strata/train/pipeline_executor.h"
 #include "strata/train/trace.h"
@@ -23,15 +24,6 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-int64_t bytes_of(const std::vector<Parameter*>& parameters, bool grads) {
-  int64_t bytes = 0;
-  for (const Parameter* parameter : parameters) {
-    const at::Tensor& tensor = grads ? parameter->value.grad() : parameter->value;
-    if (tensor.defined()) bytes += tensor.nbytes();
-  }
-  return bytes;
 }
 
 // {"all_reduce": value, ...} for the kinds with a nonzero value.
@@ -119,7 +111,6 @@ Trainer::Trainer(const Config& config, Mesh& mesh)
   for (auto& chunk : chunks_) {
     for (auto& parameter : chunk->parameters()) parameters_.push_back(&parameter);
   }
-  optimizer_ = std::make_unique<AdamW>(parameters_, config_.train);
   dataset_ = TokenDataset::open(config_.data, model, config_.train.seed);
   rows_per_dp_rank_ = config_.train.global_batch / mesh_.shape().dp;
 
@@ -144,10 +135,16 @@ Trainer::Trainer(const Config& config, Mesh& mesh)
     tied_ = std::make_unique<Comm>(
         mesh_.pp().split(holds_embedding ? 0 : 1, static_cast<int>(pp_rank), "pp_tied"));
   }
+  data_parallel_ = std::make_unique<DataParallel>(
+      chunk_pointers, mesh_, config_,
+      tied_ && (mesh_.pp_is_first_stage() || mesh_.pp_is_last_stage()) ? tied_.get() : nullptr);
+  executor_->set_listener(data_parallel_.get());
   peak_flops_ = measure_matmul_peak_flops();
 }
 
 Trainer::~Trainer() = default;
+
+AdamW& Trainer::optimizer() { return data_parallel_->optimizer(); }
 
 int64_t Trainer::num_parameters() const {
   at::Tensor count = at::zeros({1}, at::kLong);
@@ -167,13 +164,13 @@ at::Tensor Trainer::microbatch_rows(int64_t split, int64_t step, int64_t microba
 }
 
 Trainer::StepResult Trainer::train_step(int64_t step) {
-  optimizer_->zero_grad();
+  data_parallel_->begin_step();
   PipelineStepStats stats = executor_->run(
       [&](int64_t mb) { return microbatch_rows(static_cast<int64_t>(Split::Train), step, mb); },
       step);
   {
     Trace::Scope scope(*trace_, "reduce_gradients", step);
-    reduce_gradients();
+    data_parallel_->reduce_gradients();  // the last buckets; most ran during backward
   }
   // The loss lives on the last stage: sum over pp, mean over microbatches, mean over dp.
   const double microbatches = static_cast<double>(rows_per_dp_rank_ / config_.train.micro_batch);
@@ -183,63 +180,6 @@ Trainer::StepResult Trainer::train_step(int64_t step) {
   at::Tensor wait = at::tensor({stats.wait_s}, at::kDouble);
   mesh_.pp().all_reduce(wait, ReduceOp::Max);
   return {loss.item<double>(), wait.item<double>(), stats.peak_inflight};
-}
-
-namespace {
-// Reduces the gradients of `parameters` over `group` in one flat buffer.
-void reduce_flat(std::vector<Parameter*> parameters, Comm& group, ReduceOp op) {
-  if (group.size() == 1 || parameters.empty()) return;
-  std::vector<at::Tensor> grads;
-  for (Parameter* parameter : parameters) grads.push_back(parameter->value.grad().view(-1));
-  at::Tensor flat = at::cat(grads);
-  group.all_reduce(flat, op);
-  int64_t offset = 0;
-  for (auto& grad : grads) {
-    grad.copy_(flat.narrow(0, offset, grad.numel()));
-    offset += grad.numel();
-  }
-}
-}  // namespace
-
-void Trainer::reduce_gradients() {
-  // 1. Parameters replicated over tp whose gradient each tp rank holds only a part of
-  //    (norms under sequence parallelism, replicated kv heads): sum over tp.
-  // 2. The tied embedding's copies on the first and last pipeline stage: sum.
-  // 3. Plain data parallelism: average every gradient over dp (bucketed, overlapped
-  //    reduction and ZeRO come with the data-parallel work).
-  std::vector<Parameter*> tp_partial, tied;
-  for (Parameter* parameter : parameters_) {
-    if (parameter->tp_partial_grad) tp_partial.push_back(parameter);
-    if (parameter->pp_tied) tied.push_back(parameter);
-  }
-  reduce_flat(tp_partial, mesh_.tp(), ReduceOp::Sum);
-  if (tied_) reduce_flat(tied, *tied_, ReduceOp::Sum);
-  reduce_flat(parameters_, mesh_.dp(), ReduceOp::Avg);
-}
-
-double Trainer::clip_gradients() {
-  at::NoGradGuard no_grad;
-  // Each parameter counted once: pieces split over tp each add their part, replicas over tp
-  // only on tp rank 0, the tied embedding only on the first stage; gradients are identical
-  // over dp after the reduction.
-  at::Tensor sum_squares = at::zeros({1}, at::kDouble);
-  const bool tp_first = mesh_.coords().tp == 0;
-  for (Parameter* parameter : parameters_) {
-    if (parameter->pp_tied && !mesh_.pp_is_first_stage()) continue;
-    if (parameter->spec.is_split() || tp_first) {
-      const double norm = parameter->value.grad().norm().item<double>();  // no float64 copy
-      sum_squares += norm * norm;
-    }
-  }
-  mesh_.tp().all_reduce(sum_squares, ReduceOp::Sum);
-  mesh_.pp().all_reduce(sum_squares, ReduceOp::Sum);
-  const double norm = std::sqrt(sum_squares.item<double>());
-  const double max_norm = config_.train.grad_clip;
-  if (max_norm > 0 && norm > max_norm) {
-    const double scale = max_norm / (norm + 1e-6);
-    for (Parameter* parameter : parameters_) parameter->value.mutable_grad().mul_(scale);
-  }
-  return norm;
 }
 
 double Trainer::evaluate() {
@@ -264,36 +204,17 @@ double Trainer::evaluate() {
   return mean.item<double>();
 }
 
-std::vector<ShardedTensor> Trainer::checkpoint_tensors() {
-  // Parameters and both Adam moments, each as slices of its global tensor. Replicas are
-  // written once: by dp rank 0 (and cp rank 0), by tp rank 0 unless split over tp, and the
-  // tied embedding by the first pipeline stage.
-  std::vector<ShardedTensor> tensors;
-  const bool replica_writer = mesh_.coords().dp == 0 && mesh_.coords().cp == 0;
-  for (size_t i = 0; i < parameters_.size(); ++i) {
-    const Parameter& parameter = *parameters_[i];
-    const bool writer = replica_writer && (parameter.spec.is_split() || mesh_.coords().tp == 0) &&
-                        (!parameter.pp_tied || mesh_.pp_is_first_stage());
-    for (auto [prefix, tensor] : {std::pair<std::string, at::Tensor>{"", parameter.value.detach()},
-                                  {"optimizer.exp_avg.", optimizer_->exp_avg()[i]},
-                                  {"optimizer.exp_avg_sq.", optimizer_->exp_avg_sq()[i]}}) {
-      for (auto& slice : sharded_slices(prefix + parameter.name, tensor, parameter.spec, writer)) {
-        tensors.push_back(std::move(slice));
-      }
-    }
-  }
-  return tensors;
-}
-
 void Trainer::save(int64_t steps_done, TrainResult& result) {
   nlohmann::json state = {{"step", steps_done},
-                          {"optimizer_steps", optimizer_->step_count()},
+                          {"optimizer_steps", data_parallel_->optimizer().step_count()},
                           {"seed", config_.train.seed},
                           {"layout", mesh_.to_string()},
                           {"world_size", mesh_.shape().world()},
                           {"config", to_toml(config_)}};
-  result.last_checkpoint = save_checkpoint(config_.checkpoint.dir, steps_done, checkpoint_tensors(),
-                                           state, mesh_.world(), config_.checkpoint.keep);
+  std::vector<ShardedTensor> tensors = data_parallel_->checkpoint_tensors(/*for_load=*/false);
+  result.last_checkpoint = save_checkpoint(config_.checkpoint.dir, steps_done, tensors, state,
+                                           mesh_.world(), config_.checkpoint.keep);
+  data_parallel_->checkpoint_done(/*loaded=*/false);
 }
 
 int64_t Trainer::maybe_resume() {
@@ -316,12 +237,13 @@ int64_t Trainer::maybe_resume() {
   STRATA_REQUIRE(to_toml(saved_model) == to_toml(this_model), "checkpoint ", dir,
                  " was written for a different [model] section; resume it "
                  "with the same model, or set checkpoint.resume = \"none\"");
-  std::vector<ShardedTensor> tensors = checkpoint_tensors();
+  std::vector<ShardedTensor> tensors = data_parallel_->checkpoint_tensors(/*for_load=*/true);
   {
     at::NoGradGuard no_grad;
     load_checkpoint(dir, tensors);
   }
-  optimizer_->set_step_count(state.at("optimizer_steps").get<int64_t>());
+  data_parallel_->checkpoint_done(/*loaded=*/true);
+  data_parallel_->optimizer().set_step_count(state.at("optimizer_steps").get<int64_t>());
   return state.at("step").get<int64_t>();
 }
 
@@ -341,7 +263,6 @@ TrainResult Trainer::run() {
   const int64_t tokens_per_step = config_.train.global_batch * config_.model.seq_len;
   const double flops_per_step = training_flops_per_token(config_.model) * tokens_per_step;
   const double peak_total = peak_flops_ * static_cast<double>(mesh_.shape().world());
-  const int64_t state_bytes = bytes_of(parameters_, false);
 
   for (int64_t step = result.first_step; step < config_.train.steps; ++step) {
     mesh_.world().counters().reset();
@@ -349,16 +270,17 @@ TrainResult Trainer::run() {
     const int64_t live_before = tracked_bytes_now();
     auto start = Clock::now();
 
-    // data -> forward/backward per microbatch -> reduce over dp -> clip -> update
+    // data -> forward/backward per microbatch (gradient buckets reduced over dp as the last
+    // microbatch's backward completes them) -> clip -> update (ZeRO: own shards, gather)
     StepResult step_result{};
     double grad_norm, lr;
     {
       Trace::Scope scope(*trace_, "step", step);
       step_result = train_step(step);
       Trace::Scope update(*trace_, "clip_and_update", step);
-      grad_norm = clip_gradients();
+      grad_norm = data_parallel_->clip_gradients(config_.train.grad_clip);
       lr = learning_rate(config_.train, step);
-      optimizer_->step(lr);
+      data_parallel_->step(lr);
     }
 
     StepMetrics m;
@@ -371,15 +293,13 @@ TrainResult Trainer::run() {
     m.mfu = flops_per_step / m.step_time_s / peak_total;
     m.tokens = tokens_per_step * m.step;
     m.bubble_fraction = step_result.bubble / m.step_time_s;
-    m.mem = {state_bytes, bytes_of(parameters_, true), optimizer_->state_bytes(),
-             tracked_bytes_peak() - live_before, rss_peak_bytes()};
-    const CommCounters& counters = mesh_.world().counters();
-    m.comm = per_kind_json(counters.bytes);
-    m.comm_wait = per_kind_json(counters.wait_s);
-    m.comm_share = counters.total_wait_s() / m.step_time_s;
+// {"all_reduce": value, ...} for the kinds with a nonzero value.
+template <typename T, size_t N>
+nlohmann::json per_kind_json(const std::array<T, N>& values) {
     metrics.write(to_json(m));
     progress.update(m);
     result.losses.push_back(step_result.loss);
+    result.metrics.push_back(m);
     result.peak_inflight.push_back(step_result.peak_inflight);
 
     const bool last = m.step == config_.train.steps;

@@ -9,13 +9,16 @@
 #include "strata/dist/mesh.h"
 #include "strata/model/gpt.h"
 #include "strata/optim/adamw.h"
+#include "strata/train/metrics.h"
 
 namespace strata {
 
 class TokenDataset;
 class Trace;
 class PipelineExecutor;
+class DataParallel;
 struct ShardedTensor;
+struct StepMetrics;
 
 struct TrainResult {
   std::vector<double> losses;          // one per optimizer step run by this call
@@ -23,6 +26,7 @@ struct TrainResult {
   std::vector<int64_t> peak_inflight;  // per step: most microbatch activations held on this rank
   int64_t first_step = 0;              // 0-based step this call started at (after a resume)
   std::string last_checkpoint;         // directory of the last checkpoint written, if any
+  std::vector<StepMetrics> metrics;    // per step, this rank's view (memory, comm bytes)
 };
 
 class Trainer {
@@ -34,10 +38,12 @@ class Trainer {
   TrainResult run();
 
   // This rank's model chunks (one per virtual pipeline stage it runs) and their parameters.
+  // Their values and gradients are views into DataParallel's buffers; under ZeRO-3 a value
+  // holds storage only while its layer is gathered (sizes and shapes are always valid).
   const std::vector<std::unique_ptr<GPT>>& chunks() const { return chunks_; }
   const std::vector<Parameter*>& parameters() const { return parameters_; }
   int64_t num_parameters() const;  // of the whole model
-  AdamW& optimizer() { return *optimizer_; }
+  AdamW& optimizer();
 
  private:
   struct StepResult {
@@ -47,9 +53,6 @@ class Trainer {
   };
   StepResult train_step(int64_t step);
   double evaluate();
-  void reduce_gradients();
-  double clip_gradients();  // returns the global norm before clipping
-  std::vector<ShardedTensor> checkpoint_tensors();
   void save(int64_t steps_done, TrainResult& result);
   int64_t maybe_resume();  // returns the step to start at
   at::Tensor microbatch_rows(int64_t split, int64_t step, int64_t microbatch) const;
@@ -59,7 +62,7 @@ class Trainer {
   at::ScalarType dtype_;
   std::vector<std::unique_ptr<GPT>> chunks_;
   std::vector<Parameter*> parameters_;
-  std::unique_ptr<AdamW> optimizer_;
+  std::unique_ptr<DataParallel> data_parallel_;  // gradients, ZeRO shards, the optimizer
   std::unique_ptr<PipelineExecutor> executor_, eval_executor_;
   std::unique_ptr<Comm> tied_;  // first and last pipeline stage, for the tied embedding
   std::shared_ptr<TokenDataset> dataset_;
