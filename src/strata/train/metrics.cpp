@@ -12,22 +12,24 @@
 namespace strata {
 
 nlohmann::json to_json(const StepMetrics& metrics) {
-  return {{"step", metrics.step},
-          {"loss", metrics.loss},
-          {"lr", metrics.lr},
-          {"grad_norm", metrics.grad_norm},
-          {"step_time_s", metrics.step_time_s},
-          {"tokens_per_s", metrics.tokens_per_s},
-          {"mfu", metrics.mfu},
-          {"bubble_fraction", metrics.bubble_fraction},
-          {"tokens", metrics.tokens},
-          {"mem",
-           {{"params", metrics.mem.params},
-            {"grads", metrics.mem.grads},
-            {"optimizer", metrics.mem.optimizer},
-            {"activations_peak", metrics.mem.activations_peak},
-            {"rss_peak", metrics.mem.rss_peak}}},
-          {"comm_bytes", metrics.comm}};
+  nlohmann::json line = {{"step", metrics.step},
+                         {"loss", metrics.loss},
+                         {"lr", metrics.lr},
+                         {"grad_norm", metrics.grad_norm},
+                         {"step_time_s", metrics.step_time_s},
+                         {"tokens_per_s", metrics.tokens_per_s},
+                         {"mfu", metrics.mfu},
+                         {"bubble_fraction", metrics.bubble_fraction},
+                         {"tokens", metrics.tokens},
+                         {"mem",
+                          {{"params", metrics.mem.params},
+                           {"grads", metrics.mem.grads},
+                           {"optimizer", metrics.mem.optimizer},
+                           {"activations_peak", metrics.mem.activations_peak},
+                           {"rss_peak", metrics.mem.rss_peak}}},
+                         {"comm_bytes", metrics.comm}};
+  if (!metrics.moe.is_null()) line["moe"] = metrics.moe;
+  return line;
 }
 
 MetricsLog::MetricsLog(const std::string& dir, bool active) {

@@ -23,6 +23,7 @@ struct StepMetrics {
   int64_t tokens = 0;          // tokens trained on so far
   MemoryBytes mem;             // this rank (rank 0)
   nlohmann::json comm = nlohmann::json::object();  // bytes sent per collective kind, this step
+  nlohmann::json moe;  // mixture-of-experts statistics (null for a dense model)
 };
 
 nlohmann::json to_json(const StepMetrics& metrics);

@@ -101,7 +101,8 @@ Trainer::Trainer(const Config& config, Mesh& mesh)
     for (int64_t s = 0; s < virtual_stage; ++s) first_layer += layers[s];
     StageSpec stage{first_layer, layers[virtual_stage], virtual_stage == 0,
                     virtual_stage == stages - 1};
-    chunks_.push_back(std::make_unique<GPT>(model, config_.train.seed, dtype_, tp, stage));
+    chunks_.push_back(
+        std::make_unique<GPT>(model, config_.train.seed, dtype_, tp, stage, &mesh_.ep()));
   }
   for (auto& chunk : chunks_) {
     for (auto& parameter : chunk->parameters()) parameters_.push_back(&parameter);
@@ -112,6 +113,8 @@ Trainer::Trainer(const Config& config, Mesh& mesh)
 
   const int64_t microbatches = rows_per_dp_rank_ / config_.train.micro_batch;
   STRATA_CHECK(microbatches == config_.parallel.microbatches, "config not validated");
+  // MoE auxiliary losses are scaled like the language-model loss of a microbatch.
+  for (auto& chunk : chunks_) chunk->set_auxiliary_loss_scale(1.0 / microbatches);
   Schedule schedule = build_schedule(schedule_request(config_), kScheduleKeys);
   const int64_t tokens_per_rank =
       config_.parallel.sequence_parallel ? model.seq_len / mesh_.shape().tp : model.seq_len;
@@ -155,6 +158,7 @@ at::Tensor Trainer::microbatch_rows(int64_t split, int64_t step, int64_t microba
 
 Trainer::StepResult Trainer::train_step(int64_t step) {
   optimizer_->zero_grad();
+  for (auto& chunk : chunks_) chunk->take_moe_stats();  // drop evaluation's
   PipelineStepStats stats = executor_->run(
       [&](int64_t mb) { return microbatch_rows(static_cast<int64_t>(Split::Train), step, mb); },
       step);
@@ -169,10 +173,62 @@ Trainer::StepResult Trainer::train_step(int64_t step) {
   mesh_.dp().all_reduce(loss, ReduceOp::Avg);
   at::Tensor wait = at::tensor({stats.wait_s}, at::kDouble);
   mesh_.pp().all_reduce(wait, ReduceOp::Max);
-  return {loss.item<double>(), wait.item<double>(), stats.peak_inflight};
+  return {loss.item<double>(), wait.item<double>(), stats.peak_inflight, collect_moe_stats()};
+}
+
+MoeStepStats Trainer::collect_moe_stats() {
+  // Per global layer: load (E), assignments, dropped, sequences, aux * sequences,
+  // z * sequences; summed over this step's forwards, then over dp (different rows) and pp
+  // (different layers). tp ranks hold replicas: not summed.
+  const ModelConfig& model = config_.model;
+  MoeStepStats out;
+  if (model.moe.num_experts == 0) return out;
+  const int64_t E = model.moe.num_experts, width = E + 5;
+  std::vector<double> local(static_cast<size_t>(model.n_layers * width), 0.0);
+  for (auto& chunk : chunks_) {
+    for (const MoeLayerStats& layer : chunk->take_moe_stats()) {
+      double* row = local.data() + layer.layer * width;
+      for (int64_t e = 0; e < E; ++e) row[e] += static_cast<double>(layer.load[e]);
+      const double sequences = static_cast<double>(layer.sequences);
+      row[E] += static_cast<double>(layer.assignments);
+      row[E + 1] += static_cast<double>(layer.dropped);
+      row[E + 2] += sequences;
+      row[E + 3] += layer.aux_loss * sequences;
+      row[E + 4] += layer.z_loss * sequences;
+    }
+  }
+  at::Tensor sums = at::tensor(local, at::kDouble);
+  mesh_.dp().all_reduce(sums, ReduceOp::Sum);
+  mesh_.pp().all_reduce(sums, ReduceOp::Sum);
+  const double* total = sums.data_ptr<double>();
+  double assignments = 0, dropped = 0;
+  for (int64_t layer = 0; layer < model.n_layers; ++layer) {
+    if (!model.is_moe_layer(layer)) continue;
+    const double* row = total + layer * width;
+    out.layers.push_back(layer);
+    out.load.emplace_back();
+    double max_load = 0, sum_load = 0;
+    for (int64_t e = 0; e < E; ++e) {
+      out.load.back().push_back(std::llround(row[e]));
+      max_load = std::max(max_load, row[e]);
+      sum_load += row[e];
+    }
+    assignments += row[E];
+    dropped += row[E + 1];
+    out.aux_loss += row[E + 3] / row[E + 2];
+    out.z_loss += row[E + 4] / row[E + 2];
+    out.load_imbalance += max_load / (sum_load / static_cast<double>(E));
+  }
+  out.dropped_fraction = dropped / assignments;
+  out.load_imbalance /= static_cast<double>(out.layers.size());
+  return out;
 }
 
 namespace {
+// Expert weights (split over ep) are held by the expert-data-parallel group; everything else
+// by the data-parallel group.
+bool is_expert(const Parameter& parameter) { return parameter.spec.split_axis == ShardAxis::Ep; }
+
 // Reduces the gradients of `parameters` over `group` in one flat buffer.
 void reduce_flat(std::vector<Parameter*> parameters, Comm& group, ReduceOp op) {
   if (group.size() == 1 || parameters.empty()) return;
@@ -194,14 +250,28 @@ void Trainer::reduce_gradients() {
   // 2. The tied embedding's copies on the first and last pipeline stage: sum.
   // 3. Plain data parallelism: average every gradient over dp (bucketed, overlapped
   //    reduction and ZeRO come with the data-parallel work).
-  std::vector<Parameter*> tp_partial, tied;
+  // 4. Expert weights: averaged over expert_dp instead of dp (step 3 skips them).
+  std::vector<Parameter*> tp_partial, tied, dense, experts;
   for (Parameter* parameter : parameters_) {
     if (parameter->tp_partial_grad) tp_partial.push_back(parameter);
     if (parameter->pp_tied) tied.push_back(parameter);
+    (is_expert(*parameter) ? experts : dense).push_back(parameter);
   }
   reduce_flat(tp_partial, mesh_.tp(), ReduceOp::Sum);
   if (tied_) reduce_flat(tied, *tied_, ReduceOp::Sum);
-  reduce_flat(parameters_, mesh_.dp(), ReduceOp::Avg);
+  reduce_flat(dense, mesh_.dp(), ReduceOp::Avg);
+  reduce_expert_gradients(experts);
+}
+
+void Trainer::reduce_expert_gradients(const std::vector<Parameter*>& experts) {
+  // An expert's local gradient already sums the losses of all ep ranks whose tokens it
+  // processed (each a dp rank's mean): the sum over expert_dp covers every dp rank once, so
+  // the dp mean is that sum / dp = (mean over expert_dp) / ep.
+  reduce_flat(experts, mesh_.expert_dp(), ReduceOp::Avg);
+  const double ep = static_cast<double>(mesh_.shape().ep);
+  if (ep > 1) {
+    for (Parameter* parameter : experts) parameter->value.mutable_grad().div_(ep);
+  }
 }
 
 double Trainer::clip_gradients() {
@@ -209,15 +279,22 @@ double Trainer::clip_gradients() {
   // Each parameter counted once: pieces split over tp each add their part, replicas over tp
   // only on tp rank 0, the tied embedding only on the first stage; gradients are identical
   // over dp after the reduction.
+  // Expert weights are split over ep (each ep rank adds its experts' part) and replicated
+  // over tp.
   at::Tensor sum_squares = at::zeros({1}, at::kDouble);
+  at::Tensor expert_squares = at::zeros({1}, at::kDouble);
   const bool tp_first = mesh_.coords().tp == 0;
   for (Parameter* parameter : parameters_) {
     if (parameter->pp_tied && !mesh_.pp_is_first_stage()) continue;
-    if (parameter->spec.is_split() || tp_first) {
+    const bool split_over_tp =
+        parameter->spec.is_split() && parameter->spec.split_axis == ShardAxis::Tp;
+    if (split_over_tp || tp_first) {
       const double norm = parameter->value.grad().norm().item<double>();  // no float64 copy
-      sum_squares += norm * norm;
+      (is_expert(*parameter) ? expert_squares : sum_squares) += norm * norm;
     }
   }
+  if (mesh_.shape().ep > 1) mesh_.ep().all_reduce(expert_squares, ReduceOp::Sum);
+  sum_squares += expert_squares;
   mesh_.tp().all_reduce(sum_squares, ReduceOp::Sum);
   mesh_.pp().all_reduce(sum_squares, ReduceOp::Sum);
   const double norm = std::sqrt(sum_squares.item<double>());
@@ -243,6 +320,7 @@ double Trainer::evaluate() {
                         batch)
                     .loss_sum;
   }
+  for (auto& chunk : chunks_) chunk->take_moe_stats();  // training steps report MoE stats
   const double microbatches = static_cast<double>(rows_per_dp_rank_ / config_.train.micro_batch);
   at::Tensor mean =
       at::tensor({loss_sum / (microbatches * config_.train.eval_batches)}, at::kDouble);
@@ -256,10 +334,14 @@ std::vector<ShardedTensor> Trainer::checkpoint_tensors() {
   // written once: by dp rank 0 (and cp rank 0), by tp rank 0 unless split over tp, and the
   // tied embedding by the first pipeline stage.
   std::vector<ShardedTensor> tensors;
+  // Expert weights are replicas over expert_dp (and tp) instead.
   const bool replica_writer = mesh_.coords().dp == 0 && mesh_.coords().cp == 0;
   for (size_t i = 0; i < parameters_.size(); ++i) {
     const Parameter& parameter = *parameters_[i];
-    const bool writer = replica_writer && (parameter.spec.is_split() || mesh_.coords().tp == 0) &&
+    const bool split_over_tp =
+        parameter.spec.is_split() && parameter.spec.split_axis == ShardAxis::Tp;
+    const bool writer = (is_expert(parameter) ? mesh_.coords().expert_dp == 0 : replica_writer) &&
+                        (split_over_tp || mesh_.coords().tp == 0) &&
                         (!parameter.pp_tied || mesh_.pp_is_first_stage());
     for (auto [prefix, tensor] : {std::pair<std::string, at::Tensor>{"", parameter.value.detach()},
                                   {"optimizer.exp_avg.", optimizer_->exp_avg()[i]},
@@ -361,6 +443,15 @@ TrainResult Trainer::run() {
     m.mem = {state_bytes, bytes_of(parameters_, true), optimizer_->state_bytes(),
              tracked_bytes_peak() - live_before, rss_peak_bytes()};
     m.comm = comm_bytes_json(mesh_.world().counters());
+    if (config_.model.moe.num_experts > 0) {
+      const MoeStepStats& moe = step_result.moe;
+      m.moe = {{"load", moe.load},
+               {"load_imbalance", moe.load_imbalance},
+               {"dropped_fraction", moe.dropped_fraction},
+               {"aux_loss", moe.aux_loss},
+               {"z_loss", moe.z_loss}};
+      result.moe.push_back(moe);
+    }
     metrics.write(to_json(m));
     progress.update(m);
     result.losses.push_back(step_result.loss);
