@@ -235,6 +235,10 @@ void expect_parity(Comm& world, const Model& model, const Layout& layout) {
   for (size_t i = 0; i < reference.losses.size(); ++i) {
     EXPECT_NEAR(parallel.losses[i], reference.losses[i], 1e-4 * reference.losses[i])
         << "step " << i + 1 << ", " << where;
+    // The norm covers every gradient, expert weights included (their reduction over
+    // expert_dp and ep, which AdamW's scale invariance could hide from the losses).
+    EXPECT_NEAR(parallel.grad_norms[i], reference.grad_norms[i], 1e-4 * reference.grad_norms[i])
+        << "step " << i + 1 << ", " << where;
     EXPECT_NEAR(parallel.moe[i].aux_loss, reference.moe[i].aux_loss,
                 1e-4 * reference.moe[i].aux_loss)
         << "step " << i + 1 << ", " << where;

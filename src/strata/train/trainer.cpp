@@ -455,6 +455,7 @@ TrainResult Trainer::run() {
     metrics.write(to_json(m));
     progress.update(m);
     result.losses.push_back(step_result.loss);
+    result.grad_norms.push_back(grad_norm);
     result.peak_inflight.push_back(step_result.peak_inflight);
 
     const bool last = m.step == config_.train.steps;

@@ -30,6 +30,7 @@ struct MoeStepStats {
 struct TrainResult {
   std::vector<double> losses;          // one per optimizer step run by this call
   std::vector<double> eval_losses;     // one per evaluation
+  std::vector<double> grad_norms;      // one per optimizer step: global norm before clipping
   std::vector<int64_t> peak_inflight;  // per step: most microbatch activations held on this rank
   std::vector<MoeStepStats> moe;       // per step, when the model has MoE layers
   int64_t first_step = 0;              // 0-based step this call started at (after a resume)
