@@ -7,8 +7,10 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <cmath>
+#include <cstring>
 
 #include "strata/dist/mesh.h"
+#include "strata/infer/generate.h"
 #include "strata/model/moe.h"
 #include "strata/train/trainer.h"
 #include "test_support.h"
@@ -271,6 +273,55 @@ TEST(ExpertParallelTraining, TwentyStepsEqualSingleRank) {
     runs.push_back({{4, 1, 1.0, "swiglu"}, {2, 1, 2, false}});
   }
   for (const auto& [model, layout] : runs) expect_parity(world, model, layout);
+}
+
+// A checkpoint written with the experts split over ep (and, on 4 ranks, the rest over tp)
+// holds every expert once: a single rank loads the whole model and finds each rank's pieces.
+TEST(ExpertParallelCheckpoint, WrittenAtEpLoadsWithEveryExpertOnOneRank) {
+  Comm world = Comm::world(120);
+  std::unique_ptr<testing::TempDir> owned;
+  if (world.rank() == 0) owned = std::make_unique<testing::TempDir>("strata-moe-ckpt");
+  at::Tensor path_bytes = at::zeros({1024}, at::kByte);
+  if (owned) std::memcpy(path_bytes.data_ptr(), owned->path().data(), owned->path().size());
+  world.broadcast(path_bytes, 0);
+  const std::string root(reinterpret_cast<const char*>(path_bytes.data_ptr<uint8_t>()));
+
+  const int64_t tp = world.size() == 4 ? 2 : 1;
+  MeshShape shape;
+  shape.tp = tp;
+  shape.dp = world.size() / tp;
+  shape.ep = 2;
+  Config config = training_run({8, 2, 1.0, "swiglu"});
+  config.train.steps = 3;
+  config.checkpoint.dir = root + "/ckpt";
+  config.parallel.tp = shape.tp;
+  config.parallel.dp = shape.dp;
+  config.parallel.ep = shape.ep;
+  config.train.micro_batch = config.train.global_batch / shape.dp;
+  config = validate_config(config, world.size());
+  Mesh mesh(world, shape);
+  Trainer trainer(config, mesh);
+  const TrainResult result = trainer.run();
+  world.barrier();
+  ASSERT_FALSE(result.last_checkpoint.empty());
+
+  std::unique_ptr<GPT> whole = load_model_from_checkpoint(result.last_checkpoint, nullptr, nullptr);
+  int experts_checked = 0;
+  for (const Parameter* parameter : trainer.parameters()) {
+    const at::Tensor& global = whole->parameter(parameter->name).value;
+    for (const auto& slice : parameter->spec.local_slices()) {
+      at::Tensor want = global, got = parameter->value;
+      for (size_t d = 0; d < slice.shape.size(); ++d) {
+        want = want.narrow(d, slice.global_offsets[d], slice.shape[d]);
+      }
+      const int64_t dim = std::max<int64_t>(0, parameter->spec.split_dim);
+      got = got.narrow(dim, slice.local_start, slice.shape[dim]);
+      EXPECT_TRUE(at::equal(got, want)) << parameter->name;
+    }
+    if (parameter->spec.split_axis == ShardAxis::Ep) ++experts_checked;
+  }
+  EXPECT_EQ(experts_checked, 4);  // fc and out of both layers
+  world.barrier();                // rank 0 removes the directory after everyone read it
 }
 
 }  // namespace
