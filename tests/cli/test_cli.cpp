@@ -200,5 +200,44 @@ TEST(Cli, TrainTwoRanksThenGenerateAndRefuseCorruption) {
       << output;
 }
 
+TEST(Cli, TrainMixtureOfExpertsOverTwoExpertRanksThenGenerate) {
+  testing::TempDir dir;
+  std::string output;
+  ASSERT_EQ(testing::run_command(kStrata + " train " + write_config(dir) +
+                                     " --nproc 2 --set model.moe.num_experts=4"
+                                     " --set model.moe.capacity_factor=1.0 --set parallel.ep=2"
+                                     " --set log.trace=false",
+                                 &output),
+            0)
+      << output;
+  std::ifstream metrics(dir.file("log/metrics.jsonl"));
+  std::string line;
+  int steps = 0;
+  while (std::getline(metrics, line)) {
+    auto json = nlohmann::json::parse(line);
+    if (json.contains("eval_loss")) continue;
+    ++steps;
+    ASSERT_TRUE(json.contains("moe")) << line;
+    const auto& moe = json["moe"];
+    ASSERT_EQ(moe["load"].size(), 2u) << line;  // both layers
+    int64_t assignments = 0;
+    for (const auto& count : moe["load"][0]) assignments += count.get<int64_t>();
+    EXPECT_EQ(assignments, 4 * 32 * 2) << "global_batch * seq_len * top_k in " << line;
+    EXPECT_GE(moe["load_imbalance"].get<double>(), 1.0) << line;
+    EXPECT_GE(moe["dropped_fraction"].get<double>(), 0.0) << line;
+    EXPECT_GT(moe["aux_loss"].get<double>(), 0.0) << line;
+    EXPECT_GT(json["comm_bytes"]["all_to_all"].get<int64_t>(), 0) << line;
+  }
+  EXPECT_EQ(steps, 6);
+  // The checkpoint holds every expert as slices of the global tensors: one rank generates.
+  const std::string checkpoint = dir.file("ckpt/step_00000006");
+  ASSERT_EQ(testing::run_command(kStrata + " generate --checkpoint " + checkpoint +
+                                     " --prompt 'The ' --max-new-tokens 20 --seed 1",
+                                 &output),
+            0)
+      << output;
+  EXPECT_EQ(output.rfind("The ", 0), 0u) << output;
+}
+
 }  // namespace
 }  // namespace strata

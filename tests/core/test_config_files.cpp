@@ -31,10 +31,10 @@ TEST(ConfigFiles, EveryShippedConfigValidates) {
     Config config;
     ASSERT_NO_THROW(config = load_config(path));
     const ParallelConfig& parallel = config.parallel;
-    // dp = -1 configs run on the fewest ranks their model-parallel sizes allow (dp = 1), and
-    // on twice as many (dp = 2).
+    // dp = -1 configs run on the fewest ranks their model-parallel sizes allow (dp = ep), and
+    // on twice as many.
     const int64_t world_size =
-        parallel.tp * parallel.pp * parallel.cp * (parallel.dp == -1 ? 1 : parallel.dp);
+        parallel.tp * parallel.pp * parallel.cp * (parallel.dp == -1 ? parallel.ep : parallel.dp);
     try {
       validate_config(config, world_size);
       if (parallel.dp == -1) validate_config(config, 2 * world_size);
@@ -67,7 +67,7 @@ TEST(ConfigFiles, DocsDescribeEveryKeyInItsSection) {
   const std::string docs = read_file(std::string(STRATA_SOURCE_DIR) + "/docs/config.md");
   ASSERT_FALSE(docs.empty());
   for (const std::string& full_name : config_keys()) {
-    const std::string section = full_name.substr(0, full_name.find('.'));
+    const std::string section = full_name.substr(0, full_name.rfind('.'));  // model.moe.top_k
     const std::string name = full_name.substr(section.size() + 1);
     const size_t begin = docs.find("\n## [" + section + "]");
     ASSERT_NE(begin, std::string::npos) << "docs/config.md has no '## [" << section << "]'";

@@ -93,7 +93,8 @@ TEST(ConfigParse, UnknownSectionsAndKeysOutsideSections) {
   const std::string message = parse_error("[modle]\nd_model = 64\n");
   EXPECT_CONTAINS(message, "unknown section [modle] in run.toml:1");
   EXPECT_CONTAINS(message, "did you mean [model]?");
-  EXPECT_CONTAINS(message, "allowed sections: model, parallel, train, data, checkpoint, log");
+  EXPECT_CONTAINS(message,
+                  "allowed sections: model, model.moe, parallel, train, data, checkpoint, log");
 
   const std::string outside = parse_error("steps = 10\n");
   EXPECT_CONTAINS(outside, "key 'steps' in run.toml:1:1 is outside any section");
@@ -149,8 +150,10 @@ TEST(ConfigParse, LoadConfigReadsAFileAndNamesItInErrors) {
 // need escapes.
 Config unusual_config() {
   Config config;
-  config.model = {1000,   96,        3,        6,     2,         200,    33,
-                  "rope", "rmsnorm", "swiglu", false, 1.0 / 3.0, 1e-300, 123456.789};
+  config.model = {
+      1000,  96,        3,      6,          2,
+      200,   33,        "rope", "rmsnorm",  "swiglu",
+      false, 1.0 / 3.0, 1e-300, 123456.789, MoeConfig{9, 1, 3, 1.0 / 7.0, 0.0, 1e-3, "swiglu"}};
   config.parallel.auto_layout = true;
   config.parallel.tp = 2;
   config.parallel.pp = 3;
@@ -203,12 +206,29 @@ TEST(ConfigParse, RoundTripIsExact) {
   EXPECT_TRUE(std::isnan(back.model.init_std));
 }
 
+TEST(ConfigParse, NestedMoeTableAndOverrides) {
+  const Config config =
+      parse_config("[model]\nd_model = 32\n[model.moe]\nnum_experts = 8\ntop_k = 1\n", "x.toml",
+                   {"model.moe.capacity_factor=1.5", "model.moe.activation=swiglu"});
+  EXPECT_EQ(config.model.d_model, 32);
+  EXPECT_EQ(config.model.moe.num_experts, 8);
+  EXPECT_EQ(config.model.moe.top_k, 1);
+  EXPECT_EQ(config.model.moe.capacity_factor, 1.5);
+  EXPECT_EQ(config.model.moe.activation, "swiglu");
+  // Inline tables are TOML tables too.
+  EXPECT_EQ(parse_config("[model]\nmoe = { every = 2 }\n", "x").model.moe.every, 2);
+  EXPECT_CONTAINS(user_error([] { parse_config("[model.moe]\nexperts = 4\n", "x.toml"); }),
+                  "unknown key 'model.moe.experts' in x.toml:2:1");
+  EXPECT_CONTAINS(user_error([] { parse_config("", "x", {"model.moe.top_k=two"}); }),
+                  "model.moe.top_k must be an integer");
+}
+
 TEST(ConfigParse, ToTomlPrintsEverySectionAndKeyInOrder) {
   const std::string text = to_toml(Config{});
   size_t position = 0;
   std::string section;
   for (const std::string& full_name : config_keys()) {
-    const std::string key_section = full_name.substr(0, full_name.find('.'));
+    const std::string key_section = full_name.substr(0, full_name.rfind('.'));
     if (key_section != section) {
       section = key_section;
       position = text.find("[" + section + "]\n", position);
@@ -224,7 +244,8 @@ TEST(ConfigParse, ToTomlPrintsEverySectionAndKeyInOrder) {
   EXPECT_CONTAINS(text, "\ntie_embeddings = true\n");
   EXPECT_CONTAINS(text, "\ndir = \"\"\n");
   const std::vector<std::string> keys = config_keys();
-  EXPECT_EQ(keys.size(), 56u);
+  EXPECT_CONTAINS(text, "[model.moe]\nnum_experts = 0\n");
+  EXPECT_EQ(keys.size(), 63u);
   EXPECT_EQ(keys.front(), "model.vocab_size");
   EXPECT_EQ(keys.back(), "log.every");
   EXPECT_EQ(std::set<std::string>(keys.begin(), keys.end()).size(), keys.size());
@@ -232,7 +253,7 @@ TEST(ConfigParse, ToTomlPrintsEverySectionAndKeyInOrder) {
 
 // The TOML spelling of one key's value in to_toml output.
 std::string value_in(const std::string& text, const std::string& full_name) {
-  const std::string section = full_name.substr(0, full_name.find('.'));
+  const std::string section = full_name.substr(0, full_name.rfind('.'));  // model.moe.top_k
   const std::string prefix = "\n" + full_name.substr(section.size() + 1) + " = ";
   const size_t start = text.find(prefix, text.find("[" + section + "]")) + prefix.size();
   return text.substr(start, text.find('\n', start) - start);

@@ -102,7 +102,37 @@ TEST(ConfigValidate, ModelParallelRules) {
                   "parallel.pp_schedule = \"interleaved-1f1b\" needs parallel.pp > 1");
   EXPECT_CONTAINS(resolve_error({"parallel.ep=3", "train.micro_batch=2"}, 4),
                   "parallel.ep (3) must divide parallel.dp*cp = 4*1 = 4");
-  resolve_config(with({"parallel.ep=2", "train.micro_batch=2"}), 4);
+  EXPECT_CONTAINS(resolve_error({"parallel.ep=2", "train.micro_batch=2"}, 4),
+                  "parallel.ep (2) > 1 needs a mixture-of-experts model: set "
+                  "model.moe.num_experts");
+  EXPECT_CONTAINS(
+      resolve_error({"parallel.ep=4", "model.moe.num_experts=6", "train.micro_batch=2"}, 4),
+      "parallel.ep (4) must divide model.moe.num_experts (6)");
+  resolve_config(with({"parallel.ep=2", "model.moe.num_experts=4", "train.micro_batch=2"}), 4);
+  validate_config(with({"parallel.ep=2", "model.moe.num_experts=4", "train.micro_batch=2"}), 4);
+}
+
+TEST(ConfigValidate, MixtureOfExpertsRules) {
+  EXPECT_CONTAINS(validate_error({"model.moe.num_experts=-1"}),
+                  "model.moe.num_experts (-1) must be >= 0 (0 = a dense model)");
+  EXPECT_CONTAINS(validate_error({"model.moe.num_experts=4", "model.moe.top_k=3"}),
+                  "model.moe.top_k (3) must be 1 or 2");
+  EXPECT_CONTAINS(validate_error({"model.moe.num_experts=1", "model.moe.top_k=2"}),
+                  "model.moe.top_k (2) must be <= model.moe.num_experts (1)");
+  EXPECT_CONTAINS(validate_error({"model.moe.num_experts=4", "model.moe.every=0"}),
+                  "model.moe.every (0) must be >= 1");
+  EXPECT_CONTAINS(validate_error({"model.moe.num_experts=4", "model.moe.every=3"}),
+                  "model.moe.every (3) must be <= model.n_layers (2)");
+  EXPECT_CONTAINS(validate_error({"model.moe.num_experts=4", "model.moe.capacity_factor=-0.5"}),
+                  "model.moe.capacity_factor (-0.5) must be >= 0.0 (0 = dropless)");
+  EXPECT_CONTAINS(validate_error({"model.moe.num_experts=4", "model.moe.aux_loss_coef=-1"}),
+                  "model.moe.aux_loss_coef (-1.0) must be >= 0.0");
+  EXPECT_CONTAINS(validate_error({"model.moe.num_experts=4", "model.moe.z_loss_coef=-1"}),
+                  "model.moe.z_loss_coef (-1.0) must be >= 0.0");
+  EXPECT_CONTAINS(validate_error({"model.moe.num_experts=4", "model.moe.activation=relu"}),
+                  "model.moe.activation must be \"gelu\" or \"swiglu\", got \"relu\"");
+  // The [model.moe] keys are ignored (and not checked) while the model is dense.
+  EXPECT_NO_THROW(validate_config(with({"model.moe.top_k=3"}), 1));
 }
 
 TEST(ConfigValidate, BatchRules) {
@@ -249,9 +279,6 @@ TEST(ConfigValidate, FeaturesNotImplementedYetAreRejected) {
       {{"parallel.cp=2"},
        2,
        "parallel.cp = 2: context parallelism is not implemented yet; set parallel.cp = 1"},
-      {{"parallel.ep=2", "train.micro_batch=4"},
-       2,
-       "parallel.ep = 2: expert parallelism is not implemented yet; set parallel.ep = 1"},
   };
   for (const Case& c : cases) {
     const Config config = with(c.settings);

@@ -209,6 +209,26 @@ toml::table parse_toml(const std::string& text, const std::string& origin) {
   }
 }
 
+bool is_section(const std::string& name) {
+  const auto& all = config_detail::sections();
+  return std::find(all.begin(), all.end(), name) != all.end();
+}
+
+// The keys of one section; a nested table that is itself a section ([model.moe]) recurses.
+void apply_section(const std::string& section, const toml::table& table, const std::string& origin,
+                   Config& config) {
+  for (const auto& [name_key, value] : table) {
+    const std::string name(name_key.str());
+    if (value.is_table() && is_section(section + "." + name)) {
+      apply_section(section + "." + name, *value.as_table(), origin, config);
+      continue;
+    }
+    const Key* key = config_detail::find_key(section, name);
+    if (!key) throw_unknown_key(section, name, location(origin, name_key.source()));
+    assign(key->field(config), value, key->full_name(), location(origin, value.source()));
+  }
+}
+
 void apply_table(const toml::table& root, const std::string& origin, Config& config) {
   for (const auto& [section_key, section_node] : root) {
     const std::string section(section_key.str());
@@ -226,12 +246,7 @@ void apply_table(const toml::table& root, const std::string& origin, Config& con
       throw UserError(str("[", section, "] must be a table of keys, got ", describe(section_node),
                           " (", where, ")"));
     }
-    for (const auto& [name_key, value] : *section_node.as_table()) {
-      const std::string name(name_key.str());
-      const Key* key = config_detail::find_key(section, name);
-      if (!key) throw_unknown_key(section, name, location(origin, name_key.source()));
-      assign(key->field(config), value, key->full_name(), location(origin, value.source()));
-    }
+    apply_section(section, *section_node.as_table(), origin, config);
   }
 }
 
@@ -267,7 +282,9 @@ void apply_override(const std::string& text, Config& config) {
   const std::string full_name = trim(text.substr(0, equals));
   const std::string value = trim(text.substr(equals + 1));
 
-  const size_t dot = full_name.find('.');
+  // The longest known section before a dot: model.moe.top_k is in [model.moe].
+  size_t dot = full_name.rfind('.');
+  if (dot != std::string::npos && !is_section(full_name.substr(0, dot))) dot = full_name.find('.');
   if (dot == std::string::npos) {
     const std::string guess = key_in_other_section(full_name);
     throw UserError(str(where, ": the key must be section.key (e.g. train.lr)",

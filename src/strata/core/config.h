@@ -8,6 +8,18 @@
 
 namespace strata {
 
+// [model.moe]: mixture-of-experts feed-forward layers (docs/config.md, docs/parallelism.md).
+struct MoeConfig {
+  int64_t num_experts = 0;          // 0 = dense model; > 0: every `every`-th layer is MoE
+  int64_t top_k = 2;                // experts per token: 1 or 2
+  int64_t every = 1;                // layer l is MoE when (l + 1) % every == 0
+  double capacity_factor = 0.0;     // 0 = dropless; else ceil(cf * top_k * seq_len / E) per
+                                    // expert per sequence, later tokens dropped
+  double aux_loss_coef = 0.01;      // Switch load-balancing loss weight
+  double z_loss_coef = 0.0;         // router z-loss weight
+  std::string activation = "gelu";  // expert FFN: "gelu" | "swiglu"
+};
+
 struct ModelConfig {
   int64_t vocab_size = 256;
   int64_t d_model = 128;
@@ -23,7 +35,11 @@ struct ModelConfig {
   double init_std = 0.02;
   double norm_eps = 1e-5;
   double rope_theta = 10000.0;
+  MoeConfig moe;
 
+  bool is_moe_layer(int64_t layer) const {
+    return moe.num_experts > 0 && (layer + 1) % moe.every == 0;
+  }
   int64_t kv_heads() const { return n_kv_heads > 0 ? n_kv_heads : n_heads; }
   int64_t ff_dim() const { return d_ff > 0 ? d_ff : 4 * d_model; }
   int64_t head_dim() const { return d_model / n_heads; }

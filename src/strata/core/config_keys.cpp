@@ -16,6 +16,13 @@ namespace strata::config_detail {
 #section, #name, [](Config & config) -> FieldRef { return &config.section.name; } \
   }
 
+// A key of a nested table: [model.moe] num_experts -> config.model.moe.num_experts.
+#define STRATA_CONFIG_SUBKEY(section, table, name)                             \
+  Key {                                                                        \
+#section "." #table, #name,                                                \
+        [](Config & config) -> FieldRef { return &config.section.table.name; } \
+  }
+
 const std::vector<Key>& keys() {
   static const std::vector<Key> table = {
       STRATA_CONFIG_KEY(model, vocab_size),
@@ -32,6 +39,14 @@ const std::vector<Key>& keys() {
       STRATA_CONFIG_KEY(model, init_std),
       STRATA_CONFIG_KEY(model, norm_eps),
       STRATA_CONFIG_KEY(model, rope_theta),
+
+      STRATA_CONFIG_SUBKEY(model, moe, num_experts),
+      STRATA_CONFIG_SUBKEY(model, moe, top_k),
+      STRATA_CONFIG_SUBKEY(model, moe, every),
+      STRATA_CONFIG_SUBKEY(model, moe, capacity_factor),
+      STRATA_CONFIG_SUBKEY(model, moe, aux_loss_coef),
+      STRATA_CONFIG_SUBKEY(model, moe, z_loss_coef),
+      STRATA_CONFIG_SUBKEY(model, moe, activation),
 
       Key{"parallel", "auto",
           [](Config& config) -> FieldRef { return &config.parallel.auto_layout; }},
@@ -85,6 +100,7 @@ const std::vector<Key>& keys() {
 }
 
 #undef STRATA_CONFIG_KEY
+#undef STRATA_CONFIG_SUBKEY
 
 const std::vector<std::string>& sections() {
   static const std::vector<std::string> names = [] {

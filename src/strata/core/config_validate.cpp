@@ -85,6 +85,30 @@ std::string list_or(const std::vector<int64_t>& values) {
   return out;
 }
 
+void check_moe(const ModelConfig& model, Problems& problems) {
+  const MoeConfig& moe = model.moe;
+  require_at_least<int64_t>(problems, "model.moe.num_experts", moe.num_experts, 0,
+                            " (0 = a dense model)");
+  if (moe.num_experts <= 0) return;
+  if (moe.top_k != 1 && moe.top_k != 2) {
+    problems.push_back(str("model.moe.top_k (", moe.top_k, ") must be 1 or 2"));
+  } else if (moe.top_k > moe.num_experts) {
+    problems.push_back(str("model.moe.top_k (", moe.top_k, ") must be <= model.moe.num_experts (",
+                           moe.num_experts, ")"));
+  }
+  require_at_least<int64_t>(problems, "model.moe.every", moe.every, 1,
+                            " (1 = every layer is a mixture of experts)");
+  if (moe.every >= 1 && model.n_layers >= 1 && moe.every > model.n_layers) {
+    problems.push_back(str("model.moe.every (", moe.every, ") must be <= model.n_layers (",
+                           model.n_layers, "), else no layer is a mixture of experts"));
+  }
+  require_at_least(problems, "model.moe.capacity_factor", moe.capacity_factor, 0.0,
+                   " (0 = dropless)");
+  require_at_least(problems, "model.moe.aux_loss_coef", moe.aux_loss_coef, 0.0);
+  require_at_least(problems, "model.moe.z_loss_coef", moe.z_loss_coef, 0.0);
+  require_one_of(problems, "model.moe.activation", moe.activation, {"gelu", "swiglu"});
+}
+
 void check_model(const ModelConfig& model, Problems& problems) {
   require_at_least<int64_t>(problems, "model.vocab_size", model.vocab_size, 2);
   require_at_least<int64_t>(problems, "model.d_model", model.d_model, 1);
@@ -115,6 +139,7 @@ void check_model(const ModelConfig& model, Problems& problems) {
     problems.push_back(str("model.n_heads (", model.n_heads,
                            ") must be divisible by model.n_kv_heads (", model.n_kv_heads, ")"));
   }
+  check_moe(model, problems);
 }
 
 void check_train(const TrainConfig& train, Problems& problems) {
@@ -267,6 +292,14 @@ void check_layout(Config& config, int64_t world_size, Problems& problems) {
     problems.push_back(str("parallel.ep (", parallel.ep, ") must divide parallel.dp*cp = ",
                            parallel.dp, "*", parallel.cp, " = ", parallel.dp * parallel.cp));
   }
+  if (parallel.ep > 1 && model.moe.num_experts == 0) {
+    problems.push_back(str("parallel.ep (", parallel.ep,
+                           ") > 1 needs a mixture-of-experts model: set model.moe.num_experts"));
+  } else if (parallel.ep > 1 && model.moe.num_experts > 0 &&
+             model.moe.num_experts % parallel.ep != 0) {
+    problems.push_back(str("parallel.ep (", parallel.ep, ") must divide model.moe.num_experts (",
+                           model.moe.num_experts, ")"));
+  }
 }
 
 // Needs a resolved dp; leaves microbatches resolved.
@@ -319,8 +352,6 @@ void collect_unimplemented(const Config& config, Problems& problems) {
   };
   reject(parallel.cp > 1, "parallel.cp", number(parallel.cp), "context parallelism",
          "parallel.cp = 1");
-  reject(parallel.ep > 1, "parallel.ep", number(parallel.ep), "expert parallelism",
-         "parallel.ep = 1");
 }
 // ---------------------------------------------------------------------------------------
 

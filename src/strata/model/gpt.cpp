@@ -4,6 +4,7 @@
 // parallelism the residual stream is (B, T / tp, C).
 #include "strata/model/gpt.h"
 
+#include <ATen/core/grad_mode.h>
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <cmath>
@@ -47,12 +48,13 @@ at::Tensor mark_backward(const at::Tensor& x, LayerHooks* hooks, int64_t unit, b
 }  // namespace
 
 GPT::GPT(const ModelConfig& config, uint64_t seed, at::ScalarType dtype, TensorParallel tp,
-         StageSpec stage)
+         StageSpec stage, Comm* ep)
     : config_(config),
       seed_(seed),
       dtype_(dtype),
       tp_comm_(tp.comm && tp.comm->size() > 1 ? tp.comm : nullptr),
       sequence_parallel_(tp.sequence_parallel && tp_comm_ != nullptr),
+      ep_comm_(ep && ep->size() > 1 ? ep : nullptr),
       stage_(stage) {
   if (stage_.num_layers < 0) stage_.num_layers = config.n_layers - stage_.first_layer;
   STRATA_CHECK(stage_.first_layer >= 0 && stage_.first_layer + stage_.num_layers <= config.n_layers,
@@ -69,6 +71,12 @@ GPT::GPT(const ModelConfig& config, uint64_t seed, at::ScalarType dtype, TensorP
                  ")");
   STRATA_REQUIRE(F % tp_size_ == 0, "parallel.tp (", tp_size_, ") must divide model.d_ff (", F,
                  ")");
+  if (ep_comm_) {
+    ep_size_ = ep_comm_->size();
+    ep_rank_ = ep_comm_->rank();
+  }
+  STRATA_REQUIRE(config.moe.num_experts % ep_size_ == 0, "parallel.ep (", ep_size_,
+                 ") must divide model.moe.num_experts (", config.moe.num_experts, ")");
   local_heads_ = H / tp_size_;
   kv_replicated_ = K % tp_size_ != 0;
   local_kv_heads_ = kv_replicated_ ? K : K / tp_size_;
@@ -101,6 +109,8 @@ GPT::GPT(const ModelConfig& config, uint64_t seed, at::ScalarType dtype, TensorP
     const std::string prefix = "blocks." + std::to_string(layer) + ".";
     adding_unit_ = 1 + static_cast<int64_t>(blocks_.size());
     BlockParams block{};
+    block.fc_weight = block.fc_out_weight = kNone;
+    block.router_weight = block.expert_fc_weight = block.expert_out_weight = kNone;
     block.norm1_weight = add_norm(prefix + "norm1.weight", InitKind::Ones);
     block.norm1_bias = layernorm ? add_norm(prefix + "norm1.bias", InitKind::Zeros) : kNone;
     // Column-parallel: query heads split; keys and values (blocks K*D, K*D) split when tp
@@ -114,12 +124,24 @@ GPT::GPT(const ModelConfig& config, uint64_t seed, at::ScalarType dtype, TensorP
         add(prefix + "attn.out.weight", {C, H * D}, InitKind::Normal, residual_std, true, 1);
     block.norm2_weight = add_norm(prefix + "norm2.weight", InitKind::Ones);
     block.norm2_bias = layernorm ? add_norm(prefix + "norm2.bias", InitKind::Zeros) : kNone;
-    // SwiGLU's up-projection is fused as blocks {F, F}: gate rows, then value rows.
-    block.fc_weight =
-        swiglu ? add(prefix + "mlp.fc.weight", {2 * F, C}, InitKind::Normal, std, true, 0, {F, F})
-               : add(prefix + "mlp.fc.weight", {F, C}, InitKind::Normal, std, true, 0);
-    block.fc_out_weight =
-        add(prefix + "mlp.out.weight", {C, F}, InitKind::Normal, residual_std, true, 1);
+    if (config.is_moe_layer(layer)) {
+      // Router replicated everywhere; experts (E, ...) split over ep, whole over tp. SwiGLU
+      // experts fuse gate rows then value rows, as the dense MLP does.
+      const int64_t E = config.moe.num_experts;
+      const int64_t expert_in = config.moe.activation == "swiglu" ? 2 * F : F;
+      block.router_weight = add(prefix + "moe.router.weight", {E, C}, InitKind::Normal, std, false);
+      block.expert_fc_weight =
+          add_experts(prefix + "moe.experts.fc.weight", {E, expert_in, C}, std);
+      block.expert_out_weight =
+          add_experts(prefix + "moe.experts.out.weight", {E, C, F}, residual_std);
+    } else {
+      // SwiGLU's up-projection is fused as blocks {F, F}: gate rows, then value rows.
+      block.fc_weight =
+          swiglu ? add(prefix + "mlp.fc.weight", {2 * F, C}, InitKind::Normal, std, true, 0, {F, F})
+                 : add(prefix + "mlp.fc.weight", {F, C}, InitKind::Normal, std, true, 0);
+      block.fc_out_weight =
+          add(prefix + "mlp.out.weight", {C, F}, InitKind::Normal, residual_std, true, 1);
+    }
     blocks_.push_back(block);
   }
   adding_unit_ = kOuterUnit;
@@ -153,6 +175,17 @@ size_t GPT::add(const std::string& name, std::vector<int64_t> shape, InitKind ki
   }
   parameters_.push_back(make_parameter(name, spec, kind, std, seed_, dtype_, weight_decay));
   parameter_units_.push_back(adding_unit_);
+  return parameters_.size() - 1;
+}
+
+size_t GPT::add_experts(const std::string& name, std::vector<int64_t> shape, double std) {
+  ShardSpec spec;
+  spec.global_shape = std::move(shape);
+  spec.split_dim = 0;
+  spec.split_axis = ShardAxis::Ep;
+  spec.split_index = ep_rank_;
+  spec.split_count = ep_size_;
+  parameters_.push_back(make_parameter(name, spec, InitKind::Normal, std, seed_, dtype_, true));
   return parameters_.size() - 1;
 }
 
@@ -259,6 +292,35 @@ at::Tensor GPT::mlp(const at::Tensor& x, const BlockParams& block, bool sequence
   return leave_tp(strata::linear(h, weight(block.fc_out_weight)), sequence_parallel);
 }
 
+at::Tensor GPT::moe(const at::Tensor& x, const BlockParams& block, int64_t layer, KVCache* cache,
+                    bool sequence_parallel) {
+  // Replicated over tp: each tp rank routes the whole sequence (capacity is per sequence).
+  at::Tensor input = sequence_parallel ? gather_sequence_to_replica(x, *tp_comm_) : x;
+  if (cache && cache->expert_counts.empty()) cache->expert_counts.resize(config_.n_layers);
+  MoeOutput out = moe_forward(input,
+                              {weight(block.router_weight), weight(block.expert_fc_weight),
+                               weight(block.expert_out_weight)},
+                              config_, ep_comm_, cache ? &cache->expert_counts[layer] : nullptr);
+  if (!cache) {
+    out.stats.layer = stage_.first_layer + layer;
+    moe_stats_.push_back(std::move(out.stats));
+  }
+  at::Tensor y = sequence_parallel ? split_to_sequence(out.y, *tp_comm_) : out.y;
+  const MoeConfig& moe_config = config_.moe;
+  if (at::GradMode::is_enabled() && (moe_config.aux_loss_coef > 0 || moe_config.z_loss_coef > 0)) {
+    y = attach_auxiliary_loss(
+        y, moe_config.aux_loss_coef * out.aux_loss + moe_config.z_loss_coef * out.z_loss,
+        auxiliary_loss_scale_);
+  }
+  return y;
+}
+
+std::vector<MoeLayerStats> GPT::take_moe_stats() {
+  std::vector<MoeLayerStats> stats;
+  stats.swap(moe_stats_);
+  return stats;
+}
+
 at::Tensor GPT::embed(const at::Tensor& tokens, int64_t past, bool sequence_parallel) {
   // Vocab-parallel lookup: rows outside this rank's range contribute zeros, and the partial
   // embeddings are summed over tp (reduce-scattered along tokens under sequence parallelism).
@@ -298,7 +360,10 @@ at::Tensor GPT::blocks_forward(at::Tensor x, KVCache* cache, bool sequence_paral
     const auto& block = blocks_[layer];
     x = x + attention(norm(x, block.norm1_weight, block.norm1_bias), block, layer, cache,
                       sequence_parallel);
-    x = x + mlp(norm(x, block.norm2_weight, block.norm2_bias), block, sequence_parallel);
+    at::Tensor normed = norm(x, block.norm2_weight, block.norm2_bias);
+    x = x + (block.router_weight != kNone
+                 ? moe(normed, block, static_cast<int64_t>(layer), cache, sequence_parallel)
+                 : mlp(normed, block, sequence_parallel));
   }
   return x;
 }
@@ -368,8 +433,16 @@ double training_flops_per_token(const ModelConfig& config) {
   const double C = config.d_model, F = config.ff_dim(), L = config.n_layers;
   const double H = config.n_heads, K = config.kv_heads(), D = config.head_dim();
   const double mlp_in = config.activation == "swiglu" ? 2 * F : F;
-  const double per_layer = (H + 2 * K) * D * C + C * H * D + mlp_in * C + C * F;
-  const double matmul_params = L * per_layer + config.vocab_size * C;  // blocks + head
+  const double attention = (H + 2 * K) * D * C + C * H * D;
+  const double dense_mlp = mlp_in * C + C * F;
+  // A MoE layer: the router, and top_k expert FFNs per token.
+  const double E = config.moe.num_experts, k = config.moe.top_k;
+  const double expert_in = config.moe.activation == "swiglu" ? 2 * F : F;
+  const double moe_mlp = E * C + k * (expert_in * C + C * F);
+  double matmul_params = config.vocab_size * C;  // the head
+  for (int64_t layer = 0; layer < config.n_layers; ++layer) {
+    matmul_params += attention + (config.is_moe_layer(layer) ? moe_mlp : dense_mlp);
+  }
   return 6.0 * matmul_params + 12.0 * L * C * config.seq_len;
 }
 

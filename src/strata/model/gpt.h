@@ -6,6 +6,11 @@
 // Tensor parallelism (Megatron-style) over the tp group: attention heads, the MLP's hidden
 // units and the vocabulary are split; the communication lives in parallel/regions.h. With
 // sequence parallelism the residual stream between blocks is split along the tokens.
+//
+// Mixture of experts ([model.moe], model/moe.h): every `every`-th layer's MLP is a set of
+// expert FFNs behind a router. The experts are split over the ep group (expert weights carry
+// ShardAxis::Ep) and replicated over tp: under tensor parallelism every tp rank runs the
+// same MoE layer on the whole sequence (gathered first under sequence parallelism).
 #pragma once
 #include <ATen/ATen.h>
 
@@ -14,6 +19,7 @@
 #include <vector>
 
 #include "strata/core/config.h"
+#include "strata/model/moe.h"
 #include "strata/model/parameter.h"
 
 namespace strata {
@@ -38,9 +44,10 @@ class LayerHooks {
 
 // Keys and values of every layer for incremental decoding.
 struct KVCache {
-  std::vector<at::Tensor> keys;    // per layer (B, local kv heads, length, head_dim)
-  std::vector<at::Tensor> values;  // per layer (B, local kv heads, length, head_dim)
-  int64_t length = 0;              // positions already cached
+  std::vector<at::Tensor> keys;           // per layer (B, local kv heads, length, head_dim)
+  std::vector<at::Tensor> values;         // per layer (B, local kv heads, length, head_dim)
+  std::vector<at::Tensor> expert_counts;  // per MoE layer (B, E) int64: assignments so far
+  int64_t length = 0;                     // positions already cached
 };
 
 struct TensorParallel {
@@ -60,8 +67,9 @@ struct StageSpec {
 
 class GPT {
  public:
+  // ep: the expert-parallel group (nullptr or size 1: every expert on this rank).
   GPT(const ModelConfig& config, uint64_t seed, at::ScalarType dtype, TensorParallel tp = {},
-      StageSpec stage = {});
+      StageSpec stage = {}, Comm* ep = nullptr);
 
   const ModelConfig& config() const { return config_; }
   std::vector<Parameter>& parameters() { return parameters_; }
@@ -89,11 +97,19 @@ class GPT {
   void set_hooks(LayerHooks* hooks) { hooks_ = hooks; }
   // The chunk's backward of one microbatch is done (after_backward of the outer unit).
   void end_backward();
+  // Mixture of experts. The auxiliary losses (aux_loss_coef * Switch loss + z_loss_coef *
+  // z-loss of each MoE layer) join the objective through the backward with this factor
+  // (the trainer sets 1 / microbatches, as the language-model loss gets); loss() and
+  // forward_stage() return the language-model loss alone. Every forward without a cache
+  // records one MoeLayerStats per MoE layer; take_moe_stats() hands them over and clears.
+  void set_auxiliary_loss_scale(double scale) { auxiliary_loss_scale_ = scale; }
+  std::vector<MoeLayerStats> take_moe_stats();
 
  private:
   struct BlockParams {  // indices into parameters_
     size_t norm1_weight, norm1_bias, q_weight, kv_weight, attn_out_weight;
-    size_t norm2_weight, norm2_bias, fc_weight, fc_out_weight;
+    size_t norm2_weight, norm2_bias, fc_weight, fc_out_weight;  // fc: dense layers only
+    size_t router_weight, expert_fc_weight, expert_out_weight;  // MoE layers only
   };
   static constexpr size_t kNone = static_cast<size_t>(-1);
 
@@ -109,6 +125,9 @@ class GPT {
   at::Tensor attention(const at::Tensor& x, const BlockParams& block, int64_t layer, KVCache* cache,
                        bool sequence_parallel);
   at::Tensor mlp(const at::Tensor& x, const BlockParams& block, bool sequence_parallel);
+  at::Tensor moe(const at::Tensor& x, const BlockParams& block, int64_t layer, KVCache* cache,
+                 bool sequence_parallel);
+  size_t add_experts(const std::string& name, std::vector<int64_t> shape, double std);
   at::Tensor enter_tp(const at::Tensor& x, bool sequence_parallel);      // before a column split
   at::Tensor leave_tp(const at::Tensor& x, bool sequence_parallel);      // after a row split
   at::Tensor rotate(const at::Tensor& x, int64_t first_position) const;  // RoPE
@@ -119,6 +138,10 @@ class GPT {
   at::ScalarType dtype_;
   Comm* tp_comm_;  // nullptr when there is no tensor parallelism
   bool sequence_parallel_;
+  Comm* ep_comm_;  // nullptr when every expert is on this rank
+  int64_t ep_size_ = 1, ep_rank_ = 0;
+  double auxiliary_loss_scale_ = 1.0;
+  std::vector<MoeLayerStats> moe_stats_;
   int64_t tp_size_ = 1, tp_rank_ = 0;
   int64_t local_heads_, local_kv_heads_;  // heads this rank computes
   bool kv_replicated_;                    // kv heads not divisible by tp: every rank holds all
@@ -131,13 +154,14 @@ class GPT {
   LayerHooks* hooks_ = nullptr;
   size_t token_embedding_ = kNone, position_embedding_ = kNone;
   size_t final_norm_weight_ = kNone, final_norm_bias_ = kNone, head_weight_ = kNone;
-  std::vector<BlockParams> blocks_;
-  at::Tensor rope_cos_, rope_sin_;                                  // (seq_len, head_dim / 2)
+  std::vector<BlockParams> blocks_;  // weight fields a layer does not use are kNone
+  at::Tensor rope_cos_, rope_sin_;   // (seq_len, head_dim / 2)
   std::map<std::pair<int64_t, int64_t>, at::Tensor> causal_masks_;  // (Tq, Tk) bool, true = hidden
 };
 
 // Model FLOPs of one training step (forward + backward, no recomputation) per token:
-// 6 * (matrix parameters of the blocks and the head) + 12 * n_layers * d_model * seq_len.
+// 6 * (matrix parameters of the blocks and the head that one token meets: the router and
+// top_k experts in a MoE layer) + 12 * n_layers * d_model * seq_len.
 double training_flops_per_token(const ModelConfig& config);
 
 }  // namespace strata

@@ -102,6 +102,16 @@ struct SplitToSequence : torch::autograd::Function<SplitToSequence> {
   }
 };
 
+struct GatherSequenceToReplica : torch::autograd::Function<GatherSequenceToReplica> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, Comm* comm) {
+    remember(ctx, *comm);
+    return all_gathered_along_tokens(x, *comm);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    return {own_chunk_along_tokens(grads[0], recall(ctx)), at::Tensor()};
+  }
+};
+
 // Forward: loss_i = log(sum_v exp(z_iv - m_i)) - (z_i,target - m_i), with m_i the global row
 // max; each rank contributes its columns' partial sums and (if it owns the target) the target
 // logit. Backward: dz_iv = (softmax_iv - [v == target_i]) * dloss / N on the local columns.
@@ -163,6 +173,9 @@ at::Tensor reduce_scatter_to_sequence(const at::Tensor& x, Comm& tp) {
 }
 at::Tensor split_to_sequence(const at::Tensor& x, Comm& tp) {
   return tp.size() == 1 ? x : SplitToSequence::apply(x, &tp);
+}
+at::Tensor gather_sequence_to_replica(const at::Tensor& x, Comm& tp) {
+  return tp.size() == 1 ? x : GatherSequenceToReplica::apply(x, &tp);
 }
 at::Tensor vocab_parallel_cross_entropy(const at::Tensor& logits, const at::Tensor& targets,
                                         int64_t vocab_start, int64_t vocab_size, Comm& tp) {

@@ -12,6 +12,14 @@
 
 namespace strata {
 
+namespace {
+// Split over tp: each tp rank holds a different piece (expert weights split over ep are
+// replicas over tp).
+bool split_over_tp(const Parameter& parameter) {
+  return parameter.spec.is_split() && parameter.spec.split_axis == ShardAxis::Tp;
+}
+}  // namespace
+
 Comm& data_parallel_group(const Parameter& parameter, Mesh& mesh) {
   return parameter.spec.split_axis == ShardAxis::Ep ? mesh.expert_dp() : mesh.dp();
 }
@@ -336,6 +344,15 @@ void DataParallel::reduce_gradients() {
       if (bucket.pp_tied) tied_->all_reduce(bucket.grad_shard, ReduceOp::Sum);
     }
   }
+  // Expert weights: an expert's local gradient already sums the losses of every ep rank whose
+  // tokens it processed (each a dp rank's mean), so the average over expert_dp counts each dp
+  // rank once but divides by dp / ep: the dp mean is that average / ep.
+  const int64_t ep = mesh_.shape().ep;
+  if (ep > 1) {
+    for (Bucket& bucket : buckets_) {
+      if (bucket.group == &mesh_.expert_dp()) bucket.grad_shard.div_(static_cast<double>(ep));
+    }
+  }
 }
 
 double DataParallel::clip_gradients(double max_norm) {
@@ -349,7 +366,7 @@ double DataParallel::clip_gradients(double max_norm) {
   for (const Segment& segment : segments_) {
     const Parameter& parameter = *segment.parameter;
     if (parameter.pp_tied && !mesh_.pp_is_first_stage()) continue;
-    if (!parameter.spec.is_split() && !tp_first) continue;
+    if (!split_over_tp(parameter) && !tp_first) continue;
     const Bucket& bucket = buckets_[segment.bucket];
     const size_t g = static_cast<size_t>(std::find(groups_.begin(), groups_.end(), bucket.group) -
                                          groups_.begin());
@@ -486,7 +503,7 @@ std::vector<ShardedTensor> DataParallel::checkpoint_tensors(bool for_load) {
     for (size_t i = 0; i < bucket.parameters.size(); ++i) {
       const Parameter& parameter = *bucket.parameters[i];
       const bool writer = bucket.group->rank() == 0 && mesh_.coords().cp == 0 &&
-                          (parameter.spec.is_split() || mesh_.coords().tp == 0) &&
+                          (split_over_tp(parameter) || mesh_.coords().tp == 0) &&
                           (!parameter.pp_tied || mesh_.pp_is_first_stage());
       const int64_t n = parameter.value.numel();
       const auto shape = parameter.value.sizes();

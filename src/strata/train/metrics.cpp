@@ -12,26 +12,28 @@
 namespace strata {
 
 nlohmann::json to_json(const StepMetrics& metrics) {
-  return {{"step", metrics.step},
-          {"loss", metrics.loss},
-          {"lr", metrics.lr},
-          {"grad_norm", metrics.grad_norm},
-          {"step_time_s", metrics.step_time_s},
-          {"tokens_per_s", metrics.tokens_per_s},
-          {"mfu", metrics.mfu},
-          {"bubble_fraction", metrics.bubble_fraction},
-          {"tokens", metrics.tokens},
-          {"mem",
-           {{"params", metrics.mem.params},
-            {"grads", metrics.mem.grads},
-            {"optimizer", metrics.mem.optimizer},
-            {"activations_peak", metrics.mem.activations_peak},
-            {"rss_peak", metrics.mem.rss_peak}}},
-          {"dp_buckets", metrics.dp_buckets},
-          {"dp_buckets_overlapped", metrics.dp_buckets_overlapped},
-          {"comm_bytes", metrics.comm},
-          {"comm_wait_s", metrics.comm_wait},
-          {"comm_share", metrics.comm_share}};
+  nlohmann::json line = {{"step", metrics.step},
+                         {"loss", metrics.loss},
+                         {"lr", metrics.lr},
+                         {"grad_norm", metrics.grad_norm},
+                         {"step_time_s", metrics.step_time_s},
+                         {"tokens_per_s", metrics.tokens_per_s},
+                         {"mfu", metrics.mfu},
+                         {"bubble_fraction", metrics.bubble_fraction},
+                         {"tokens", metrics.tokens},
+                         {"mem",
+                          {{"params", metrics.mem.params},
+                           {"grads", metrics.mem.grads},
+                           {"optimizer", metrics.mem.optimizer},
+                           {"activations_peak", metrics.mem.activations_peak},
+                           {"rss_peak", metrics.mem.rss_peak}}},
+                         {"dp_buckets", metrics.dp_buckets},
+                         {"dp_buckets_overlapped", metrics.dp_buckets_overlapped},
+                         {"comm_bytes", metrics.comm},
+                         {"comm_wait_s", metrics.comm_wait},
+                         {"comm_share", metrics.comm_share}};
+  if (!metrics.moe.is_null()) line["moe"] = metrics.moe;
+  return line;
 }
 
 MetricsLog::MetricsLog(const std::string& dir, bool active) {

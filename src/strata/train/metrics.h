@@ -22,11 +22,12 @@ struct StepMetrics {
   double bubble_fraction = 0;  // largest share of the step a pipeline stage waited to receive
   int64_t tokens = 0;          // tokens trained on so far
   MemoryBytes mem;             // this rank (rank 0)
-  int64_t dp_buckets = 0;             // gradient buckets of this rank
+  int64_t dp_buckets = 0;      // gradient buckets of this rank
   int64_t dp_buckets_overlapped = 0;  // of them, reduction started during the last backward
-  nlohmann::json comm = nlohmann::json::object();  // bytes sent per collective kind, this step
+  nlohmann::json comm = nlohmann::json::object();       // bytes sent per collective kind, this step
   nlohmann::json comm_wait = nlohmann::json::object();  // seconds blocked per kind, this step
   double comm_share = 0;  // seconds blocked in communication / step time (rank 0)
+  nlohmann::json moe;     // mixture-of-experts statistics (null for a dense model)
 };
 
 nlohmann::json to_json(const StepMetrics& metrics);

@@ -106,7 +106,8 @@ Trainer::Trainer(const Config& config, Mesh& mesh)
     for (int64_t s = 0; s < virtual_stage; ++s) first_layer += layers[s];
     StageSpec stage{first_layer, layers[virtual_stage], virtual_stage == 0,
                     virtual_stage == stages - 1};
-    chunks_.push_back(std::make_unique<GPT>(model, config_.train.seed, dtype_, tp, stage));
+    chunks_.push_back(
+        std::make_unique<GPT>(model, config_.train.seed, dtype_, tp, stage, &mesh_.ep()));
   }
   for (auto& chunk : chunks_) {
     for (auto& parameter : chunk->parameters()) parameters_.push_back(&parameter);
@@ -116,6 +117,8 @@ Trainer::Trainer(const Config& config, Mesh& mesh)
 
   const int64_t microbatches = rows_per_dp_rank_ / config_.train.micro_batch;
   STRATA_CHECK(microbatches == config_.parallel.microbatches, "config not validated");
+  // MoE auxiliary losses are scaled like the language-model loss of a microbatch.
+  for (auto& chunk : chunks_) chunk->set_auxiliary_loss_scale(1.0 / microbatches);
   Schedule schedule = build_schedule(schedule_request(config_), kScheduleKeys);
   const int64_t tokens_per_rank =
       config_.parallel.sequence_parallel ? model.seq_len / mesh_.shape().tp : model.seq_len;
@@ -165,6 +168,7 @@ at::Tensor Trainer::microbatch_rows(int64_t split, int64_t step, int64_t microba
 
 Trainer::StepResult Trainer::train_step(int64_t step) {
   data_parallel_->begin_step();
+  for (auto& chunk : chunks_) chunk->take_moe_stats();  // drop evaluation's
   PipelineStepStats stats = executor_->run(
       [&](int64_t mb) { return microbatch_rows(static_cast<int64_t>(Split::Train), step, mb); },
       step);
@@ -179,7 +183,55 @@ Trainer::StepResult Trainer::train_step(int64_t step) {
   mesh_.dp().all_reduce(loss, ReduceOp::Avg);
   at::Tensor wait = at::tensor({stats.wait_s}, at::kDouble);
   mesh_.pp().all_reduce(wait, ReduceOp::Max);
-  return {loss.item<double>(), wait.item<double>(), stats.peak_inflight};
+  return {loss.item<double>(), wait.item<double>(), stats.peak_inflight, collect_moe_stats()};
+}
+
+MoeStepStats Trainer::collect_moe_stats() {
+  // Per global layer: load (E), assignments, dropped, sequences, aux * sequences,
+  // z * sequences; summed over this step's forwards, then over dp (different rows) and pp
+  // (different layers). tp ranks hold replicas: not summed.
+  const ModelConfig& model = config_.model;
+  MoeStepStats out;
+  if (model.moe.num_experts == 0) return out;
+  const int64_t E = model.moe.num_experts, width = E + 5;
+  std::vector<double> local(static_cast<size_t>(model.n_layers * width), 0.0);
+  for (auto& chunk : chunks_) {
+    for (const MoeLayerStats& layer : chunk->take_moe_stats()) {
+      double* row = local.data() + layer.layer * width;
+      for (int64_t e = 0; e < E; ++e) row[e] += static_cast<double>(layer.load[e]);
+      const double sequences = static_cast<double>(layer.sequences);
+      row[E] += static_cast<double>(layer.assignments);
+      row[E + 1] += static_cast<double>(layer.dropped);
+      row[E + 2] += sequences;
+      row[E + 3] += layer.aux_loss * sequences;
+      row[E + 4] += layer.z_loss * sequences;
+    }
+  }
+  at::Tensor sums = at::tensor(local, at::kDouble);
+  mesh_.dp().all_reduce(sums, ReduceOp::Sum);
+  mesh_.pp().all_reduce(sums, ReduceOp::Sum);
+  const double* total = sums.data_ptr<double>();
+  double assignments = 0, dropped = 0;
+  for (int64_t layer = 0; layer < model.n_layers; ++layer) {
+    if (!model.is_moe_layer(layer)) continue;
+    const double* row = total + layer * width;
+    out.layers.push_back(layer);
+    out.load.emplace_back();
+    double max_load = 0, sum_load = 0;
+    for (int64_t e = 0; e < E; ++e) {
+      out.load.back().push_back(std::llround(row[e]));
+      max_load = std::max(max_load, row[e]);
+      sum_load += row[e];
+    }
+    assignments += row[E];
+    dropped += row[E + 1];
+    out.aux_loss += row[E + 3] / row[E + 2];
+    out.z_loss += row[E + 4] / row[E + 2];
+    out.load_imbalance += max_load / (sum_load / static_cast<double>(E));
+  }
+  out.dropped_fraction = dropped / assignments;
+  out.load_imbalance /= static_cast<double>(out.layers.size());
+  return out;
 }
 
 double Trainer::evaluate() {
@@ -196,6 +248,7 @@ double Trainer::evaluate() {
                         batch)
                     .loss_sum;
   }
+  for (auto& chunk : chunks_) chunk->take_moe_stats();  // training steps report MoE stats
   const double microbatches = static_cast<double>(rows_per_dp_rank_ / config_.train.micro_batch);
   at::Tensor mean =
       at::tensor({loss_sum / (microbatches * config_.train.eval_batches)}, at::kDouble);
@@ -293,13 +346,29 @@ TrainResult Trainer::run() {
     m.mfu = flops_per_step / m.step_time_s / peak_total;
     m.tokens = tokens_per_step * m.step;
     m.bubble_fraction = step_result.bubble / m.step_time_s;
-// {"all_reduce": value, ...} for the kinds with a nonzero value.
-template <typename T, size_t N>
-nlohmann::json per_kind_json(const std::array<T, N>& values) {
+    m.mem = {data_parallel_->parameter_bytes(), data_parallel_->gradient_bytes(),
+             data_parallel_->optimizer_bytes(), tracked_bytes_peak() - live_before,
+             rss_peak_bytes()};
+    m.dp_buckets = data_parallel_->buckets();
+    m.dp_buckets_overlapped = data_parallel_->buckets_overlapped();
+    const CommCounters& counters = mesh_.world().counters();
+    m.comm = per_kind_json(counters.bytes);
+    m.comm_wait = per_kind_json(counters.wait_s);
+    m.comm_share = counters.total_wait_s() / m.step_time_s;
+    if (config_.model.moe.num_experts > 0) {
+      const MoeStepStats& moe = step_result.moe;
+      m.moe = {{"load", moe.load},
+               {"load_imbalance", moe.load_imbalance},
+               {"dropped_fraction", moe.dropped_fraction},
+               {"aux_loss", moe.aux_loss},
+               {"z_loss", moe.z_loss}};
+      result.moe.push_back(moe);
+    }
     metrics.write(to_json(m));
     progress.update(m);
     result.losses.push_back(step_result.loss);
     result.metrics.push_back(m);
+    result.grad_norms.push_back(grad_norm);
     result.peak_inflight.push_back(step_result.peak_inflight);
 
     const bool last = m.step == config_.train.steps;

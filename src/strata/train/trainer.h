@@ -20,10 +20,22 @@ class DataParallel;
 struct ShardedTensor;
 struct StepMetrics;
 
+// Mixture-of-experts statistics of one step, over the whole global batch.
+struct MoeStepStats {
+  std::vector<int64_t> layers;             // global index of each MoE layer
+  std::vector<std::vector<int64_t>> load;  // per MoE layer: assignments routed to each expert
+  double dropped_fraction = 0;             // assignments over capacity / all assignments
+  double aux_loss = 0;        // Switch loss, sum over MoE layers of the mean over sequences
+  double z_loss = 0;          // router z-loss, sum over MoE layers of the mean over tokens
+  double load_imbalance = 0;  // max / mean of load, averaged over the MoE layers
+};
+
 struct TrainResult {
   std::vector<double> losses;          // one per optimizer step run by this call
   std::vector<double> eval_losses;     // one per evaluation
+  std::vector<double> grad_norms;      // one per optimizer step: global norm before clipping
   std::vector<int64_t> peak_inflight;  // per step: most microbatch activations held on this rank
+  std::vector<MoeStepStats> moe;       // per step, when the model has MoE layers
   int64_t first_step = 0;              // 0-based step this call started at (after a resume)
   std::string last_checkpoint;         // directory of the last checkpoint written, if any
   std::vector<StepMetrics> metrics;    // per step, this rank's view (memory, comm bytes)
@@ -50,9 +62,11 @@ class Trainer {
     double loss;    // mean over the step's global batch
     double bubble;  // largest receive-wait share of the step over the pipeline stages
     int64_t peak_inflight;
+    MoeStepStats moe;
   };
   StepResult train_step(int64_t step);
   double evaluate();
+  MoeStepStats collect_moe_stats();  // collective over dp and pp
   void save(int64_t steps_done, TrainResult& result);
   int64_t maybe_resume();  // returns the step to start at
   at::Tensor microbatch_rows(int64_t split, int64_t step, int64_t microbatch) const;
