@@ -175,6 +175,7 @@ struct Model {
 struct Layout {
   int64_t ep, tp, pp;
   bool sequence_parallel;
+  int64_t zero = 0;  // ZeRO stage: expert state sharded over expert_dp, the rest over dp
 };
 
 Config training_run(const Model& m) {
@@ -215,6 +216,7 @@ TrainResult train_with(Comm& world, Config config, const Layout& layout) {
   config.parallel.dp = shape.dp;
   config.parallel.ep = shape.ep;
   config.parallel.sequence_parallel = layout.sequence_parallel;
+  config.parallel.zero = layout.zero;
   config.train.micro_batch = std::min<int64_t>(2, config.train.global_batch / shape.dp);
   config.parallel.microbatches = 0;
   config = validate_config(config, world.size());
@@ -229,9 +231,9 @@ void expect_parity(Comm& world, const Model& model, const Layout& layout) {
   const TrainResult parallel = train_with(world, training_run(model), layout);
   const std::string where =
       "ep " + std::to_string(layout.ep) + " tp " + std::to_string(layout.tp) + " pp " +
-      std::to_string(layout.pp) + (layout.sequence_parallel ? " sp" : "") + ", " +
-      std::to_string(model.experts) + " experts top-" + std::to_string(model.top_k) + " capacity " +
-      std::to_string(model.capacity_factor);
+      std::to_string(layout.pp) + (layout.sequence_parallel ? " sp" : "") + " zero " +
+      std::to_string(layout.zero) + ", " + std::to_string(model.experts) + " experts top-" +
+      std::to_string(model.top_k) + " capacity " + std::to_string(model.capacity_factor);
   ASSERT_EQ(parallel.losses.size(), 20u) << where;
   ASSERT_EQ(parallel.moe.size(), 20u) << where;
   for (size_t i = 0; i < reference.losses.size(); ++i) {
@@ -263,11 +265,13 @@ TEST(ExpertParallelTraining, TwentyStepsEqualSingleRank) {
   std::vector<std::pair<Model, Layout>> runs = {
       {{4, 1, 0.0, "gelu"}, {n, 1, 1, false}},
       {{8, 2, 1.0, "gelu"}, {n, 1, 1, false}},
-      {{4, 2, 1.0, "swiglu"}, {1, 1, 1, false}},  // ep = 1: experts replicated over dp
+      {{4, 2, 1.0, "swiglu"}, {1, 1, 1, false}},   // ep = 1: experts replicated over dp
+      {{8, 2, 0.0, "gelu"}, {n, 1, 1, false, 2}},  // ZeRO-2: expert state sharded too
   };
   if (n == 4) {
-    runs.push_back({{8, 1, 1.25, "gelu"}, {2, 1, 1, false}});  // ep 2 x expert_dp 2
-    runs.push_back({{4, 2, 1.0, "gelu"}, {2, 2, 1, true}});    // tp 2 (sequence parallel)
+    runs.push_back({{8, 1, 1.25, "gelu"}, {2, 1, 1, false}});    // ep 2 x expert_dp 2
+    runs.push_back({{4, 2, 1.0, "gelu"}, {2, 1, 1, false, 3}});  // ... with ZeRO-3
+    runs.push_back({{4, 2, 1.0, "gelu"}, {2, 2, 1, true}});      // tp 2 (sequence parallel)
     runs.push_back({{8, 1, 0.0, "swiglu"}, {2, 2, 1, false}});
     runs.push_back({{8, 2, 0.0, "gelu"}, {2, 1, 2, false}});  // pp 2
     runs.push_back({{4, 1, 1.0, "swiglu"}, {2, 1, 2, false}});

@@ -173,8 +173,13 @@ size_t GPT::add(const std::string& name, std::vector<int64_t> shape, InitKind ki
     spec.split_count = tp_size_;
     spec.split_blocks = std::move(blocks);
   }
+  return add_parameter(name, spec, kind, std, weight_decay);
+}
+
+size_t GPT::add_parameter(const std::string& name, const ShardSpec& spec, InitKind kind, double std,
+                          bool weight_decay) {
   parameters_.push_back(make_parameter(name, spec, kind, std, seed_, dtype_, weight_decay));
-  parameter_units_.push_back(adding_unit_);
+  parameter_units_.push_back(adding_unit_);  // the layer unit being built (LayerHooks)
   return parameters_.size() - 1;
 }
 
@@ -185,8 +190,7 @@ size_t GPT::add_experts(const std::string& name, std::vector<int64_t> shape, dou
   spec.split_axis = ShardAxis::Ep;
   spec.split_index = ep_rank_;
   spec.split_count = ep_size_;
-  parameters_.push_back(make_parameter(name, spec, InitKind::Normal, std, seed_, dtype_, true));
-  return parameters_.size() - 1;
+  return add_parameter(name, spec, InitKind::Normal, std, true);
 }
 
 Parameter& GPT::parameter(const std::string& name) {
@@ -355,15 +359,19 @@ at::Tensor GPT::hidden(const at::Tensor& tokens, KVCache* cache, bool sequence_p
   return enter_tp(norm(x, final_norm_weight_, final_norm_bias_), sequence_parallel);
 }
 
+at::Tensor GPT::block_forward(at::Tensor x, size_t layer, KVCache* cache, bool sequence_parallel) {
+  const auto& block = blocks_[layer];
+  x = x + attention(norm(x, block.norm1_weight, block.norm1_bias), block,
+                    static_cast<int64_t>(layer), cache, sequence_parallel);
+  at::Tensor normed = norm(x, block.norm2_weight, block.norm2_bias);
+  return x + (block.router_weight != kNone
+                  ? moe(normed, block, static_cast<int64_t>(layer), cache, sequence_parallel)
+                  : mlp(normed, block, sequence_parallel));
+}
+
 at::Tensor GPT::blocks_forward(at::Tensor x, KVCache* cache, bool sequence_parallel) {
   for (size_t layer = 0; layer < blocks_.size(); ++layer) {
-    const auto& block = blocks_[layer];
-    x = x + attention(norm(x, block.norm1_weight, block.norm1_bias), block, layer, cache,
-                      sequence_parallel);
-    at::Tensor normed = norm(x, block.norm2_weight, block.norm2_bias);
-    x = x + (block.router_weight != kNone
-                 ? moe(normed, block, static_cast<int64_t>(layer), cache, sequence_parallel)
-                 : mlp(normed, block, sequence_parallel));
+    x = block_forward(x, layer, cache, sequence_parallel);
   }
   return x;
 }
@@ -399,12 +407,9 @@ at::Tensor GPT::forward_stage(const at::Tensor& input, const at::Tensor& targets
   at::Tensor x = stage_.first ? embed(input, 0, sequence_parallel_) : input;
   for (size_t index = 0; index < blocks_.size(); ++index) {
     const int64_t unit = 1 + static_cast<int64_t>(index);
-    const auto& block = blocks_[index];
     hooks_->before_forward(unit);
     x = mark_backward(x, hooks_, unit, /*before=*/false);
-    x = x + attention(norm(x, block.norm1_weight, block.norm1_bias), block,
-                      static_cast<int64_t>(index), nullptr, sequence_parallel_);
-    x = x + mlp(norm(x, block.norm2_weight, block.norm2_bias), block, sequence_parallel_);
+    x = block_forward(x, index, nullptr, sequence_parallel_);
     x = mark_backward(x, hooks_, unit, /*before=*/true);
     hooks_->after_forward(unit);
   }

@@ -119,6 +119,8 @@ class GPT {
   // Hidden states after the final norm, full sequence: (B, T, C), each tp rank a replica.
   at::Tensor hidden(const at::Tensor& tokens, KVCache* cache, bool sequence_parallel);
   at::Tensor blocks_forward(at::Tensor x, KVCache* cache, bool sequence_parallel);
+  // One transformer block: attention, then the MLP or (MoE layers) the experts.
+  at::Tensor block_forward(at::Tensor x, size_t layer, KVCache* cache, bool sequence_parallel);
   at::Tensor head_loss(const at::Tensor& x, const at::Tensor& targets);  // x: last block's output
   at::Tensor embed(const at::Tensor& tokens, int64_t past, bool sequence_parallel);
   at::Tensor norm(const at::Tensor& x, size_t weight_index, size_t bias_index) const;
@@ -128,6 +130,9 @@ class GPT {
   at::Tensor moe(const at::Tensor& x, const BlockParams& block, int64_t layer, KVCache* cache,
                  bool sequence_parallel);
   size_t add_experts(const std::string& name, std::vector<int64_t> shape, double std);
+  // Every parameter enters here: initialized, and recorded in the layer unit being built.
+  size_t add_parameter(const std::string& name, const ShardSpec& spec, InitKind kind, double std,
+                       bool weight_decay);
   at::Tensor enter_tp(const at::Tensor& x, bool sequence_parallel);      // before a column split
   at::Tensor leave_tp(const at::Tensor& x, bool sequence_parallel);      // after a row split
   at::Tensor rotate(const at::Tensor& x, int64_t first_position) const;  // RoPE
