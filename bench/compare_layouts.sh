@@ -45,17 +45,9 @@ bench_header
 echo "model:   d_model $D_MODEL, $N_LAYERS layers, $N_HEADS heads, seq $SEQ_LEN, vocab $VOCAB;" \
      "global batch $BATCH, micro batch $MICRO; $STEPS steps (first $WARMUP dropped), $ROUNDS rounds"
 
-cat >"$work/bench.toml" <<EOF
-[model]
-vocab_size = $VOCAB
-d_model = $D_MODEL
-n_layers = $N_LAYERS
-n_heads = $N_HEADS
-seq_len = $SEQ_LEN
-pos = "learned"
-norm = "layernorm"
-activation = "gelu"
-tie_embeddings = true
+{
+  bench_model_section
+  cat <<EOF
 
 [train]
 steps = $STEPS
@@ -70,6 +62,7 @@ source = "synthetic"
 [log]
 progress = "none"
 EOF
+} >"$work/bench.toml"
 
 run_layout() {  # $1 = layout spec, $2 = round
   local name ranks threads sets

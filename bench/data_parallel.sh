@@ -12,43 +12,23 @@
 #        D_MODEL=256 N_LAYERS=4 N_HEADS=4 SEQ_LEN=128 VOCAB=256   KEEP=DIR (keep logs)
 set -euo pipefail
 
-repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-build=${1:-build}
-[[ -d $build ]] || build="$repo/$build"
-build=$(cd "$build" && pwd)
-strata="$build/src/strata"
-python=/usr/bin/python3
-[[ -x $strata ]] || { echo "data_parallel: $strata missing; ninja -C $build strata" >&2; exit 2; }
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+bench_init data_parallel "${1:-build}"
 
 ROUNDS=${ROUNDS:-2} STEPS=${STEPS:-8} WARMUP=${WARMUP:-2} BATCH=${BATCH:-8}
 D_MODEL=${D_MODEL:-256} N_LAYERS=${N_LAYERS:-4} N_HEADS=${N_HEADS:-4} SEQ_LEN=${SEQ_LEN:-128}
 VOCAB=${VOCAB:-256}
-if [[ -n ${KEEP:-} ]]; then
-  work=$KEEP
-  mkdir -p "$work"
-else
-  work=$(mktemp -d)
-  trap 'rm -rf "$work"' EXIT
-fi
+bench_workdir
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_WAIT_POLICY=passive
 
-echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores, $(free -g | awk '/^Mem:/ { print $2 }') GiB"
-echo "date:    $(date -u '+%Y-%m-%d %H:%M UTC')   load average: $(cut -d' ' -f1-3 /proc/loadavg)"
+bench_header
 echo "model:   d_model $D_MODEL, $N_LAYERS layers, $N_HEADS heads, seq $SEQ_LEN, vocab $VOCAB," \
      "learned positions, LayerNorm, GELU, tied head, float32; global batch $BATCH"
 echo "run:     $STEPS steps (first $WARMUP dropped), $ROUNDS alternating rounds"
 
-cat >"$work/bench.toml" <<EOF
-[model]
-vocab_size = $VOCAB
-d_model = $D_MODEL
-n_layers = $N_LAYERS
-n_heads = $N_HEADS
-seq_len = $SEQ_LEN
-pos = "learned"
-norm = "layernorm"
-activation = "gelu"
-tie_embeddings = true
+{
+  bench_model_section
+  cat <<EOF
 
 [train]
 steps = $STEPS
@@ -65,6 +45,7 @@ dir = ""
 [log]
 progress = "none"
 EOF
+} >"$work/bench.toml"
 
 median_step() {  # metrics.jsonl -> median step_time_s after WARMUP
   $python - "$1" "$WARMUP" <<'EOF'

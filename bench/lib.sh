@@ -31,3 +31,20 @@ bench_header() {
   echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores, $(free -g | awk '/^Mem:/ { print $2 }') GiB"
   echo "date:    $(date -u '+%Y-%m-%d %H:%M UTC')   load average: $(cut -d' ' -f1-3 /proc/loadavg)"
 }
+
+# The [model] table of the dense benchmark GPT (GPT-2 style: learned positions, LayerNorm,
+# GELU, tied head) sized by D_MODEL, N_LAYERS, N_HEADS, SEQ_LEN and VOCAB.
+bench_model_section() {
+  cat <<TOML
+[model]
+vocab_size = $VOCAB
+d_model = $D_MODEL
+n_layers = $N_LAYERS
+n_heads = $N_HEADS
+seq_len = $SEQ_LEN
+pos = "learned"
+norm = "layernorm"
+activation = "gelu"
+tie_embeddings = true
+TOML
+}

@@ -10,23 +10,12 @@
 # Environment knobs: STEPS=200 LAST=20 COEF=0.01 CAPACITY=1.25   KEEP=DIR keeps the runs
 set -euo pipefail
 
-repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-build=${1:-build}
-[[ -d $build ]] || build="$repo/$build"
-build=$(cd "$build" 2>/dev/null && pwd) || { echo "moe_balance: no build dir ${1:-build}" >&2; exit 2; }
-strata="$build/src/strata"
-[[ -x $strata ]] || { echo "moe_balance: $strata missing; ninja -C $build strata" >&2; exit 2; }
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+bench_init moe_balance "${1:-build}"
 STEPS=${STEPS:-200} LAST=${LAST:-20} COEF=${COEF:-0.01} CAPACITY=${CAPACITY:-1.25}
-if [[ -n ${KEEP:-} ]]; then
-  work=$KEEP
-  mkdir -p "$work"
-else
-  work=$(mktemp -d)
-  trap 'rm -rf "$work"' EXIT
-fi
+bench_workdir
 
-echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores"
-echo "date:    $(date -u '+%Y-%m-%d %H:%M UTC')"
+bench_header
 echo "run:     configs/moe.toml, $STEPS steps, capacity_factor $CAPACITY, 2 ranks (ep 2), corpus data"
 for coef in 0.0 "$COEF"; do
   dir="$work/aux$coef"

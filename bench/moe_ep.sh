@@ -11,24 +11,14 @@
 #                    SEQ_LEN=128 BATCH=8 THREADS=1 (per rank)   KEEP=DIR keeps the run logs
 set -euo pipefail
 
-repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-build=${1:-build}
-[[ -d $build ]] || build="$repo/$build"
-build=$(cd "$build" 2>/dev/null && pwd) || { echo "moe_ep: no build dir ${1:-build}" >&2; exit 2; }
-strata="$build/src/strata"
-[[ -x $strata ]] || { echo "moe_ep: $strata missing; ninja -C $build strata" >&2; exit 2; }
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+bench_init moe_ep "${1:-build}"
 
 ROUNDS=${ROUNDS:-3} STEPS=${STEPS:-8} WARMUP=${WARMUP:-3} EXPERTS=${EXPERTS:-8} TOP_K=${TOP_K:-2}
 D_MODEL=${D_MODEL:-256} N_LAYERS=${N_LAYERS:-4} SEQ_LEN=${SEQ_LEN:-128} BATCH=${BATCH:-8}
 THREADS=${THREADS:-1}
 if ((STEPS <= WARMUP)); then echo "moe_ep: STEPS ($STEPS) must exceed WARMUP ($WARMUP)" >&2; exit 2; fi
-if [[ -n ${KEEP:-} ]]; then
-  work=$KEEP
-  mkdir -p "$work"
-else
-  work=$(mktemp -d)
-  trap 'rm -rf "$work"' EXIT
-fi
+bench_workdir
 
 cat > "$work/moe.toml" <<TOML
 [model]
@@ -53,8 +43,7 @@ source = "synthetic"
 progress = "none"
 TOML
 
-echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores, $(free -g | awk '/^Mem:/ { print $2 }') GiB"
-echo "date:    $(date -u '+%Y-%m-%d %H:%M UTC')   load average: $(cut -d' ' -f1-3 /proc/loadavg)"
+bench_header
 echo "model:   d_model $D_MODEL, $N_LAYERS layers (all MoE), $EXPERTS experts top-$TOP_K dropless," \
      "seq $SEQ_LEN, batch $BATCH, float32; 2 ranks (dp 2), $THREADS thread(s) per rank"
 echo "run:     $STEPS steps (first $WARMUP dropped), $ROUNDS alternating rounds"

@@ -34,6 +34,7 @@ mkdir -p "$out"
 # name | --set overrides for strata train | --layout for strata plan
 layouts=(
   "dp2|parallel.dp=2|dp=2"
+  "dp2 zero1|parallel.dp=2 parallel.zero=1|dp=2,zero=1"
   "tp2|parallel.tp=2|tp=2"
   "tp2+sp|parallel.tp=2 parallel.sequence_parallel=true|tp=2,sequence_parallel=true"
   "pp2 1f1b|parallel.pp=2 parallel.pp_schedule=\"1f1b\"|pp=2,schedule=1f1b"

@@ -48,17 +48,9 @@ echo "run:     batch $BATCH x $SEQ_LEN tokens, $STEPS steps (first $WARMUP dropp
 
 "$peak_binary" --threads "1,$THREADS" --tokens $((BATCH * SEQ_LEN)) --d-model $D_MODEL >"$work/peak.jsonl"
 
-cat >"$work/bench.toml" <<EOF
-[model]
-vocab_size = $VOCAB
-d_model = $D_MODEL
-n_layers = $N_LAYERS
-n_heads = $N_HEADS
-seq_len = $SEQ_LEN
-pos = "learned"
-norm = "layernorm"
-activation = "gelu"
-tie_embeddings = true
+{
+  bench_model_section
+  cat <<EOF
 
 [train]
 steps = $STEPS
@@ -78,6 +70,7 @@ dir = ""
 [log]
 progress = "none"
 EOF
+} >"$work/bench.toml"
 
 run_strata() {  # $1 = round
   local dir="$work/strata-$1"
