@@ -88,9 +88,17 @@ TEST(GptFormulas, LayerFlopsSplitIntoForwardInputGradAndWeightGrad) {
 }
 
 TEST(GptFormulas, StrataModelFlopsEqualTheTrainersCount) {
-  // The trainer's MFU uses model/gpt.h's count; the planner's must be the same number.
-  for (const char* activation : {"gelu", "swiglu"}) {
+  // The trainer's MFU uses model/gpt.h's count; the planner's must be the same number, for
+  // dense models and for mixture-of-experts ones (transformer_of reads [model.moe]).
+  for (const char* activation : {"gelu", "swiglu", "moe"}) {
     ModelConfig model;
+    if (std::string(activation) == "moe") {
+      model.moe.num_experts = 4;
+      model.moe.top_k = 2;
+      model.moe.every = 2;
+      model.moe.capacity_factor = 1.25;
+      activation = "gelu";
+    }
     model.vocab_size = 256;
     model.d_model = 512;
     model.n_layers = 4;

@@ -56,6 +56,13 @@ TransformerSpec transformer_of(const ModelConfig& model) {
   spec.learned_positions = model.pos == "learned";
   spec.tied_embeddings = model.tie_embeddings;
   spec.dropout = false;
+  const MoeConfig& moe = model.moe;
+  if (moe.num_experts > 0) {  // the runtime's experts: the dense MLP's width and activation
+    spec.moe.experts = moe.num_experts;
+    spec.moe.top_k = moe.top_k;
+    spec.moe.capacity_factor = moe.capacity_factor;
+    spec.moe.every = moe.every;
+  }
   return spec;
 }
 
@@ -97,10 +104,7 @@ ParameterCounts parameter_counts(const TransformerSpec& spec) {
   return counts;
 }
 
-double expert_token_factor(const MoeSpec& moe) {
-  const double k = static_cast<double>(moe.top_k);
-  return moe.capacity_factor > 0 ? k * moe.capacity_factor : k;
-}
+double expert_token_factor(const MoeSpec& moe) { return static_cast<double>(moe.top_k); }
 
 PassFlops layer_flops(const TransformerSpec& spec, int64_t micro_batch, bool moe_layer) {
   STRATA_CHECK(!moe_layer || spec.moe.enabled(), "an MoE layer in a dense model");

@@ -11,15 +11,14 @@
 namespace strata {
 
 // Mixture of experts (Switch / GShard): the MLP of every `every`-th layer becomes `experts`
-// MLPs of width expert_ffn, each token routed to top_k of them. The [model] section has no MoE
-// keys in this release, so the CLI plans dense models only; the cost model takes MoE already.
+// MLPs of width expert_ffn, each token routed to top_k of them; transformer_of reads a
+// training config's [model.moe].
 struct MoeSpec {
   int64_t experts = 0;  // 0 = dense model
   int64_t top_k = 1;
-  double capacity_factor =
-      1.0;                 // expert slots = ceil(top_k * tokens / experts * factor); 0 = dropless
-  int64_t expert_ffn = 0;  // 0 = the dense MLP width
-  int64_t every = 1;       // layers l with l % every == every - 1 are MoE layers
+  double capacity_factor = 1.0;  // 0 = dropless; otherwise tokens over capacity are dropped
+  int64_t expert_ffn = 0;        // 0 = the dense MLP width
+  int64_t every = 1;             // layers l with l % every == every - 1 are MoE layers
 
   bool enabled() const { return experts > 0; }
 };
@@ -122,8 +121,9 @@ double layer_activation_bytes(const TransformerSpec& spec, int64_t micro_batch, 
 double attention_core_activation_bytes(const TransformerSpec& spec, int64_t micro_batch,
                                        const ActivationOptions& options);
 
-// Tokens each expert computes per token of the batch: top_k * capacity_factor (top_k when
-// dropless), the factor by which MoE multiplies the MLP's work.
+// Expert computations per token of the batch: top_k, the factor by which MoE multiplies the
+// MLP's work. strata's experts run only the tokens routed to them (no padding to capacity; a
+// capacity factor only drops tokens), so the capacity factor does not raise it.
 double expert_token_factor(const MoeSpec& moe);
 
 }  // namespace strata
