@@ -285,10 +285,7 @@ TEST(ExpertParallelCheckpoint, WrittenAtEpLoadsWithEveryExpertOnOneRank) {
   Comm world = Comm::world(120);
   std::unique_ptr<testing::TempDir> owned;
   if (world.rank() == 0) owned = std::make_unique<testing::TempDir>("strata-moe-ckpt");
-  at::Tensor path_bytes = at::zeros({1024}, at::kByte);
-  if (owned) std::memcpy(path_bytes.data_ptr(), owned->path().data(), owned->path().size());
-  world.broadcast(path_bytes, 0);
-  const std::string root(reinterpret_cast<const char*>(path_bytes.data_ptr<uint8_t>()));
+  const std::string root = testing::rank0_path(world, owned ? owned->path() : "");
 
   const int64_t tp = world.size() == 4 ? 2 : 1;
   MeshShape shape;

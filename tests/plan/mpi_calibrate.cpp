@@ -52,11 +52,7 @@ TEST(Calibrate, MakesAValidLocalProfile) {
 TEST(Calibrate, LocalProfileOnRanksMeasuresOnceThenReads) {
   Comm world = Comm::world();
   testing::TempDir local("strata-cache");
-  // One directory for every rank: rank 0's.
-  at::Tensor bytes = at::zeros({4096}, at::kByte);
-  if (world.rank() == 0) std::memcpy(bytes.data_ptr(), local.path().data(), local.path().size());
-  world.broadcast(bytes, 0);
-  const std::string cache(reinterpret_cast<const char*>(bytes.data_ptr()));
+  const std::string cache = testing::rank0_path(world, local.path());  // one for every rank
   setenv("STRATA_CACHE_DIR", cache.c_str(), 1);
   ASSERT_EQ(local_profile_path(), cache + "/clusters/local.toml");
 

@@ -5,8 +5,11 @@
 #include <array>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <sstream>
+
+#include "strata/dist/comm.h"
 
 namespace strata::testing {
 
@@ -56,6 +59,15 @@ int run_command(const std::string& command, std::string* output) {
   int status = pclose(pipe);
   if (output) *output = text;
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+std::string rank0_path(Comm& world, const std::string& path) {
+  at::Tensor length = at::tensor({static_cast<int64_t>(path.size())}, at::kLong);
+  world.broadcast(length, 0);
+  at::Tensor bytes = at::zeros({length.item<int64_t>()}, at::kByte);
+  if (world.rank() == 0) std::memcpy(bytes.data_ptr(), path.data(), path.size());
+  world.broadcast(bytes, 0);
+  return std::string(static_cast<const char*>(bytes.data_ptr()), bytes.numel());
 }
 
 }  // namespace strata::testing

@@ -5,6 +5,10 @@
 
 #include <string>
 
+namespace strata {
+class Comm;
+}
+
 namespace strata::testing {
 
 // A fresh empty directory under $TMPDIR (or /tmp), removed when the object dies.
@@ -25,6 +29,9 @@ class TempDir {
 // message naming the first bad flat index, both values, and the max difference.
 std::string compare_tensors(const at::Tensor& actual, const at::Tensor& expected, double rtol,
                             double atol = 0.0);
+
+// Rank 0's `path` on every rank of `world` (e.g. one shared temporary directory). Collective.
+std::string rank0_path(Comm& world, const std::string& path);
 
 // Runs a shell command, returns its exit status; its stdout+stderr go to *output if given.
 int run_command(const std::string& command, std::string* output = nullptr);

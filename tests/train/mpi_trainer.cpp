@@ -48,15 +48,6 @@ TrainResult train_on(Comm& comm, Config config) {
   return trainer.run();
 }
 
-// The same directory on every rank (rank 0 makes it).
-std::string shared_temp_dir(Comm& world, testing::TempDir& local) {
-  std::string path = local.path();
-  at::Tensor bytes = at::zeros({4096}, at::kByte);
-  if (world.rank() == 0) std::memcpy(bytes.data_ptr(), path.data(), path.size());
-  world.broadcast(bytes, 0);
-  return std::string(reinterpret_cast<const char*>(bytes.data_ptr()));
-}
-
 TEST(Trainer, LossFallsOnEnglishCorpus) {
   Comm world = Comm::world(120);
   Config config = tiny_run("corpus", 40);
@@ -87,7 +78,7 @@ TEST(Trainer, DataParallelEqualsSingleRank) {
 TEST(Trainer, ResumeIsBitIdentical) {
   Comm world = Comm::world(120);
   testing::TempDir local("strata-resume");
-  const std::string dir = shared_temp_dir(world, local);
+  const std::string dir = testing::rank0_path(world, local.path());
   Config config = tiny_run("synthetic", 8);
   TrainResult uninterrupted = train_on(world, config);
 

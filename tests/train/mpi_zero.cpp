@@ -179,14 +179,6 @@ TEST(Zero, MemoryAndCommunicationMatchTheFormulas) {
   }
 }
 
-// The same directory on every rank (rank 0 makes it).
-std::string shared_path(Comm& world, const std::string& local) {
-  at::Tensor bytes = at::zeros({4096}, at::kByte);
-  if (world.rank() == 0) std::memcpy(bytes.data_ptr(), local.data(), local.size());
-  world.broadcast(bytes, 0);
-  return std::string(reinterpret_cast<const char*>(bytes.data_ptr()));
-}
-
 // Checkpoints carry global tensors: written under ZeRO-3 on dp = world, resumed on one rank
 // without ZeRO; written on one rank, resumed under ZeRO-2 and ZeRO-3 on dp = world. All
 // continue the uninterrupted run.
@@ -195,7 +187,7 @@ TEST(Zero, CheckpointMovesBetweenStagesAndDpSizes) {
   Comm self = world.split(world.rank(), 0, "self");
   const int64_t dp = world.size();
   testing::TempDir local("strata-zero-ckpt");
-  const std::string dir = shared_path(world, local.path());
+  const std::string dir = testing::rank0_path(world, local.path());
 
   Config sharded = tiny_run(6, dp, 1, 3);
   sharded.checkpoint.dir = dir + "/zero3";
