@@ -6,8 +6,10 @@
 # pipeline bubble and per-rank parameter bytes (rank 0), from metrics.jsonl.
 #
 #   bench/compare_layouts.sh [BUILD_DIR] LAYOUT [LAYOUT...]
-#     LAYOUT = name:RANKS:THREADS[:key=value[,key=value...]]   e.g.
+#     LAYOUT = name[@OTHER_BUILD_DIR]:RANKS:THREADS[:key=value[,key=value...]]   e.g.
 #     bench/compare_layouts.sh build tp1:1:2 tp2:2:1:parallel.tp=2
+#     bench/compare_layouts.sh build new:1:2 old@../base/build:1:2   (one layout, two builds:
+#                                                                      a change against its parent)
 #
 # Environment knobs (defaults = the d_model 768 model of docs/performance.md):
 #   ROUNDS=3 STEPS=5 WARMUP=2 BATCH=8 MICRO=BATCH   rounds, steps per run (first WARMUP
@@ -34,11 +36,17 @@ if ((STEPS <= WARMUP)); then echo "compare_layouts: STEPS ($STEPS) must exceed W
 bench_workdir
 
 names=()
+declare -A binaries  # per layout name: the strata binary it runs
 for layout in "$@"; do
   IFS=: read -r name ranks threads sets <<<"$layout"
   [[ -n $name && $ranks =~ ^[0-9]+$ && $threads =~ ^[0-9]+$ ]] ||
-    { echo "compare_layouts: '$layout' is not name:RANKS:THREADS[:k=v,...]" >&2; exit 2; }
-  names+=("$name")
+    { echo "compare_layouts: '$layout' is not name[@BUILD_DIR]:RANKS:THREADS[:k=v,...]" >&2; exit 2; }
+  binaries[${name%%@*}]=$strata
+  if [[ $name == *@* ]]; then
+    binaries[${name%%@*}]="$(cd "${name#*@}" 2>/dev/null && pwd)/src/strata"
+    [[ -x ${binaries[${name%%@*}]} ]] || { echo "compare_layouts: no strata binary in ${name#*@}/src" >&2; exit 2; }
+  fi
+  names+=("${name%%@*}")
 done
 
 bench_header
@@ -67,10 +75,11 @@ EOF
 run_layout() {  # $1 = layout spec, $2 = round
   local name ranks threads sets
   IFS=: read -r name ranks threads sets <<<"$1"
+  name=${name%%@*}
   local dir="$work/$name-$2" args=()
   IFS=, read -ra pairs <<<"${sets:-}"
   for pair in "${pairs[@]}"; do args+=(--set "$pair"); done
-  "${run[@]}" "$strata" train "$work/bench.toml" --nproc "$ranks" --set "train.threads=$threads" \
+  "${run[@]}" "${binaries[$name]}" train "$work/bench.toml" --nproc "$ranks" --set "train.threads=$threads" \
     --set "log.dir=$dir" "${args[@]}" >"$dir.log" 2>&1 ||
     { cat "$dir.log" >&2; echo "compare_layouts: layout $name failed" >&2; exit 1; }
 }
@@ -84,7 +93,7 @@ for ((round = 1; round <= ROUNDS; ++round)); do
   for layout in "${order[@]}"; do
     start=$SECONDS
     run_layout "$layout" "$round"
-    echo "round $round ${layout%%:*}: $((SECONDS - start)) s wall"
+    echo "round $round ${layout%%[:@]*}: $((SECONDS - start)) s wall"
   done
 done
 

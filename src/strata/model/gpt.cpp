@@ -5,7 +5,6 @@
 #include "strata/model/gpt.h"
 
 #include <ATen/core/grad_mode.h>
-#include <torch/csrc/autograd/custom_function.h>
 
 #include <cmath>
 
@@ -15,38 +14,6 @@
 #include "strata/parallel/regions.h"
 
 namespace strata {
-namespace {
-
-// Identity forward; its backward tells the hooks that the gradient has reached this point:
-// at a unit's output that is "before the unit's backward", at its input "after" it.
-struct BackwardMark : torch::autograd::Function<BackwardMark> {
-  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x,
-                            int64_t hooks, int64_t unit, bool before) {
-    ctx->saved_data["hooks"] = hooks;
-    ctx->saved_data["unit"] = unit;
-    ctx->saved_data["before"] = before;
-    return x;
-  }
-  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
-                                                 torch::autograd::variable_list grads) {
-    auto* hooks = reinterpret_cast<LayerHooks*>(ctx->saved_data["hooks"].toInt());
-    const int64_t unit = ctx->saved_data["unit"].toInt();
-    if (ctx->saved_data["before"].toBool()) {
-      hooks->before_backward(unit);
-    } else {
-      hooks->after_backward(unit);
-    }
-    return {grads[0], at::Tensor(), at::Tensor(), at::Tensor()};
-  }
-};
-
-at::Tensor mark_backward(const at::Tensor& x, LayerHooks* hooks, int64_t unit, bool before) {
-  if (hooks == nullptr || !at::GradMode::is_enabled() || !x.requires_grad()) return x;
-  return BackwardMark::apply(x, reinterpret_cast<int64_t>(hooks), unit, before);
-}
-
-}  // namespace
-
 GPT::GPT(const ModelConfig& config, uint64_t seed, at::ScalarType dtype, TensorParallel tp,
          StageSpec stage, Comm* ep)
     : config_(config),
@@ -179,7 +146,7 @@ size_t GPT::add(const std::string& name, std::vector<int64_t> shape, InitKind ki
 size_t GPT::add_parameter(const std::string& name, const ShardSpec& spec, InitKind kind, double std,
                           bool weight_decay) {
   parameters_.push_back(make_parameter(name, spec, kind, std, seed_, dtype_, weight_decay));
-  parameter_units_.push_back(adding_unit_);  // the layer unit being built (LayerHooks)
+  parameter_units_.push_back(adding_unit_);  // the layer unit being built
   return parameters_.size() - 1;
 }
 
@@ -314,7 +281,7 @@ at::Tensor GPT::moe(const at::Tensor& x, const BlockParams& block, int64_t layer
   if (at::GradMode::is_enabled() && (moe_config.aux_loss_coef > 0 || moe_config.z_loss_coef > 0)) {
     y = attach_auxiliary_loss(
         y, moe_config.aux_loss_coef * out.aux_loss + moe_config.z_loss_coef * out.z_loss,
-        auxiliary_loss_scale_);
+        objective_scale_);
   }
   return y;
 }
@@ -370,10 +337,24 @@ at::Tensor GPT::block_forward(at::Tensor x, size_t layer, KVCache* cache, bool s
 }
 
 at::Tensor GPT::blocks_forward(at::Tensor x, KVCache* cache, bool sequence_parallel) {
-  for (size_t layer = 0; layer < blocks_.size(); ++layer) {
-    x = block_forward(x, layer, cache, sequence_parallel);
+  for (size_t index = 0; index < blocks_.size(); ++index) {
+    const int64_t unit = 1 + static_cast<int64_t>(index);
+    x = leave(unit, block_forward(enter(unit, x), index, cache, sequence_parallel));
   }
   return x;
+}
+
+UnitOrder GPT::unit_order() const {
+  UnitOrder order;
+  const int64_t blocks = num_units() - 1;
+  for (int64_t unit = 0; unit <= blocks; ++unit) order.forward.push_back(unit);
+  order.backward.push_back(kOuterUnit);
+  for (int64_t unit = blocks; unit >= 1; --unit) {
+    order.backward.push_back(unit);
+    order.gradients_complete.push_back(unit);
+  }
+  order.gradients_complete.push_back(kOuterUnit);
+  return order;
 }
 
 at::Tensor GPT::logits(const at::Tensor& tokens, KVCache* cache) {
@@ -395,32 +376,13 @@ at::Tensor GPT::loss(const at::Tensor& tokens, const at::Tensor& targets) {
   return forward_stage(tokens, targets);
 }
 
-at::Tensor GPT::forward_stage(const at::Tensor& input, const at::Tensor& targets) {
-  if (hooks_ == nullptr) {
-    at::Tensor x = stage_.first ? embed(input, 0, sequence_parallel_) : input;
-    x = blocks_forward(x, nullptr, sequence_parallel_);
-    return stage_.last ? head_loss(x, targets) : x;
-  }
-  // With hooks: each block is bracketed by its forward calls and by backward marks (the
-  // mark at its input fires after its backward, the one at its output before it).
-  hooks_->before_forward(kOuterUnit);
-  at::Tensor x = stage_.first ? embed(input, 0, sequence_parallel_) : input;
-  for (size_t index = 0; index < blocks_.size(); ++index) {
-    const int64_t unit = 1 + static_cast<int64_t>(index);
-    hooks_->before_forward(unit);
-    x = mark_backward(x, hooks_, unit, /*before=*/false);
-    x = block_forward(x, index, nullptr, sequence_parallel_);
-    x = mark_backward(x, hooks_, unit, /*before=*/true);
-    hooks_->after_forward(unit);
-  }
-  at::Tensor output = stage_.last ? head_loss(x, targets) : x;
-  output = mark_backward(output, hooks_, kOuterUnit, /*before=*/true);
-  hooks_->after_forward(kOuterUnit);
-  return output;
-}
-
-void GPT::end_backward() {
-  if (hooks_ != nullptr) hooks_->after_backward(kOuterUnit);
+at::Tensor GPT::forward_stage(const at::Tensor& input, const at::Tensor& targets,
+                              double objective_scale) {
+  objective_scale_ = objective_scale;
+  at::Tensor x = enter(kOuterUnit, input);
+  if (stage_.first) x = embed(x, 0, sequence_parallel_);
+  x = blocks_forward(x, nullptr, sequence_parallel_);
+  return leave(kOuterUnit, stage_.last ? head_loss(x, targets) : x);
 }
 
 at::Tensor GPT::head_loss(const at::Tensor& last_hidden, const at::Tensor& targets) {

@@ -26,20 +26,25 @@ namespace strata {
 
 class Comm;
 
-// Observes a model chunk's layers ("units") around their forward and backward, for ZeRO:
-// stage 3 gathers a unit's weights before each use and frees them after; gradient reduction
-// starts as soon as a unit's backward is done. Unit 0 (GPT::kOuterUnit) is the embeddings,
-// the final norm and the head, held for the whole forward (and the whole backward) of the
-// chunk; unit 1 + i is the chunk's block i. The backward calls run inside autograd's
-// backward, on the thread that called it. after_backward of the outer unit comes from
-// GPT::end_backward(), called once the chunk's backward for a microbatch is done.
-class LayerHooks {
+// Wraps a model chunk's layer units from outside: enter() sees a unit's input before its
+// forward and leave() its output after, and each returns the tensor the model goes on with (the
+// same one, or a differentiable identity of it whose backward reports progress). The units and
+// their order: GPT::unit_order().
+class UnitWrapper {
  public:
-  virtual ~LayerHooks() = default;
-  virtual void before_forward(int64_t unit) = 0;
-  virtual void after_forward(int64_t unit) = 0;
-  virtual void before_backward(int64_t unit) = 0;
-  virtual void after_backward(int64_t unit) = 0;
+  virtual ~UnitWrapper() = default;
+  virtual at::Tensor enter(int64_t unit, const at::Tensor& input) = 0;
+  virtual at::Tensor leave(int64_t unit, const at::Tensor& output) = 0;
+};
+
+// The layer units of a chunk in the three orders that matter to code wrapping them. Unit 0
+// (GPT::kOuterUnit: embeddings, final norm, head) spans the chunk: entered before the
+// embedding, left after the head. Unit 1 + i is block i, entered and left in turn inside it.
+struct UnitOrder {
+  std::vector<int64_t> forward;  // order of enter(): 0, 1, ..., n
+  std::vector<int64_t>
+      backward;  // order backward reaches the units' outputs: 0 (the head), n, ..., 1
+  std::vector<int64_t> gradients_complete;  // n, ..., 1, 0 (the embedding's gradient comes last)
 };
 
 // Keys and values of every layer for incremental decoding.
@@ -86,23 +91,23 @@ class GPT {
   // One pipeline stage's forward: input is token ids (B, T) on the first stage, else the
   // previous stage's output (B, T or T / tp under sequence parallelism, C). Returns that
   // output shape on all but the last stage, and the mean loss of targets (B, T) there.
-  at::Tensor forward_stage(const at::Tensor& input, const at::Tensor& targets);
+  // objective_scale: the factor the objective enters the backward with (the executor's
+  // 1 / microbatches); the MoE auxiliary losses join the backward with it from inside the
+  // layers, the returned language-model loss is unscaled.
+  at::Tensor forward_stage(const at::Tensor& input, const at::Tensor& targets,
+                           double objective_scale = 1.0);
   const StageSpec& stage() const { return stage_; }
 
-  // Layer units (see LayerHooks): how many, and the unit of parameters()[index].
+  // Layer units (see UnitWrapper): how many, their orders, the unit of parameters()[index].
   static constexpr int64_t kOuterUnit = 0;
   int64_t num_units() const { return 1 + static_cast<int64_t>(blocks_.size()); }
+  UnitOrder unit_order() const;
   int64_t unit_of(size_t parameter_index) const { return parameter_units_[parameter_index]; }
-  // nullptr (the default) = no hooks. The hooks must outlive every forward and backward.
-  void set_hooks(LayerHooks* hooks) { hooks_ = hooks; }
-  // The chunk's backward of one microbatch is done (after_backward of the outer unit).
-  void end_backward();
-  // Mixture of experts. The auxiliary losses (aux_loss_coef * Switch loss + z_loss_coef *
-  // z-loss of each MoE layer) join the objective through the backward with this factor
-  // (the trainer sets 1 / microbatches, as the language-model loss gets); loss() and
-  // forward_stage() return the language-model loss alone. Every forward without a cache
-  // records one MoeLayerStats per MoE layer; take_moe_stats() hands them over and clears.
-  void set_auxiliary_loss_scale(double scale) { auxiliary_loss_scale_ = scale; }
+  // nullptr (the default) = run the units as they are. The wrapper must outlive every
+  // forward and backward through the chunk.
+  void wrap_units(UnitWrapper* wrapper) { wrapper_ = wrapper; }
+  // Mixture of experts: every forward without a cache records one MoeLayerStats per MoE
+  // layer; take_moe_stats() hands them over and clears.
   std::vector<MoeLayerStats> take_moe_stats();
 
  private:
@@ -118,7 +123,14 @@ class GPT {
   const at::Tensor& weight(size_t index) const { return parameters_[index].value; }
   // Hidden states after the final norm, full sequence: (B, T, C), each tp rank a replica.
   at::Tensor hidden(const at::Tensor& tokens, KVCache* cache, bool sequence_parallel);
+  // The blocks in turn, each entered and left through the wrapper.
   at::Tensor blocks_forward(at::Tensor x, KVCache* cache, bool sequence_parallel);
+  at::Tensor enter(int64_t unit, const at::Tensor& x) {
+    return wrapper_ ? wrapper_->enter(unit, x) : x;
+  }
+  at::Tensor leave(int64_t unit, const at::Tensor& y) {
+    return wrapper_ ? wrapper_->leave(unit, y) : y;
+  }
   // One transformer block: attention, then the MLP or (MoE layers) the experts.
   at::Tensor block_forward(at::Tensor x, size_t layer, KVCache* cache, bool sequence_parallel);
   at::Tensor head_loss(const at::Tensor& x, const at::Tensor& targets);  // x: last block's output
@@ -145,7 +157,7 @@ class GPT {
   bool sequence_parallel_;
   Comm* ep_comm_;  // nullptr when every expert is on this rank
   int64_t ep_size_ = 1, ep_rank_ = 0;
-  double auxiliary_loss_scale_ = 1.0;
+  double objective_scale_ = 1.0;  // of the forward_stage() running now
   std::vector<MoeLayerStats> moe_stats_;
   int64_t tp_size_ = 1, tp_rank_ = 0;
   int64_t local_heads_, local_kv_heads_;  // heads this rank computes
@@ -156,7 +168,7 @@ class GPT {
   std::vector<Parameter> parameters_;
   std::vector<int64_t> parameter_units_;  // per parameter: its layer unit
   int64_t adding_unit_ = kOuterUnit;      // unit of the parameters add() creates
-  LayerHooks* hooks_ = nullptr;
+  UnitWrapper* wrapper_ = nullptr;
   size_t token_embedding_ = kNone, position_embedding_ = kNone;
   size_t final_norm_weight_ = kNone, final_norm_bias_ = kNone, head_weight_ = kNone;
   std::vector<BlockParams> blocks_;  // weight fields a layer does not use are kNone

@@ -38,6 +38,8 @@ struct ShardSpec {
   std::vector<int64_t> local_shape() const;  // including padding rows
   std::vector<Slice> local_slices() const;   // the real (non-padding) regions, in local order
   bool is_split() const { return split_dim >= 0 && split_count > 1; }
+  // Each rank of that mesh axis holds a different piece (else it holds a replica).
+  bool is_split_over(ShardAxis axis) const { return is_split() && split_axis == axis; }
 };
 
 struct Parameter {

@@ -22,6 +22,7 @@ PipelineExecutor::PipelineExecutor(Schedule schedule, std::vector<GPT*> chunks, 
       activation_shape_(std::move(activation_shape)),
       dtype_(dtype),
       trace_(trace),
+      objective_scale_(1.0 / schedule_.microbatches),
       forward_only_(true),
       rank_(pp.rank()) {
   for (const auto& actions : schedule_.ranks) {
@@ -57,10 +58,10 @@ void PipelineExecutor::forward(const Action& action, const std::function<at::Ten
   at::Tensor targets = batch.narrow(1, 1, seq_len);
   at::Tensor input = chunk.stage().first ? batch.narrow(1, 0, seq_len) : s.input;
   STRATA_CHECK(input.defined(), "forward of ", to_string(action), " before its input arrived");
-  s.output = chunk.forward_stage(input, targets);
+  s.output = chunk.forward_stage(input, targets, objective_scale_);
   if (chunk.stage().last) {
-    stats.loss_sum += s.output.item<double>();
-    s.output = s.output / static_cast<double>(schedule_.microbatches);
+    stats.loss += s.output.item<double>() * objective_scale_;
+    s.output = s.output * objective_scale_;
   }
   s.holds_activations = true;
   stats.peak_inflight = std::max(stats.peak_inflight, ++inflight_);
@@ -82,7 +83,7 @@ void PipelineExecutor::backward(const Action& action, bool defer_weight_grads) {
       s.output.backward(s.output_grad);
     }
   }
-  chunks_[action.chunk]->end_backward();
+  if (listener_) listener_->backward_done(action.chunk);
   if (s.input.defined()) s.input_grad = s.input.grad();
   s.input = at::Tensor();
   s.output = at::Tensor();

@@ -18,6 +18,7 @@
 
 #include "strata/model/gpt.h"
 #include "strata/parallel/linear.h"
+#include "strata/pipeline/backward_listener.h"
 #include "strata/pipeline/schedule.h"
 
 namespace strata {
@@ -26,22 +27,9 @@ class Comm;
 class Trace;
 
 struct PipelineStepStats {
-  double loss_sum = 0;        // sum of microbatch losses (last stage only; 0 elsewhere)
+  double loss = 0;            // mean of the microbatch losses (last stage only; 0 elsewhere)
   int64_t peak_inflight = 0;  // most (microbatch, chunk) activation sets held at once
   double wait_s = 0;          // time blocked in receives (this rank's bubble)
-};
-
-// Told where a chunk's gradients of the step become complete, so that their reduction can
-// start while later actions still run. A chunk's gradients are complete after its last
-// gradient action of the step (B, B without weights, or W) in this rank's action list.
-class BackwardListener {
- public:
-  virtual ~BackwardListener() = default;
-  // Before that last action when it is a full backward (B): each layer's gradients are
-  // complete as soon as autograd is done with the layer (see LayerHooks::after_backward).
-  virtual void last_backward_begins(int chunk) = 0;
-  // After that last action, whatever its kind.
-  virtual void gradients_complete(int chunk) = 0;
 };
 
 class PipelineExecutor {
@@ -54,8 +42,9 @@ class PipelineExecutor {
                    std::vector<int64_t> activation_shape, at::ScalarType dtype, Trace* trace);
 
   // Runs one step. rows(mb) returns microbatch mb's token rows (micro_batch, seq_len + 1).
-  // Each microbatch's loss is scaled by 1 / microbatches before its backward. `step` only
-  // labels trace events.
+  // The objective of each microbatch (its loss, and the MoE auxiliary losses) enters the
+  // backward scaled by 1 / microbatches, so the gradients are those of the mean; this is the
+  // one place that scaling happens. `step` only labels trace events.
   PipelineStepStats run(const std::function<at::Tensor(int64_t)>& rows, int64_t step);
   void set_listener(BackwardListener* listener) { listener_ = listener; }  // may be null
 
@@ -81,6 +70,7 @@ class PipelineExecutor {
   at::ScalarType dtype_;
   Trace* trace_;
   BackwardListener* listener_ = nullptr;
+  double objective_scale_;  // 1 / microbatches
   bool forward_only_;
   int rank_;
   std::map<std::pair<int, int>, Slot> slots_;

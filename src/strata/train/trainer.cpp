@@ -10,9 +10,9 @@
 #include "strata/core/error.h"
 #include "strata/core/memory.h"
 #include "strata/data/dataset.h"
+#include "strata/data_parallel/data_parallel.h"
 #include "strata/pipeline/generators.h"
 #include "strata/pipeline/partition.h"
-#include "strata/train/data_parallel.h"
 #include "strata/train/metrics.h"
 #include "strata/train/pipeline_executor.h"
 #include "strata/train/trace.h"
@@ -117,8 +117,6 @@ Trainer::Trainer(const Config& config, Mesh& mesh)
 
   const int64_t microbatches = rows_per_dp_rank_ / config_.train.micro_batch;
   STRATA_CHECK(microbatches == config_.parallel.microbatches, "config not validated");
-  // MoE auxiliary losses are scaled like the language-model loss of a microbatch.
-  for (auto& chunk : chunks_) chunk->set_auxiliary_loss_scale(1.0 / microbatches);
   Schedule schedule = build_schedule(schedule_request(config_), kScheduleKeys);
   const int64_t tokens_per_rank =
       config_.parallel.sequence_parallel ? model.seq_len / mesh_.shape().tp : model.seq_len;
@@ -159,31 +157,46 @@ int64_t Trainer::num_parameters() const {
   return count.item<int64_t>();
 }
 
-at::Tensor Trainer::microbatch_rows(int64_t split, int64_t step, int64_t microbatch) const {
-  const int64_t micro_batch = config_.train.micro_batch;
-  const int64_t first_row = mesh_.coords().dp * rows_per_dp_rank_ + microbatch * micro_batch;
-  return dataset_->rows(static_cast<Split>(split), step, first_row, micro_batch,
-                        config_.model.seq_len);
+std::function<at::Tensor(int64_t)> Trainer::microbatches_of(Split split, int64_t batch) const {
+  // This dp rank's rows of the global batch, micro_batch rows at a time.
+  return [this, split, batch](int64_t microbatch) {
+    const int64_t micro_batch = config_.train.micro_batch;
+    const int64_t first_row = mesh_.coords().dp * rows_per_dp_rank_ + microbatch * micro_batch;
+    return dataset_->rows(split, batch, first_row, micro_batch, config_.model.seq_len);
+  };
+}
+
+double Trainer::global_mean_loss(double last_stage_mean) {
+  // The loss lives on the last stage (zero elsewhere): sum over pp, mean over dp.
+  at::Tensor loss = at::tensor({last_stage_mean}, at::kDouble);
+  mesh_.pp().all_reduce(loss, ReduceOp::Sum);
+  mesh_.dp().all_reduce(loss, ReduceOp::Avg);
+  return loss.item<double>();
 }
 
 Trainer::StepResult Trainer::train_step(int64_t step) {
+  Trace::Scope scope(*trace_, "step", step);
+  StepResult result;
   data_parallel_->begin_step();
   for (auto& chunk : chunks_) chunk->take_moe_stats();  // drop evaluation's
-  PipelineStepStats stats = executor_->run(
-      [&](int64_t mb) { return microbatch_rows(static_cast<int64_t>(Split::Train), step, mb); },
-      step);
+  const PipelineStepStats pipeline = executor_->run(microbatches_of(Split::Train, step), step);
   {
-    Trace::Scope scope(*trace_, "reduce_gradients", step);
-    data_parallel_->reduce_gradients();  // the last buckets; most ran during backward
+    Trace::Scope finish(*trace_, "finish_gradients", step);
+    data_parallel_->finish_gradients();  // the last buckets; most ran during backward
   }
-  // The loss lives on the last stage: sum over pp, mean over microbatches, mean over dp.
-  const double microbatches = static_cast<double>(rows_per_dp_rank_ / config_.train.micro_batch);
-  at::Tensor loss = at::tensor({stats.loss_sum / microbatches}, at::kDouble);
-  mesh_.pp().all_reduce(loss, ReduceOp::Sum);
-  mesh_.dp().all_reduce(loss, ReduceOp::Avg);
-  at::Tensor wait = at::tensor({stats.wait_s}, at::kDouble);
+  {
+    Trace::Scope update(*trace_, "clip_and_update", step);
+    result.grad_norm = data_parallel_->clip_gradients(config_.train.grad_clip);
+    result.lr = learning_rate(config_.train, step);
+    data_parallel_->step(result.lr);
+  }
+  result.loss = global_mean_loss(pipeline.loss);
+  at::Tensor wait = at::tensor({pipeline.wait_s}, at::kDouble);
   mesh_.pp().all_reduce(wait, ReduceOp::Max);
-  return {loss.item<double>(), wait.item<double>(), stats.peak_inflight, collect_moe_stats()};
+  result.receive_wait_s = wait.item<double>();
+  result.peak_inflight = pipeline.peak_inflight;
+  result.moe = collect_moe_stats();
+  return result;
 }
 
 MoeStepStats Trainer::collect_moe_stats() {
@@ -238,23 +251,12 @@ double Trainer::evaluate() {
   // Forward only, through the same pipeline: eval_batches fixed global batches of the
   // held-out split.
   at::NoGradGuard no_grad;
-  double loss_sum = 0;
+  double loss = 0;
   for (int64_t batch = 0; batch < config_.train.eval_batches; ++batch) {
-    loss_sum += eval_executor_
-                    ->run(
-                        [&](int64_t mb) {
-                          return microbatch_rows(static_cast<int64_t>(Split::Eval), batch, mb);
-                        },
-                        batch)
-                    .loss_sum;
+    loss += eval_executor_->run(microbatches_of(Split::Eval, batch), batch).loss;
   }
   for (auto& chunk : chunks_) chunk->take_moe_stats();  // training steps report MoE stats
-  const double microbatches = static_cast<double>(rows_per_dp_rank_ / config_.train.micro_batch);
-  at::Tensor mean =
-      at::tensor({loss_sum / (microbatches * config_.train.eval_batches)}, at::kDouble);
-  mesh_.pp().all_reduce(mean, ReduceOp::Sum);
-  mesh_.dp().all_reduce(mean, ReduceOp::Avg);
-  return mean.item<double>();
+  return global_mean_loss(loss / static_cast<double>(config_.train.eval_batches));
 }
 
 void Trainer::save(int64_t steps_done, TrainResult& result) {
@@ -300,6 +302,41 @@ int64_t Trainer::maybe_resume() {
   return state.at("step").get<int64_t>();
 }
 
+StepMetrics Trainer::step_metrics(int64_t step, const StepResult& result, double step_time_s,
+                                  int64_t live_bytes_before) const {
+  const int64_t tokens_per_step = config_.train.global_batch * config_.model.seq_len;
+  const double flops_per_step = training_flops_per_token(config_.model) * tokens_per_step;
+  const double peak_total = peak_flops_ * static_cast<double>(mesh_.shape().world());
+  StepMetrics m;
+  m.step = step + 1;
+  m.loss = result.loss;
+  m.lr = result.lr;
+  m.grad_norm = result.grad_norm;
+  m.step_time_s = step_time_s;
+  m.tokens_per_s = tokens_per_step / step_time_s;
+  m.mfu = flops_per_step / step_time_s / peak_total;
+  m.tokens = tokens_per_step * m.step;
+  m.bubble_fraction = result.receive_wait_s / step_time_s;
+  m.mem = {data_parallel_->parameter_bytes(), data_parallel_->gradient_bytes(),
+           data_parallel_->optimizer_bytes(), tracked_bytes_peak() - live_bytes_before,
+           rss_peak_bytes()};
+  m.dp_buckets = data_parallel_->buckets();
+  m.dp_buckets_overlapped = data_parallel_->buckets_overlapped();
+  const CommCounters& counters = mesh_.world().counters();
+  m.comm = per_kind_json(counters.bytes);
+  m.comm_wait = per_kind_json(counters.wait_s);
+  m.comm_share = counters.total_wait_s() / step_time_s;
+  if (config_.model.moe.num_experts > 0) {
+    const MoeStepStats& moe = result.moe;
+    m.moe = {{"load", moe.load},
+             {"load_imbalance", moe.load_imbalance},
+             {"dropped_fraction", moe.dropped_fraction},
+             {"aux_loss", moe.aux_loss},
+             {"z_loss", moe.z_loss}};
+  }
+  return m;
+}
+
 TrainResult Trainer::run() {
   const bool is_rank0 = mesh_.rank() == 0;
   MetricsLog metrics(config_.log.dir, is_rank0);
@@ -313,63 +350,21 @@ TrainResult Trainer::run() {
                        " parameters | ", config_.train.global_batch, " x ", config_.model.seq_len,
                        " tokens per step"));
 
-  const int64_t tokens_per_step = config_.train.global_batch * config_.model.seq_len;
-  const double flops_per_step = training_flops_per_token(config_.model) * tokens_per_step;
-  const double peak_total = peak_flops_ * static_cast<double>(mesh_.shape().world());
-
   for (int64_t step = result.first_step; step < config_.train.steps; ++step) {
     mesh_.world().counters().reset();
     reset_tracked_peak();
     const int64_t live_before = tracked_bytes_now();
-    auto start = Clock::now();
+    const auto start = Clock::now();
+    const StepResult step_result = train_step(step);
+    const StepMetrics m = step_metrics(step, step_result, seconds_since(start), live_before);
 
-    // data -> forward/backward per microbatch (gradient buckets reduced over dp as the last
-    // microbatch's backward completes them) -> clip -> update (ZeRO: own shards, gather)
-    StepResult step_result{};
-    double grad_norm, lr;
-    {
-      Trace::Scope scope(*trace_, "step", step);
-      step_result = train_step(step);
-      Trace::Scope update(*trace_, "clip_and_update", step);
-      grad_norm = data_parallel_->clip_gradients(config_.train.grad_clip);
-      lr = learning_rate(config_.train, step);
-      data_parallel_->step(lr);
-    }
-
-    StepMetrics m;
-    m.step = step + 1;
-    m.loss = step_result.loss;
-    m.lr = lr;
-    m.grad_norm = grad_norm;
-    m.step_time_s = seconds_since(start);
-    m.tokens_per_s = tokens_per_step / m.step_time_s;
-    m.mfu = flops_per_step / m.step_time_s / peak_total;
-    m.tokens = tokens_per_step * m.step;
-    m.bubble_fraction = step_result.bubble / m.step_time_s;
-    m.mem = {data_parallel_->parameter_bytes(), data_parallel_->gradient_bytes(),
-             data_parallel_->optimizer_bytes(), tracked_bytes_peak() - live_before,
-             rss_peak_bytes()};
-    m.dp_buckets = data_parallel_->buckets();
-    m.dp_buckets_overlapped = data_parallel_->buckets_overlapped();
-    const CommCounters& counters = mesh_.world().counters();
-    m.comm = per_kind_json(counters.bytes);
-    m.comm_wait = per_kind_json(counters.wait_s);
-    m.comm_share = counters.total_wait_s() / m.step_time_s;
-    if (config_.model.moe.num_experts > 0) {
-      const MoeStepStats& moe = step_result.moe;
-      m.moe = {{"load", moe.load},
-               {"load_imbalance", moe.load_imbalance},
-               {"dropped_fraction", moe.dropped_fraction},
-               {"aux_loss", moe.aux_loss},
-               {"z_loss", moe.z_loss}};
-      result.moe.push_back(moe);
-    }
     metrics.write(to_json(m));
     progress.update(m);
     result.losses.push_back(step_result.loss);
     result.metrics.push_back(m);
-    result.grad_norms.push_back(grad_norm);
+    result.grad_norms.push_back(step_result.grad_norm);
     result.peak_inflight.push_back(step_result.peak_inflight);
+    if (config_.model.moe.num_experts > 0) result.moe.push_back(step_result.moe);
 
     const bool last = m.step == config_.train.steps;
     if (config_.train.eval_every > 0 && (m.step % config_.train.eval_every == 0 || last)) {

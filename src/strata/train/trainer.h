@@ -1,11 +1,13 @@
 // The training loop: data -> pipeline of microbatch forward/backward -> gradient reduction
 // -> clip -> update, with evaluation, checkpoints (save and resume) and metrics around it.
 #pragma once
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "strata/core/config.h"
+#include "strata/data/dataset.h"
 #include "strata/dist/mesh.h"
 #include "strata/model/gpt.h"
 #include "strata/optim/adamw.h"
@@ -13,7 +15,6 @@
 
 namespace strata {
 
-class TokenDataset;
 class Trace;
 class PipelineExecutor;
 class DataParallel;
@@ -58,18 +59,26 @@ class Trainer {
   AdamW& optimizer();
 
  private:
+  // What one optimizer step produced; step_metrics() turns it into the reported metrics.
   struct StepResult {
-    double loss;    // mean over the step's global batch
-    double bubble;  // largest receive-wait share of the step over the pipeline stages
-    int64_t peak_inflight;
+    double loss = 0;            // mean over the step's global batch
+    double grad_norm = 0;       // global, before clipping
+    double lr = 0;              // the learning rate the update used
+    double receive_wait_s = 0;  // longest time a pipeline stage blocked in receives: the bubble
+    int64_t peak_inflight = 0;  // most microbatch activations this rank held at once
     MoeStepStats moe;
   };
+  // The optimizer step, as the algorithm reads: gradients of the global batch (the schedule's
+  // microbatches), finished over the data-parallel groups, clipped, applied.
   StepResult train_step(int64_t step);
+  StepMetrics step_metrics(int64_t step, const StepResult& result, double step_time_s,
+                           int64_t live_bytes_before) const;
+  double global_mean_loss(double last_stage_mean);  // collective over pp and dp
+  std::function<at::Tensor(int64_t)> microbatches_of(Split split, int64_t batch) const;
   double evaluate();
   MoeStepStats collect_moe_stats();  // collective over dp and pp
   void save(int64_t steps_done, TrainResult& result);
   int64_t maybe_resume();  // returns the step to start at
-  at::Tensor microbatch_rows(int64_t split, int64_t step, int64_t microbatch) const;
 
   Config config_;
   Mesh& mesh_;

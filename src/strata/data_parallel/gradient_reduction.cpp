@@ -1,0 +1,142 @@
+// Bucketed gradient reduction overlapped with the last backward.
+#include "strata/data_parallel/gradient_reduction.h"
+
+#include <ATen/core/grad_mode.h>
+
+#include <algorithm>
+
+namespace strata {
+
+GradientReduction::GradientReduction(FlatBuckets& buckets, Mesh& mesh, Comm* tied)
+    : buckets_(buckets), mesh_(mesh), tied_(tied) {
+  in_flight_.resize(buckets_.buckets().size());
+  complete_.resize(buckets_.chunks());
+  for (int c = 0; c < buckets_.chunks(); ++c) complete_[c].assign(buckets_.units(c), false);
+  armed_.assign(buckets_.chunks(), false);
+}
+
+void GradientReduction::begin_step() {
+  at::NoGradGuard no_grad;
+  auto& buckets = buckets_.buckets();
+  for (size_t b = 0; b < buckets.size(); ++b) {
+    if (!has_storage(buckets[b].grads)) allocate_storage(buckets[b].grads);
+    buckets[b].grads.zero_();
+    in_flight_[b] = InFlight();
+    in_flight_[b].units_pending = static_cast<int64_t>(buckets[b].units.size());
+  }
+  for (auto& units : complete_) std::fill(units.begin(), units.end(), false);
+  std::fill(armed_.begin(), armed_.end(), false);
+  launch_order_.clear();
+  overlapped_ = 0;
+}
+
+void GradientReduction::arm(int chunk) { armed_[chunk] = true; }
+
+void GradientReduction::unit_complete(int chunk, int64_t unit, bool during_backward) {
+  if (!armed_[chunk] || complete_[chunk][unit]) return;
+  complete_[chunk][unit] = true;
+  for (size_t b : buckets_.buckets_of_unit(chunk, unit)) {
+    if (--in_flight_[b].units_pending == 0) launch(b, during_backward);
+  }
+}
+
+void GradientReduction::chunk_complete(int chunk) {
+  armed_[chunk] = true;
+  for (int64_t unit = 0; unit < buckets_.units(chunk); ++unit) {
+    unit_complete(chunk, unit, /*during_backward=*/false);
+  }
+  armed_[chunk] = false;
+}
+
+void GradientReduction::launch(size_t b, bool during_backward) {
+  // Average over the group, as if one rank had run the whole global batch. Every member
+  // launches the same buckets in the same order: their schedules are the same.
+  Bucket& bucket = buckets_.buckets()[b];
+  InFlight& flight = in_flight_[b];
+  flight.launched = true;
+  if (during_backward) ++overlapped_;
+  launch_order_.push_back(b);
+  if (bucket.group->size() == 1) return;
+  const int64_t stage = buckets_.zero_stage();
+  if (stage == 0) {
+    flight.reduction = bucket.group->iall_reduce(bucket.grads, ReduceOp::Avg);
+  } else if (stage == 1) {
+    flight.reduced = at::empty({bucket.shard_numel()}, bucket.grads.options());
+    flight.reduction = bucket.group->ireduce_scatter(flight.reduced, bucket.grads, ReduceOp::Avg);
+  } else {
+    flight.reduction =
+        bucket.group->ireduce_scatter(bucket.grad_shard, bucket.grads, ReduceOp::Avg);
+  }
+}
+
+void GradientReduction::progress() {
+  for (size_t b : launch_order_) {
+    if (in_flight_[b].reduction.valid()) in_flight_[b].reduction.is_completed();
+  }
+}
+
+void GradientReduction::wait(size_t b) {
+  Bucket& bucket = buckets_.buckets()[b];
+  InFlight& flight = in_flight_[b];
+  if (flight.reduction.valid()) flight.reduction.wait();
+  flight.reduction = Work();
+  if (flight.reduced.defined()) {
+    bucket.grad_shard.copy_(flight.reduced);
+    flight.reduced = at::Tensor();
+  }
+  if (buckets_.zero_stage() >= 2) {
+    if (bucket.group->size() == 1) bucket.grad_shard.copy_(bucket.grads);
+    free_storage(bucket.grads);
+  }
+}
+
+void GradientReduction::finish() {
+  at::NoGradGuard no_grad;
+  // Buckets whose units were never reported complete (none on a well-formed schedule).
+  for (size_t b = 0; b < in_flight_.size(); ++b) {
+    if (!in_flight_[b].launched) launch(b, /*during_backward=*/false);
+  }
+  for (size_t b : launch_order_) wait(b);
+  sum_partial_gradients();
+}
+
+void GradientReduction::sum_partial_gradients() {
+  // Sums the reduction over dp does not cover (they commute with the dp average, so they
+  // run on the own shards): parameters replicated over tp whose gradient each tp rank holds
+  // only part of (norms under sequence parallelism, replicated kv heads), and the tied
+  // embedding's copies on the first and last pipeline stage. tp ranks hold the same buckets,
+  // and the tied embedding has a bucket of its own, so the shards line up.
+  auto& buckets = buckets_.buckets();
+  if (mesh_.tp().size() > 1) {
+    std::vector<at::Tensor> pieces;
+    for (const Segment& segment : buckets_.segments()) {
+      if (!segment.parameter->tp_partial_grad) continue;
+      pieces.push_back(buckets[segment.bucket].grad_shard.narrow(0, segment.start, segment.length));
+    }
+    if (!pieces.empty()) {
+      at::Tensor flat = at::cat(pieces);
+      mesh_.tp().all_reduce(flat, ReduceOp::Sum);
+      int64_t offset = 0;
+      for (auto& piece : pieces) {
+        piece.copy_(flat.narrow(0, offset, piece.numel()));
+        offset += piece.numel();
+      }
+    }
+  }
+  if (tied_ != nullptr) {
+    for (Bucket& bucket : buckets) {
+      if (bucket.pp_tied) tied_->all_reduce(bucket.grad_shard, ReduceOp::Sum);
+    }
+  }
+  // Expert weights: an expert's local gradient already sums the losses of every ep rank whose
+  // tokens it processed (each a dp rank's mean), so the average over expert_dp counts each dp
+  // rank once but divides by dp / ep: the dp mean is that average / ep.
+  const int64_t ep = mesh_.shape().ep;
+  if (ep > 1) {
+    for (Bucket& bucket : buckets) {
+      if (bucket.group == &mesh_.expert_dp()) bucket.grad_shard.div_(static_cast<double>(ep));
+    }
+  }
+}
+
+}  // namespace strata

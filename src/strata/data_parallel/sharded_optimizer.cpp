@@ -1,0 +1,129 @@
+// Global norm, clipping and AdamW on the own shards; the gather after the update.
+#include "strata/data_parallel/sharded_optimizer.h"
+
+#include <ATen/core/grad_mode.h>
+
+#include <algorithm>
+#include <cmath>
+
+namespace strata {
+
+ShardedOptimizer::ShardedOptimizer(FlatBuckets& buckets, Mesh& mesh, const TrainConfig& config)
+    : buckets_(buckets), mesh_(mesh) {
+  for (const Bucket& bucket : buckets_.buckets()) {
+    shards_.push_back({at::zeros({bucket.shard_numel()}, bucket.grad_shard.options()),
+                       at::zeros({bucket.shard_numel()}, bucket.grad_shard.options())});
+  }
+  std::vector<AdamW::Slot> slots;
+  for (const Segment& segment : buckets_.segments()) {
+    const Bucket& bucket = buckets_.buckets()[segment.bucket];
+    const FullMoments& moments = shards_[segment.bucket];
+    auto piece = [&](const at::Tensor& shard) {
+      return shard.narrow(0, segment.start, segment.length);
+    };
+    slots.push_back({piece(bucket.param_shard), piece(bucket.grad_shard), piece(moments.exp_avg),
+                     piece(moments.exp_avg_sq), segment.parameter->weight_decay});
+  }
+  adamw_ = std::make_unique<AdamW>(std::move(slots), config);
+}
+
+double ShardedOptimizer::clip_gradients(double max_norm) {
+  at::NoGradGuard no_grad;
+  // Each parameter counted once: pieces split over tp each add their part, replicas over tp
+  // only on tp rank 0, the tied embedding only on the first stage; over the data-parallel
+  // group the shards add up (stage >= 1) or are identical replicas (stage 0).
+  const bool tp_first = mesh_.coords().tp == 0;
+  const auto& groups = buckets_.groups();
+  std::vector<at::Tensor> sums;
+  for (size_t g = 0; g < groups.size(); ++g) sums.push_back(at::zeros({1}, at::kDouble));
+  auto& buckets = buckets_.buckets();
+  for (const Segment& segment : buckets_.segments()) {
+    const Parameter& parameter = *segment.parameter;
+    if (parameter.pp_tied && !mesh_.pp_is_first_stage()) continue;
+    if (!parameter.spec.is_split_over(ShardAxis::Tp) && !tp_first) continue;
+    const Bucket& bucket = buckets[segment.bucket];
+    const size_t g =
+        static_cast<size_t>(std::find(groups.begin(), groups.end(), bucket.group) - groups.begin());
+    const double norm =
+        bucket.grad_shard.narrow(0, segment.start, segment.length).norm().item<double>();
+    sums[g] += norm * norm;
+  }
+  at::Tensor sum_squares = at::zeros({1}, at::kDouble);
+  for (size_t g = 0; g < groups.size(); ++g) {
+    if (buckets_.zero_stage() >= 1) groups[g]->all_reduce(sums[g], ReduceOp::Sum);
+    // Expert weights are split over ep: each ep rank adds its experts.
+    if (groups[g] == &mesh_.expert_dp()) mesh_.ep().all_reduce(sums[g], ReduceOp::Sum);
+    sum_squares += sums[g];
+  }
+  mesh_.tp().all_reduce(sum_squares, ReduceOp::Sum);
+  mesh_.pp().all_reduce(sum_squares, ReduceOp::Sum);
+  const double norm = std::sqrt(sum_squares.item<double>());
+  if (max_norm > 0 && norm > max_norm) {
+    const double scale = max_norm / (norm + 1e-6);
+    for (Bucket& bucket : buckets) bucket.grad_shard.mul_(scale);
+  }
+  return norm;
+}
+
+void ShardedOptimizer::step(double lr) {
+  adamw_->step(lr);
+  // Stage 0: every rank updated everything. Stage 3: units are gathered before their next use.
+  const int64_t stage = buckets_.zero_stage();
+  if (stage != 1 && stage != 2) return;
+  at::NoGradGuard no_grad;
+  std::vector<Work> gathers;
+  std::vector<at::Tensor> sources;  // MPI wants distinct buffers
+  for (Bucket& bucket : buckets_.buckets()) {
+    if (bucket.group->size() == 1) continue;
+    sources.push_back(bucket.param_shard.clone());
+    gathers.push_back(bucket.group->iall_gather(bucket.params, sources.back()));
+  }
+  for (Work& gather : gathers) gather.wait();
+}
+
+int64_t ShardedOptimizer::state_bytes() const {
+  int64_t bytes = 0;
+  for (const FullMoments& moments : shards_) {
+    bytes += storage_bytes(moments.exp_avg) + storage_bytes(moments.exp_avg_sq);
+  }
+  return bytes;
+}
+
+const std::vector<ShardedOptimizer::FullMoments>& ShardedOptimizer::begin_full_moments(
+    bool for_load) {
+  at::NoGradGuard no_grad;
+  full_.clear();
+  const auto& buckets = buckets_.buckets();
+  for (size_t b = 0; b < buckets.size(); ++b) {
+    const Bucket& bucket = buckets[b];
+    const FullMoments& own = shards_[b];
+    if (bucket.shards == 1) {  // the own shard is the whole bucket
+      full_.push_back(own);
+      continue;
+    }
+    FullMoments full{at::empty({bucket.numel}, own.exp_avg.options()),
+                     at::empty({bucket.numel}, own.exp_avg.options())};
+    if (!for_load) {
+      bucket.group->all_gather(full.exp_avg, own.exp_avg);
+      bucket.group->all_gather(full.exp_avg_sq, own.exp_avg_sq);
+    }
+    full_.push_back(std::move(full));
+  }
+  return full_;
+}
+
+void ShardedOptimizer::end_full_moments(bool loaded) {
+  at::NoGradGuard no_grad;
+  const auto& buckets = buckets_.buckets();
+  for (size_t b = 0; b < buckets.size(); ++b) {
+    const Bucket& bucket = buckets[b];
+    if (loaded && bucket.shards > 1) {
+      const int64_t start = bucket.shard_start(), length = bucket.shard_numel();
+      shards_[b].exp_avg.copy_(full_[b].exp_avg.narrow(0, start, length));
+      shards_[b].exp_avg_sq.copy_(full_[b].exp_avg_sq.narrow(0, start, length));
+    }
+  }
+  full_.clear();
+}
+
+}  // namespace strata
