@@ -1,0 +1,58 @@
+// Causal attention computed tile by tile with an online softmax (FlashAttention-2, Dao 2023,
+// arXiv 2307.08691), on ATen: the T x T scores are never held. The forward keeps the output
+// and one log-sum-exp per query row; the backward recomputes each tile's probabilities from
+// them. Work is split over (batch, head, query tile) with at::parallel_for; inside a task
+// every tile product runs on one thread.
+//
+// Shapes: q (B, H, Tq, D); k and v (B, K, Tk, D) with K dividing H: query head h reads
+// key/value head h / (H / K) (grouped-query attention, no copies). Positions are absolute:
+// query row i sits at positions.query + i, key j at positions.key + j, and a query sees the
+// keys at positions up to its own. The default places the queries at the end of the keys
+// (training: Tq = Tk; decoding: new queries after a cache).
+//
+// Precision: float64 in, float64 throughout; float32, bfloat16 and float16 in, float32
+// accumulation (tiles are read in float32), output in the input's dtype.
+#pragma once
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <optional>
+
+namespace strata {
+
+struct AttentionPositions {
+  int64_t query = 0;  // position of query row 0
+  int64_t key = 0;    // position of key row 0
+};
+
+struct AttentionForward {
+  at::Tensor out;  // (B, H, Tq, D), q's dtype
+  at::Tensor lse;  // (B, H, Tq) log-sum-exp of each row's scaled scores (float32, or float64
+                   // for float64 inputs); -inf for a row that sees no key (its out row is 0)
+};
+
+// Tiles: a 64-row query tile against 256-row key/value tiles. With D <= 128 a task touches
+// ~64 KiB of scores and <= 160 KiB of q, k, v tiles: within a core's L2 (1-2 MiB).
+constexpr int64_t kAttentionQueryTile = 64;
+constexpr int64_t kAttentionKeyTile = 256;
+
+// No autograd: the pieces ring context parallelism merges by their log-sum-exp.
+AttentionForward blockwise_attention_forward(const at::Tensor& q, const at::Tensor& k,
+                                             const at::Tensor& v, double scale,
+                                             std::optional<AttentionPositions> positions = {});
+
+struct AttentionGradients {
+  at::Tensor dq, dk, dv;  // shaped and typed as q, k, v
+};
+// Gradients from the forward's out and lse, recomputing the probabilities tile by tile.
+AttentionGradients blockwise_attention_backward(const at::Tensor& dout, const at::Tensor& q,
+                                                const at::Tensor& k, const at::Tensor& v,
+                                                const at::Tensor& out, const at::Tensor& lse,
+                                                double scale,
+                                                std::optional<AttentionPositions> positions = {});
+
+// softmax(q k^T * scale, causal) v, differentiable with respect to q, k and v.
+at::Tensor blockwise_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                               double scale, std::optional<AttentionPositions> positions = {});
+
+}  // namespace strata
