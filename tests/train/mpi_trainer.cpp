@@ -18,7 +18,7 @@ const testing::TempDir& log_dir() {
   return dir;
 }
 
-Config tiny_run(const std::string& source, int64_t steps) {
+Config tiny_run(DataSource source, int64_t steps) {
   Config config;
   config.model.vocab_size = 256;
   config.model.d_model = 32;
@@ -50,7 +50,7 @@ TrainResult train_on(Comm& comm, Config config) {
 
 TEST(Trainer, LossFallsOnEnglishCorpus) {
   Comm world = Comm::world(120);
-  Config config = tiny_run("corpus", 40);
+  Config config = tiny_run(DataSource::corpus, 40);
   config.train.eval_every = 40;
   TrainResult result = train_on(world, config);
   ASSERT_EQ(result.losses.size(), 40u);
@@ -64,7 +64,7 @@ TEST(Trainer, LossFallsOnEnglishCorpus) {
 
 TEST(Trainer, DataParallelEqualsSingleRank) {
   Comm world = Comm::world(120);
-  Config config = tiny_run("synthetic", 20);
+  Config config = tiny_run(DataSource::synthetic, 20);
   Comm self = world.split(world.rank(), 0, "self");
   TrainResult reference = train_on(self, config);
   TrainResult parallel = train_on(world, config);
@@ -79,7 +79,7 @@ TEST(Trainer, ResumeIsBitIdentical) {
   Comm world = Comm::world(120);
   testing::TempDir local("strata-resume");
   const std::string dir = testing::rank0_path(world, local.path());
-  Config config = tiny_run("synthetic", 8);
+  Config config = tiny_run(DataSource::synthetic, 8);
   TrainResult uninterrupted = train_on(world, config);
 
   config.checkpoint.dir = dir + "/ckpt";

@@ -106,7 +106,6 @@ void check_moe(const ModelConfig& model, Problems& problems) {
                    " (0 = dropless)");
   require_at_least(problems, "model.moe.aux_loss_coef", moe.aux_loss_coef, 0.0);
   require_at_least(problems, "model.moe.z_loss_coef", moe.z_loss_coef, 0.0);
-  require_one_of(problems, "model.moe.activation", moe.activation, {"gelu", "swiglu"});
 }
 
 void check_model(const ModelConfig& model, Problems& problems) {
@@ -118,9 +117,6 @@ void check_model(const ModelConfig& model, Problems& problems) {
                             " (0 means the same as model.n_heads)");
   require_at_least<int64_t>(problems, "model.d_ff", model.d_ff, 0, " (0 means 4 * model.d_model)");
   require_at_least<int64_t>(problems, "model.seq_len", model.seq_len, 2);
-  require_one_of(problems, "model.pos", model.pos, {"learned", "rope"});
-  require_one_of(problems, "model.norm", model.norm, {"layernorm", "rmsnorm"});
-  require_one_of(problems, "model.activation", model.activation, {"gelu", "swiglu"});
   require_positive(problems, "model.init_std", model.init_std);
   require_positive(problems, "model.norm_eps", model.norm_eps);
   require_positive(problems, "model.rope_theta", model.rope_theta);
@@ -129,7 +125,7 @@ void check_model(const ModelConfig& model, Problems& problems) {
     if (model.d_model % model.n_heads != 0) {
       problems.push_back(str("model.d_model (", model.d_model,
                              ") must be divisible by model.n_heads (", model.n_heads, ")"));
-    } else if (model.pos == "rope" && model.head_dim() % 2 != 0) {
+    } else if (model.pos == PositionEncoding::rope && model.head_dim() % 2 != 0) {
       problems.push_back(str("model.pos = \"rope\" needs an even head dimension (d_model / ",
                              "n_heads = ", model.d_model, " / ", model.n_heads, " = ",
                              model.head_dim(), ")"));
@@ -168,15 +164,13 @@ void check_train(const TrainConfig& train, Problems& problems) {
   }
   require_at_least<int64_t>(problems, "train.eval_every", train.eval_every, 0, " (0 = never)");
   require_at_least<int64_t>(problems, "train.eval_batches", train.eval_batches, 1);
-  require_one_of(problems, "train.dtype", train.dtype, {"float32", "float64"});
   require_at_least<int64_t>(problems, "train.threads", train.threads, 0,
                             " (0 = cores / ranks on this machine)");
 }
 
 void check_data(const Config& config, Problems& problems) {
   const DataConfig& data = config.data;
-  require_one_of(problems, "data.source", data.source, {"corpus", "synthetic", "shards"});
-  if (data.source == "shards" && data.path.empty()) {
+  if (data.source == DataSource::shards && data.path.empty()) {
     problems.push_back("data.source = \"shards\" needs data.path (the directory of token shards)");
   }
   if (data.tokenizer.empty()) problems.push_back("data.tokenizer must not be empty");
@@ -223,8 +217,6 @@ void check_layout(Config& config, int64_t world_size, Problems& problems) {
   if (parallel.zero < 0 || parallel.zero > 3) {
     problems.push_back(str("parallel.zero (", parallel.zero, ") must be 0, 1, 2 or 3"));
   }
-  require_one_of(problems, "parallel.pp_schedule", parallel.pp_schedule,
-                 {"gpipe", "1f1b", "interleaved-1f1b", "zb-h1"});
   require_at_least<int64_t>(problems, "parallel.microbatches", parallel.microbatches, 0,
                             " (0 = derived from the batch sizes)");
   require_positive(problems, "parallel.comm_timeout_s", parallel.comm_timeout_s);
@@ -258,7 +250,7 @@ void check_layout(Config& config, int64_t world_size, Problems& problems) {
                            parallel.vpp, " = ", parallel.pp * parallel.vpp,
                            ": every pipeline chunk needs a layer"));
   }
-  const bool interleaved = parallel.pp_schedule == "interleaved-1f1b";
+  const bool interleaved = parallel.pp_schedule == PipelineSchedule::interleaved_one_f_one_b;
   if (parallel.vpp > 1 && !interleaved) {
     problems.push_back(str("parallel.vpp (", parallel.vpp,
                            ") > 1 needs parallel.pp_schedule = \"interleaved-1f1b\""));
@@ -376,7 +368,7 @@ void check_auto(const Config& config, Problems& problems) {
   if (parallel.vpp != unset.vpp) given.push_back(str("parallel.vpp = ", parallel.vpp));
   if (parallel.sequence_parallel) given.push_back("parallel.sequence_parallel = true");
   if (parallel.pp_schedule != unset.pp_schedule) {
-    given.push_back(str("parallel.pp_schedule = \"", parallel.pp_schedule, "\""));
+    given.push_back(str("parallel.pp_schedule = ", quote(name_of(parallel.pp_schedule))));
   }
   if (parallel.microbatches != unset.microbatches) {
     given.push_back(str("parallel.microbatches = ", parallel.microbatches));

@@ -35,8 +35,9 @@ Recompute parse_recompute(const std::string& value) {
   throw UserError(str("--layout: recompute=", value, " must be none, selective or full"));
 }
 
-bool is_schedule_name(const std::string& name) {
-  return name == "gpipe" || name == "1f1b" || name == "interleaved-1f1b" || name == "zb-h1";
+// What resolve_layout chooses for a pipeline with no schedule given.
+PipelineSchedule default_schedule(const PlanLayout& layout) {
+  return layout.vpp > 1 ? PipelineSchedule::interleaved_one_f_one_b : PipelineSchedule::one_f_one_b;
 }
 
 }  // namespace
@@ -75,9 +76,9 @@ PlanLayout parse_layout(const std::string& text) {
     } else if (key == "sequence_parallel") {
       layout.sequence_parallel = parse_bool(key, value);
     } else if (key == "schedule") {
-      STRATA_REQUIRE(is_schedule_name(value), "--layout: schedule=", value,
-                     " must be gpipe, 1f1b, interleaved-1f1b or zb-h1");
-      layout.schedule = value;
+      layout.schedule = parse_choice<PipelineSchedule>(value);
+      STRATA_REQUIRE(layout.schedule, "--layout: schedule=", value, " must be ",
+                     spellings_joined<PipelineSchedule>());
     } else {
       throw UserError(str("--layout: unknown key '", key, "'; the keys are ", kLayoutKeys));
     }
@@ -91,11 +92,16 @@ PlanLayout resolve_layout(PlanLayout layout, int64_t devices) {
     layout.dp = devices / model_parallel;
   }
   if (layout.pp == 1) {
-    layout.schedule = "none";
-  } else if (layout.schedule.empty()) {
-    layout.schedule = layout.vpp > 1 ? "interleaved-1f1b" : "1f1b";
+    layout.schedule.reset();
+  } else if (!layout.schedule) {
+    layout.schedule = default_schedule(layout);
   }
   return layout;
+}
+
+std::string schedule_label(const PlanLayout& layout) {
+  if (layout.schedule) return name_of(*layout.schedule);
+  return layout.pp == 1 ? "none" : name_of(default_schedule(layout));
 }
 
 std::string layout_to_string(const PlanLayout& layout) {
@@ -103,7 +109,7 @@ std::string layout_to_string(const PlanLayout& layout) {
              " ep=", layout.ep, " vpp=", layout.vpp, " zero=", layout.zero,
              " micro_batch=", layout.micro_batch, " recompute=", recompute_name(layout.recompute),
              " sequence_parallel=", layout.sequence_parallel ? "true" : "false",
-             " schedule=", layout.schedule.empty() ? "1f1b" : layout.schedule);
+             " schedule=", schedule_label(layout));
 }
 
 nlohmann::json layout_to_json(const PlanLayout& layout, int64_t microbatches) {
@@ -118,7 +124,7 @@ nlohmann::json layout_to_json(const PlanLayout& layout, int64_t microbatches) {
           {"microbatches", microbatches},
           {"recompute", recompute_name(layout.recompute)},
           {"sequence_parallel", layout.sequence_parallel},
-          {"schedule", layout.schedule}};
+          {"schedule", schedule_label(layout)}};
 }
 
 std::vector<std::string> layout_problems(const TransformerSpec& model, const PlanLayout& layout,
@@ -170,11 +176,11 @@ std::vector<std::string> layout_problems(const TransformerSpec& model, const Pla
                            " exceeds the model's ", model.layers,
                            " layers: every pipeline chunk needs a layer"));
   }
-  const std::string& schedule = layout.schedule;
-  if (layout.pp > 1 && layout.vpp > 1 && schedule != "interleaved-1f1b") {
+  const bool interleaved = layout.schedule == PipelineSchedule::interleaved_one_f_one_b;
+  if (layout.pp > 1 && layout.vpp > 1 && !interleaved) {
     problems.push_back(str("vpp (", layout.vpp, ") > 1 needs schedule=interleaved-1f1b"));
   }
-  if (schedule == "interleaved-1f1b" && layout.vpp < 2) {
+  if (interleaved && layout.vpp < 2) {
     problems.push_back("schedule=interleaved-1f1b needs vpp >= 2 (model chunks per stage)");
   }
   if (layout.pp == 1 && layout.vpp > 1) {
@@ -200,7 +206,7 @@ std::vector<std::string> layout_problems(const TransformerSpec& model, const Pla
                            ") must be divisible by dp*micro_batch = ", layout.dp, "*",
                            layout.micro_batch, " = ", layout.dp * layout.micro_batch,
                            "; change --global-batch or micro_batch"));
-  } else if (layout.dp >= 1 && schedule == "interleaved-1f1b" &&
+  } else if (layout.dp >= 1 && interleaved &&
              microbatches_of(layout, global_batch) % layout.pp != 0) {
     problems.push_back(str("schedule=interleaved-1f1b needs the microbatches (",
                            microbatches_of(layout, global_batch), ") to be a multiple of pp (",

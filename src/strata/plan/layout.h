@@ -5,6 +5,7 @@
 #pragma once
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -23,9 +24,9 @@ struct PlanLayout {
   int64_t micro_batch = 1;
   Recompute recompute = Recompute::none;
   bool sequence_parallel = false;
-  // "gpipe", "1f1b", "interleaved-1f1b" or "zb-h1"; "" = 1f1b, or interleaved-1f1b when
-  // vpp > 1. Irrelevant (and reported as "none") without pipeline parallelism.
-  std::string schedule;
+  // Unset: 1f1b, or interleaved-1f1b when vpp > 1 (resolve_layout sets it). Irrelevant, and
+  // left unset (printed "none"), without pipeline parallelism.
+  std::optional<PipelineSchedule> schedule;
 };
 
 // "tp=2,pp=4,dp=8,cp=1,ep=1,vpp=1,zero=1,micro_batch=2,recompute=selective,
@@ -39,6 +40,8 @@ PlanLayout resolve_layout(PlanLayout layout, int64_t devices);
 // "tp=2 pp=4 dp=8 cp=1 ep=1 vpp=1 zero=1 micro_batch=2 recompute=selective
 //  sequence_parallel=true schedule=1f1b", the form --layout accepts with spaces for commas.
 std::string layout_to_string(const PlanLayout& layout);
+// The schedule as printed: its spelling, "none" without a pipeline.
+std::string schedule_label(const PlanLayout& layout);
 nlohmann::json layout_to_json(const PlanLayout& layout, int64_t microbatches);
 
 // Every reason the layout cannot run this model on `devices` devices with `global_batch`

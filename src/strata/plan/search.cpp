@@ -9,6 +9,7 @@
 #include <cmath>
 #include <iomanip>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <tuple>
 
@@ -68,14 +69,16 @@ std::vector<PlanLayout> enumerate_layouts(const PlanInputs& inputs, const Search
         if (pp > spec.layers) continue;
         const int64_t dp = devices / (tp * cp * pp);
         if (inputs.global_batch % dp != 0) continue;
-        std::vector<std::pair<std::string, int64_t>> schedules;  // (schedule, vpp)
+        std::vector<std::pair<std::optional<PipelineSchedule>, int64_t>> schedules;  // with vpp
         if (pp == 1) {
-          schedules.push_back({"none", 1});
+          schedules.push_back({std::nullopt, 1});
         } else {
-          schedules.push_back({"1f1b", 1});
-          schedules.push_back({"zb-h1", 1});
+          schedules.push_back({PipelineSchedule::one_f_one_b, 1});
+          schedules.push_back({PipelineSchedule::zb_h1, 1});
           for (int64_t vpp = 2; vpp <= kMaxVirtualStages; ++vpp) {
-            if (spec.layers % (pp * vpp) == 0) schedules.push_back({"interleaved-1f1b", vpp});
+            if (spec.layers % (pp * vpp) == 0) {
+              schedules.push_back({PipelineSchedule::interleaved_one_f_one_b, vpp});
+            }
           }
         }
         const std::vector<int64_t> eps =
@@ -86,7 +89,9 @@ std::vector<PlanLayout> enumerate_layouts(const PlanInputs& inputs, const Search
             if (micro_batch > kMaxMicroBatch) break;
             const int64_t microbatches = inputs.global_batch / (dp * micro_batch);
             for (const auto& [schedule, vpp] : schedules) {
-              if (schedule == "interleaved-1f1b" && microbatches % pp != 0) continue;
+              if (schedule == PipelineSchedule::interleaved_one_f_one_b && microbatches % pp != 0) {
+                continue;
+              }
               for (bool sp : {false, true}) {
                 if (sp && (tp == 1 || spec.seq % (tp * cp) != 0)) continue;
                 for (Recompute recompute :
@@ -303,7 +308,7 @@ Config with_layout(Config config, const PlanLayout& layout) {
   parallel.zero = layout.zero;
   parallel.sequence_parallel = layout.sequence_parallel;
   parallel.vpp = layout.vpp;
-  if (layout.pp > 1) parallel.pp_schedule = layout.schedule;
+  if (layout.schedule) parallel.pp_schedule = *layout.schedule;
   parallel.microbatches = 0;
   config.train.micro_batch = layout.micro_batch;
   return config;
@@ -326,7 +331,7 @@ AutoLayout choose_layout(const Config& config, int64_t world, const ClusterProfi
   }
   PlanInputs inputs = plan_inputs(transformer_of(config.model), ranks, config.train.global_batch);
   // The runtime trains in train.dtype whatever the profile's device would use.
-  inputs.precision = config.train.dtype == "float64" ? Precision::fp64 : Precision::fp32;
+  inputs.precision = config.train.dtype == DType::float64 ? Precision::fp64 : Precision::fp32;
 
   SearchOptions options;
   options.top = 2;

@@ -50,10 +50,10 @@ TransformerSpec transformer_of(const ModelConfig& model) {
   spec.ffn = model.ff_dim();
   spec.vocab = model.vocab_size;
   spec.seq = model.seq_len;
-  spec.gated_mlp = model.activation == "swiglu";
-  spec.norm_bias = model.norm == "layernorm";
+  spec.gated_mlp = model.activation == Activation::swiglu;
+  spec.norm_bias = model.norm == Norm::layernorm;
   spec.linear_biases = false;
-  spec.learned_positions = model.pos == "learned";
+  spec.learned_positions = model.pos == PositionEncoding::learned;
   spec.tied_embeddings = model.tie_embeddings;
   spec.dropout = false;
   const MoeConfig& moe = model.moe;

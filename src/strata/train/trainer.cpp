@@ -90,7 +90,7 @@ void check_runnable(const Config& validated) {
 Trainer::Trainer(const Config& config, Mesh& mesh)
     : config_(config),
       mesh_(mesh),
-      dtype_(config.train.dtype == "float64" ? at::kDouble : at::kFloat) {
+      dtype_(config.train.dtype == DType::float64 ? at::kDouble : at::kFloat) {
   install_memory_tracker();
   const ModelConfig& model = config_.model;
   const int64_t p = mesh_.shape().pp, v = config_.parallel.vpp, stages = p * v;
