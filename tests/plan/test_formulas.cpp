@@ -87,8 +87,8 @@ TEST(GptFormulas, LayerFlopsSplitIntoForwardInputGradAndWeightGrad) {
   EXPECT_DOUBLE_EQ(flops.total(), 3 * flops.forward);
 }
 
-// strata's models for the planner-against-runtime checks: dense GELU and SwiGLU, and a mixture
-// of experts.
+// strata's models for the planner-against-runtime checks: dense GELU and SwiGLU, and mixtures
+// of experts whose experts' activation (model.moe.activation) differs from the dense MLP's.
 struct StrataModel {
   const char* name;
   Activation activation;
@@ -99,6 +99,8 @@ const StrataModel kStrataModels[] = {
     {"gelu", Activation::gelu, 0, Activation::gelu},
     {"swiglu", Activation::swiglu, 0, Activation::gelu},
     {"moe gelu", Activation::gelu, 4, Activation::gelu},
+    {"moe gelu, swiglu experts", Activation::gelu, 4, Activation::swiglu},
+    {"moe swiglu, gelu experts", Activation::swiglu, 4, Activation::gelu},
 };
 
 ModelConfig strata_model(const StrataModel& m) {
@@ -128,6 +130,19 @@ TEST(GptFormulas, StrataModelFlopsEqualTheTrainersCount) {
     EXPECT_LT(relative_difference(model_flops_per_step(spec, 3) / (3.0 * 256),
                                   training_flops_per_token(model)),
               1e-12)
+        << m.name;
+  }
+}
+
+TEST(GptFormulas, StrataParameterCountsEqualTheRuntimeModels) {
+  for (const StrataModel& m : kStrataModels) {
+    ModelConfig model = strata_model(m);
+    model.d_model = 64;  // small enough to build
+    model.d_ff = 176;
+    model.seq_len = 32;
+    const GPT gpt(model, 1, at::kFloat);
+    EXPECT_EQ(parameter_counts(transformer_of(model)).total,
+              static_cast<double>(gpt.num_parameters()))
         << m.name;
   }
 }

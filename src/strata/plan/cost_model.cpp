@@ -78,7 +78,7 @@ ElementwiseSeconds layer_elementwise_forward(const TransformerSpec& spec, const 
   const double width =
       moe_layer ? static_cast<double>(spec.expert_width()) : static_cast<double>(spec.ffn);
   const double tokens = moe_layer ? n * expert_token_factor(spec.moe) : n;
-  kernels += (spec.gated_mlp ? kSwigluPasses : kGeluPasses) * e * tokens * width / t;
+  kernels += (spec.mlp_gated(moe_layer) ? kSwigluPasses : kGeluPasses) * e * tokens * width / t;
   ElementwiseSeconds seconds;
   seconds.scores = (kScoreScaleMaskPasses + (spec.dropout ? kDropoutPasses : 0)) * e * scores / M +
                    kSoftmaxPasses * e * scores / E;
