@@ -1,7 +1,8 @@
 // A parallel layout as the planner sees it: the mesh sizes of config.h's ParallelConfig plus
 // the choices that change memory and time but not the mesh (microbatch size, recomputation,
 // ZeRO stage, schedule). Parsed from `--layout tp=2,pp=4,...`, checked against a model, a
-// cluster and a batch with messages that say what to change.
+// cluster and a batch by the layout rules (core/layout_rules.h) with messages that say what to
+// change, plus what the cost model cannot predict.
 #pragma once
 #include <cstdint>
 #include <nlohmann/json.hpp>
@@ -9,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "strata/core/layout_rules.h"
 #include "strata/plan/transformer.h"
 
 namespace strata {
@@ -44,9 +46,14 @@ std::string layout_to_string(const PlanLayout& layout);
 std::string schedule_label(const PlanLayout& layout);
 nlohmann::json layout_to_json(const PlanLayout& layout, int64_t microbatches);
 
+// The layout and the model as the layout rules take them.
+LayoutSizes layout_sizes_of(const PlanLayout& layout);
+LayoutModelShape layout_model_shape_of(const TransformerSpec& model);
+
 // Every reason the layout cannot run this model on `devices` devices with `global_batch`
-// sequences per step, each saying what to change; empty when it can. The layout must be
-// resolved (resolve_layout).
+// sequences per step (the layout rules, named as --layout names them), and every part of it
+// the cost model cannot predict, each saying what to change; empty when it can. The layout
+// must be resolved (resolve_layout).
 std::vector<std::string> layout_problems(const TransformerSpec& model, const PlanLayout& layout,
                                          int64_t devices, int64_t global_batch);
 

@@ -54,27 +54,41 @@ std::string seconds_text(double seconds) {
   return out.str();
 }
 
-// Every valid layout of the search space, resolved.
+// Every valid layout of the search space, resolved. The space is the divisors of the cluster
+// (so the sizes fill it) and the choices below; the layout rules (core/layout_rules.h) decide
+// which of them are valid.
 std::vector<PlanLayout> enumerate_layouts(const PlanInputs& inputs, const SearchOptions& options) {
   const TransformerSpec& spec = inputs.model;
+  const LayoutModelShape model_shape = layout_model_shape_of(spec);
   const int64_t devices = inputs.cluster.devices();
   const int64_t node = inputs.cluster.devices_per_node;
+  auto valid = [&](const PlanLayout& layout) {
+    return layout_is_valid(layout_sizes_of(layout), model_shape, devices, inputs.global_batch);
+  };
   std::vector<PlanLayout> out;
   for (int64_t tp : divisors(devices)) {
     if (!options.allow_tp_across_nodes && (tp > node || node % tp != 0)) continue;
-    if (spec.heads % tp != 0 || spec.ffn % tp != 0) continue;
     for (int64_t cp : divisors(devices / tp)) {
-      if (spec.seq % cp != 0 || (cp > 1 && spec.seq / cp < kMinTokensPerContextRank)) continue;
+      if (cp > 1 && spec.seq / cp < kMinTokensPerContextRank) continue;
       for (int64_t pp : divisors(devices / (tp * cp))) {
-        if (pp > spec.layers) continue;
         const int64_t dp = devices / (tp * cp * pp);
-        if (inputs.global_batch % dp != 0) continue;
+        // The sizes alone, everything else at its plainest (micro batch 1, no expert split,
+        // one chunk per stage, 1f1b, no sequence parallelism): a rule broken here is broken by
+        // every layout with these sizes.
+        PlanLayout sizes;
+        sizes.tp = tp;
+        sizes.pp = pp;
+        sizes.dp = dp;
+        sizes.cp = cp;
+        if (pp > 1) sizes.schedule = PipelineSchedule::one_f_one_b;
+        if (!valid(sizes)) continue;
         std::vector<std::pair<std::optional<PipelineSchedule>, int64_t>> schedules;  // with vpp
         if (pp == 1) {
           schedules.push_back({std::nullopt, 1});
         } else {
           schedules.push_back({PipelineSchedule::one_f_one_b, 1});
           schedules.push_back({PipelineSchedule::zb_h1, 1});
+          // Interleaving only with chunks of equal layers.
           for (int64_t vpp = 2; vpp <= kMaxVirtualStages; ++vpp) {
             if (spec.layers % (pp * vpp) == 0) {
               schedules.push_back({PipelineSchedule::interleaved_one_f_one_b, vpp});
@@ -84,18 +98,14 @@ std::vector<PlanLayout> enumerate_layouts(const PlanInputs& inputs, const Search
         const std::vector<int64_t> eps =
             spec.moe.enabled() ? divisors(dp * cp) : std::vector<int64_t>{1};
         for (int64_t ep : eps) {
-          if (spec.moe.enabled() && spec.moe.experts % ep != 0) continue;
           for (int64_t micro_batch : divisors(inputs.global_batch / dp)) {
             if (micro_batch > kMaxMicroBatch) break;
-            const int64_t microbatches = inputs.global_batch / (dp * micro_batch);
             for (const auto& [schedule, vpp] : schedules) {
-              if (schedule == PipelineSchedule::interleaved_one_f_one_b && microbatches % pp != 0) {
-                continue;
-              }
               for (bool sp : {false, true}) {
-                if (sp && (tp == 1 || spec.seq % (tp * cp) != 0)) continue;
                 for (Recompute recompute :
                      {Recompute::none, Recompute::selective, Recompute::full}) {
+                  // ZeRO shards over dp * cp (nothing to shard on one replica); ZeRO-3 with a
+                  // pipeline is not modelled (layout_problems).
                   const int64_t max_zero = dp * cp == 1 ? 0 : pp == 1 ? 3 : 2;
                   for (int64_t zero = 0; zero <= max_zero; ++zero) {
                     PlanLayout layout;
@@ -110,6 +120,7 @@ std::vector<PlanLayout> enumerate_layouts(const PlanInputs& inputs, const Search
                     layout.recompute = recompute;
                     layout.sequence_parallel = sp;
                     layout.schedule = schedule;
+                    if (!valid(layout)) continue;
                     if (options.allowed && !options.allowed(layout)) continue;
                     out.push_back(layout);
                   }
