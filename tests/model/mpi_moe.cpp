@@ -208,21 +208,16 @@ Config training_run(const Model& m) {
 }
 
 TrainResult train_with(Comm& world, Config config, const Layout& layout) {
-  MeshShape shape;
-  shape.tp = layout.tp;
-  shape.pp = layout.pp;
-  shape.dp = world.size() / (layout.tp * layout.pp);
-  shape.ep = layout.ep;
-  config.parallel.tp = shape.tp;
-  config.parallel.pp = shape.pp;
-  config.parallel.dp = shape.dp;
-  config.parallel.ep = shape.ep;
+  config.parallel.tp = layout.tp;
+  config.parallel.pp = layout.pp;
+  config.parallel.dp = world.size() / (layout.tp * layout.pp);
+  config.parallel.ep = layout.ep;
   config.parallel.sequence_parallel = layout.sequence_parallel;
   config.parallel.zero = layout.zero;
-  config.train.micro_batch = std::min<int64_t>(2, config.train.global_batch / shape.dp);
+  config.train.micro_batch = std::min<int64_t>(2, config.train.global_batch / config.parallel.dp);
   config.parallel.microbatches = 0;
   config = validate_config(config, world.size());
-  Mesh mesh(world, shape);
+  Mesh mesh(world, mesh_shape_of(config));
   Trainer trainer(config, mesh);
   return trainer.run();
 }
@@ -290,19 +285,15 @@ TEST(ExpertParallelCheckpoint, WrittenAtEpLoadsWithEveryExpertOnOneRank) {
   const std::string root = testing::rank0_path(world, owned ? owned->path() : "");
 
   const int64_t tp = world.size() == 4 ? 2 : 1;
-  MeshShape shape;
-  shape.tp = tp;
-  shape.dp = world.size() / tp;
-  shape.ep = 2;
   Config config = training_run({8, 2, 1.0, Activation::swiglu});
   config.train.steps = 3;
   config.checkpoint.dir = root + "/ckpt";
-  config.parallel.tp = shape.tp;
-  config.parallel.dp = shape.dp;
-  config.parallel.ep = shape.ep;
-  config.train.micro_batch = config.train.global_batch / shape.dp;
+  config.parallel.tp = tp;
+  config.parallel.dp = world.size() / tp;
+  config.parallel.ep = 2;
+  config.train.micro_batch = config.train.global_batch / config.parallel.dp;
   config = validate_config(config, world.size());
-  Mesh mesh(world, shape);
+  Mesh mesh(world, mesh_shape_of(config));
   Trainer trainer(config, mesh);
   const TrainResult result = trainer.run();
   world.barrier();

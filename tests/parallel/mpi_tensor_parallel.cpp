@@ -230,10 +230,7 @@ Outcome train_with(Comm& world, Config config, int64_t tp, bool sequence_paralle
   config.parallel.dp = world.size() / tp;
   config.parallel.sequence_parallel = sequence_parallel;
   config = validate_config(config, world.size());
-  MeshShape shape;
-  shape.tp = tp;
-  shape.dp = world.size() / tp;
-  Mesh mesh(world, shape);
+  Mesh mesh(world, mesh_shape_of(config));
   Trainer trainer(config, mesh);
   Outcome outcome{trainer.run()};
   double local_bytes = 0, global_bytes = 0;

@@ -49,11 +49,7 @@ TrainResult train_with(Comm& world, Config config, int64_t pp, int64_t tp,
   config.parallel.vpp = vpp;
   config = validate_config(config, world.size());
   check_runnable(config);
-  MeshShape shape;
-  shape.pp = pp;
-  shape.tp = tp;
-  shape.dp = config.parallel.dp;
-  Mesh mesh(world, shape);
+  Mesh mesh(world, mesh_shape_of(config));
   Trainer trainer(config, mesh);
   return trainer.run();
 }

@@ -1,6 +1,6 @@
 // End-to-end training on the real MPI transport: the loss falls on the real English corpus,
-// data parallelism equals the single-rank run, and a resumed run is bit-identical to an
-// uninterrupted one.
+// data parallelism equals the single-rank run, a resumed run is bit-identical to an
+// uninterrupted one, and a mesh that is not the config's layout is refused.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -41,9 +41,7 @@ Config tiny_run(DataSource source, int64_t steps) {
 TrainResult train_on(Comm& comm, Config config) {
   config.parallel.dp = -1;
   config = validate_config(config, comm.size());
-  MeshShape shape;
-  shape.dp = comm.size();
-  Mesh mesh(comm, shape);
+  Mesh mesh(comm, mesh_shape_of(config));
   Trainer trainer(config, mesh);
   return trainer.run();
 }
@@ -98,6 +96,26 @@ TEST(Trainer, ResumeIsBitIdentical) {
   ASSERT_EQ(resumed.losses.size(), 5u);
   for (size_t i = 0; i < resumed.losses.size(); ++i) {
     EXPECT_EQ(resumed.losses[i], uninterrupted.losses[3 + i]) << "step " << 4 + i;
+  }
+}
+
+// A mesh that is not the config's layout is refused before any work, saying both shapes.
+TEST(Trainer, RefusesAMeshThatIsNotTheConfigsLayout) {
+  Comm world = Comm::world(120);
+  Comm self = world.split(world.rank(), 0, "self");
+  Config config = tiny_run(DataSource::synthetic, 8);
+  config.parallel.dp = 2;
+  config = validate_config(config, 2);  // a layout for two ranks
+  Mesh mesh(self, MeshShape{});         // one rank
+  try {
+    Trainer trainer(config, mesh);
+    FAIL() << "no error";
+  } catch (const InternalError& error) {
+    const std::string message = error.what();
+    EXPECT_NE(message.find("the mesh PP(1)-DP(1)-CP(1)-TP(1) is not the config's layout "
+                           "PP(1)-DP(2)-CP(1)-TP(1)"),
+              std::string::npos)
+        << message;
   }
 }
 

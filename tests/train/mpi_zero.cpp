@@ -65,11 +65,7 @@ Outcome train_with(Comm& comm, Config config, const Layout& layout) {
   config.parallel.pp_schedule = layout.schedule;
   config = validate_config(config, comm.size());
   check_runnable(config);
-  MeshShape shape;
-  shape.dp = layout.dp;
-  shape.tp = layout.tp;
-  shape.pp = layout.pp;
-  Mesh mesh(comm, shape);
+  Mesh mesh(comm, mesh_shape_of(config));
   Trainer trainer(config, mesh);
   Outcome run{trainer.run()};
   for (const Parameter* parameter : trainer.parameters()) {
