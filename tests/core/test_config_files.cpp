@@ -52,7 +52,7 @@ TEST(ConfigFiles, TinyConfigIsTheSmallTestModel) {
   EXPECT_EQ(config.model.n_layers, 2);
   EXPECT_EQ(config.model.n_heads, 4);
   EXPECT_EQ(config.model.seq_len, 64);
-  EXPECT_EQ(config.data.source, "synthetic");
+  EXPECT_EQ(config.data.source, DataSource::synthetic);
   EXPECT_EQ(config.train.steps, 20);
 }
 

@@ -43,9 +43,16 @@ TEST(ConfigOverrides, Arrays) {
 }
 
 TEST(ConfigOverrides, Strings) {
-  EXPECT_EQ(with({"model.pos=\"rope\""}).model.pos, "rope");
-  EXPECT_EQ(with({"model.pos=rope"}).model.pos, "rope") << "bare strings for string keys";
-  EXPECT_EQ(with({"model.pos='rope'"}).model.pos, "rope");
+  EXPECT_EQ(with({"model.pos=\"rope\""}).model.pos, PositionEncoding::rope);
+  EXPECT_EQ(with({"model.pos=rope"}).model.pos, PositionEncoding::rope)
+      << "bare strings for enum keys";
+  EXPECT_EQ(with({"model.pos='rope'"}).model.pos, PositionEncoding::rope);
+  EXPECT_EQ(with({"parallel.pp_schedule=zb-h1"}).parallel.pp_schedule, PipelineSchedule::zb_h1);
+  EXPECT_CONTAINS(
+      override_error("model.pos=alibi"),
+      "model.pos must be \"learned\" or \"rope\", got \"alibi\" (--set model.pos=alibi)");
+  EXPECT_CONTAINS(override_error("model.pos=\"alibi\""),
+                  "model.pos must be \"learned\" or \"rope\", got \"alibi\"");
   EXPECT_EQ(with({"data.path=/data/my corpus.txt"}).data.path, "/data/my corpus.txt");
   EXPECT_EQ(with({"data.path=a=b"}).data.path, "a=b") << "only the first '=' splits";
   EXPECT_EQ(with({"data.path=\"tab\\there\""}).data.path, "tab\there");
@@ -77,8 +84,8 @@ TEST(ConfigOverrides, BadValuesAndSyntax) {
   EXPECT_CONTAINS(override_error("model.n_layers=two"),
                   "model.n_layers must be an integer, e.g. --set model.n_layers=2");
   EXPECT_CONTAINS(override_error("model.pos=\"rope"),
-                  "'\"rope' is not a TOML value; model.pos must be a string, e.g. --set "
-                  "model.pos=learned");
+                  "'\"rope' is not a TOML value; model.pos must be \"learned\" or \"rope\", e.g. "
+                  "--set model.pos=learned");
   EXPECT_CONTAINS(override_error("data.path='x"), "e.g. --set data.path=text");
   EXPECT_CONTAINS(override_error("train.lr="),
                   "--set train.lr=: missing value; train.lr must be a number");

@@ -25,12 +25,12 @@ TEST(ConfigParse, EmptyFileGivesTheDefaults) {
   const Config config = parse_config("", "run.toml");
   EXPECT_TRUE(config == Config{});
   EXPECT_EQ(config.model.vocab_size, 256);
-  EXPECT_EQ(config.model.pos, "learned");
+  EXPECT_EQ(config.model.pos, PositionEncoding::learned);
   EXPECT_EQ(config.parallel.dp, -1);
   EXPECT_EQ(config.parallel.microbatches, 0);
   EXPECT_EQ(config.train.lr, 3e-4);
   EXPECT_EQ(config.train.seed, 1234u);
-  EXPECT_EQ(config.data.source, "corpus");
+  EXPECT_EQ(config.data.source, DataSource::corpus);
   EXPECT_EQ(config.checkpoint.resume, "auto");
   EXPECT_EQ(config.log.progress, "auto");
 }
@@ -53,7 +53,7 @@ path = 'C:\corpus'    # literal string
 )",
                                      "run.toml");
   EXPECT_EQ(config.model.d_model, 64);
-  EXPECT_EQ(config.model.pos, "rope");
+  EXPECT_EQ(config.model.pos, PositionEncoding::rope);
   EXPECT_FALSE(config.model.tie_embeddings);
   EXPECT_EQ(config.model.init_std, 0.01);
   EXPECT_EQ(config.model.rope_theta, 500000.0);
@@ -111,7 +111,7 @@ TEST(ConfigParse, WrongTypesNameKeyExpectedAndActual) {
       {"[train]\nlr = \"fast\"\n", "train.lr must be a number, got string \"fast\" (run.toml:2:6)"},
       {"[model]\nd_model = 64.5\n", "model.d_model must be an integer, got float 64.5"},
       {"[model]\nd_model = 64.0\n", "model.d_model must be an integer, got float 64.0"},
-      {"[model]\npos = 3\n", "model.pos must be a string, got integer 3"},
+      {"[model]\npos = 3\n", "model.pos must be \"learned\" or \"rope\", got integer 3"},
       {"[model]\ntie_embeddings = \"yes\"\n",
        "model.tie_embeddings must be a boolean (true or false), got string \"yes\""},
       {"[log]\ntrace = 1\n", "log.trace must be a boolean (true or false), got integer 1"},
@@ -122,6 +122,28 @@ TEST(ConfigParse, WrongTypesNameKeyExpectedAndActual) {
       {"[model]\nd_model = { x = 1 }\n", "model.d_model must be an integer, got a table"},
   };
   for (const Case& c : cases) EXPECT_CONTAINS(parse_error(c.text), c.expected);
+}
+
+// An enum key takes one of its spellings; any other is refused when the file is read, with
+// the key, the spellings and the value given. Every spelling reads back as itself.
+TEST(ConfigParse, EnumKeysTakeOnlyTheirSpellings) {
+  EXPECT_CONTAINS(parse_error("[model]\nactivation = \"relu\"\n"),
+                  "model.activation must be \"gelu\" or \"swiglu\", got \"relu\" (run.toml:2:14)");
+  EXPECT_CONTAINS(parse_error("[parallel]\npp_schedule = \"1F1B\"\n"),
+                  "parallel.pp_schedule must be \"gpipe\", \"1f1b\", \"interleaved-1f1b\" or "
+                  "\"zb-h1\", got \"1F1B\"");
+  EXPECT_CONTAINS(parse_error("[model.moe]\nactivation = \"relu\"\n"),
+                  "model.moe.activation must be \"gelu\" or \"swiglu\", got \"relu\"");
+  EXPECT_CONTAINS(parse_error("[train]\ndtype = \"bfloat16\"\n"),
+                  "train.dtype must be \"float32\" or \"float64\", got \"bfloat16\"");
+  EXPECT_CONTAINS(parse_error("[data]\nsource = \"web\"\n"),
+                  "data.source must be \"corpus\", \"synthetic\" or \"shards\", got \"web\"");
+  for (const char* schedule : {"gpipe", "1f1b", "interleaved-1f1b", "zb-h1"}) {
+    const Config config =
+        parse_config(str("[parallel]\npp_schedule = \"", schedule, "\"\n"), "run.toml");
+    EXPECT_EQ(name_of(config.parallel.pp_schedule), std::string(schedule));
+    EXPECT_CONTAINS(to_toml(config), str("pp_schedule = \"", schedule, "\"\n"));
+  }
 }
 
 TEST(ConfigParse, SyntaxErrorsNameFileLineAndColumn) {
@@ -150,10 +172,21 @@ TEST(ConfigParse, LoadConfigReadsAFileAndNamesItInErrors) {
 // need escapes.
 Config unusual_config() {
   Config config;
-  config.model = {
-      1000,  96,        3,      6,          2,
-      200,   33,        "rope", "rmsnorm",  "swiglu",
-      false, 1.0 / 3.0, 1e-300, 123456.789, MoeConfig{9, 1, 3, 1.0 / 7.0, 0.0, 1e-3, "swiglu"}};
+  config.model = {1000,
+                  96,
+                  3,
+                  6,
+                  2,
+                  200,
+                  33,
+                  PositionEncoding::rope,
+                  Norm::rmsnorm,
+                  Activation::swiglu,
+                  false,
+                  1.0 / 3.0,
+                  1e-300,
+                  123456.789,
+                  MoeConfig{9, 1, 3, 1.0 / 7.0, 0.0, 1e-3, Activation::swiglu}};
   config.parallel.auto_layout = true;
   config.parallel.tp = 2;
   config.parallel.pp = 3;
@@ -163,7 +196,7 @@ Config unusual_config() {
   config.parallel.zero = 2;
   config.parallel.bucket_mb = 0.75;
   config.parallel.sequence_parallel = true;
-  config.parallel.pp_schedule = "interleaved-1f1b";
+  config.parallel.pp_schedule = PipelineSchedule::interleaved_one_f_one_b;
   config.parallel.vpp = 7;
   config.parallel.microbatches = 8;
   config.parallel.pp_layers = {-1, 0, 4000000000};
@@ -182,9 +215,10 @@ Config unusual_config() {
   config.train.seed = static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
   config.train.eval_every = 15;
   config.train.eval_batches = 16;
-  config.train.dtype = "float64";
+  config.train.dtype = DType::float64;
   config.train.threads = 17;
-  config.data = {"shards", "dir with \"quotes\"\\back\tslash\nline\x01 caf\xc3\xa9", "bpe", 0.25};
+  config.data = {DataSource::shards, "dir with \"quotes\"\\back\tslash\nline\x01 caf\xc3\xa9",
+                 "bpe", 0.25};
   config.checkpoint = {"ckpt", 18, "none", 0};
   config.log = {"", true, "lines", 19};
   return config;
@@ -214,7 +248,7 @@ TEST(ConfigParse, NestedMoeTableAndOverrides) {
   EXPECT_EQ(config.model.moe.num_experts, 8);
   EXPECT_EQ(config.model.moe.top_k, 1);
   EXPECT_EQ(config.model.moe.capacity_factor, 1.5);
-  EXPECT_EQ(config.model.moe.activation, "swiglu");
+  EXPECT_EQ(config.model.moe.activation, Activation::swiglu);
   // Inline tables are TOML tables too.
   EXPECT_EQ(parse_config("[model]\nmoe = { every = 2 }\n", "x").model.moe.every, 2);
   EXPECT_CONTAINS(user_error([] { parse_config("[model.moe]\nexperts = 4\n", "x.toml"); }),

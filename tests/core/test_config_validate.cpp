@@ -54,8 +54,8 @@ TEST(ConfigValidate, DataParallelSize) {
   EXPECT_EQ(layout.parallel.dp, 3);
   EXPECT_EQ(layout.parallel.microbatches, 1);
   EXPECT_CONTAINS(resolve_error({"parallel.tp=2"}, 3),
-                  "parallel.dp = -1 needs the number of ranks (3) to be divisible by "
-                  "parallel.tp*pp*cp = 2*1*1 = 2");
+                  "parallel.tp*pp*cp = 2*1*1 = 2 does not divide 3 ranks: parallel.dp = -1 takes "
+                  "the ranks left over");
   EXPECT_CONTAINS(resolve_error({"parallel.tp=2", "parallel.dp=3"}, 4),
                   "parallel.tp*pp*dp*cp = 2*1*3*1 = 6 does not match 4 ranks");
   EXPECT_CONTAINS(validate_error({"parallel.dp=2", "train.micro_batch=4"}, 3),
@@ -90,6 +90,15 @@ TEST(ConfigValidate, ModelParallelRules) {
       "model.seq_len (63)");
   EXPECT_CONTAINS(validate_error({"parallel.sequence_parallel=true"}),
                   "parallel.sequence_parallel = true needs parallel.tp > 1");
+  // With context parallelism the sequence is split over cp, then each piece over tp.
+  EXPECT_CONTAINS(resolve_error({"model.seq_len=6", "parallel.tp=2", "parallel.cp=2",
+                                 "parallel.sequence_parallel=true"},
+                                4),
+                  "parallel.sequence_parallel = true needs parallel.tp * parallel.cp = 2 * 2 = 4 "
+                  "to divide model.seq_len (6)");
+  resolve_config(with({"model.seq_len=8", "parallel.tp=2", "parallel.cp=2",
+                       "parallel.sequence_parallel=true"}),
+                 4);
   EXPECT_CONTAINS(resolve_error({"model.seq_len=100", "parallel.cp=3"}, 3),
                   "parallel.cp (3) must divide model.seq_len (100)");
   EXPECT_CONTAINS(resolve_error({"parallel.pp=4"}, 4),
@@ -100,6 +109,14 @@ TEST(ConfigValidate, ModelParallelRules) {
                   "parallel.pp_schedule = \"interleaved-1f1b\" needs parallel.vpp >= 2");
   EXPECT_CONTAINS(validate_error({"parallel.pp_schedule=interleaved-1f1b", "parallel.vpp=2"}),
                   "parallel.pp_schedule = \"interleaved-1f1b\" needs parallel.pp > 1");
+  EXPECT_CONTAINS(validate_error({"parallel.vpp=2"}), "parallel.vpp (2) > 1 needs parallel.pp > 1");
+  EXPECT_CONTAINS(
+      resolve_error(
+          {"model.n_layers=4", "parallel.pp=2", "parallel.vpp=2",
+           "parallel.pp_schedule=interleaved-1f1b", "train.global_batch=3", "train.micro_batch=1"},
+          2),
+      "parallel.pp_schedule = \"interleaved-1f1b\" needs parallel.microbatches (3) to be a "
+      "multiple of parallel.pp (2)");
   EXPECT_CONTAINS(resolve_error({"parallel.ep=3", "train.micro_batch=2"}, 4),
                   "parallel.ep (3) must divide parallel.dp*cp = 4*1 = 4");
   EXPECT_CONTAINS(resolve_error({"parallel.ep=2", "train.micro_batch=2"}, 4),

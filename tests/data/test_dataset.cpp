@@ -185,7 +185,7 @@ TEST(Synthetic, IsLearnableFromShortContext) {
 
 TEST(Synthetic, OpensThroughTheConfig) {
   Configs configs(0.05, 64, 100);
-  configs.data.source = "synthetic";
+  configs.data.source = DataSource::synthetic;
   auto a = TokenDataset::open(configs.data, configs.model, 3);
   auto b = TokenDataset::open(configs.data, configs.model, 3);
   EXPECT_EQ(a->num_tokens(Split::Train) + a->num_tokens(Split::Eval), kSyntheticTokens);
@@ -221,7 +221,7 @@ TEST(DatasetOpen, LoadsPreparedShards) {
   ByteTokenizer tokenizer;
   prepare_corpus({dir.path()}, out.file("p"), tokenizer);
   Configs configs(0.1, 16, 256);
-  configs.data.source = "shards";
+  configs.data.source = DataSource::shards;
   configs.data.path = out.file("p");
   auto dataset = TokenDataset::open(configs.data, configs.model, 1);
   EXPECT_EQ(dataset->num_tokens(Split::Train) + dataset->num_tokens(Split::Eval), 302);
@@ -232,18 +232,16 @@ TEST(DatasetOpen, LoadsPreparedShards) {
                     {"made by tokenizer \"byte\"", "set data.tokenizer = \"byte\""});
 }
 
-TEST(DatasetOpen, RefusesUnknownSourcesAndMissingPaths) {
+// Unknown sources are refused when the config is read (tests/core/test_config_parse.cpp).
+TEST(DatasetOpen, RefusesMissingPaths) {
   Configs configs(0.05, 16, 256);
-  configs.data.source = "web";
-  expect_user_error([&] { TokenDataset::open(configs.data, configs.model, 1); },
-                    {"data.source = \"web\"", "allowed: corpus, shards, synthetic"});
-  configs.data.source = "shards";
+  configs.data.source = DataSource::shards;
   expect_user_error([&] { TokenDataset::open(configs.data, configs.model, 1); },
                     {"data.source = \"shards\" needs data.path"});
   configs.data.path = "/nonexistent/strata/shards";
   expect_user_error([&] { TokenDataset::open(configs.data, configs.model, 1); },
                     {"/nonexistent/strata/shards", "does not exist"});
-  configs.data.source = "corpus";
+  configs.data.source = DataSource::corpus;
   expect_user_error([&] { TokenDataset::open(configs.data, configs.model, 1); },
                     {"/nonexistent/strata/shards", "does not exist"});
   configs.data.tokenizer = "bpe";

@@ -29,7 +29,7 @@ at::Tensor shared_normal(std::vector<int64_t> shape, uint64_t seed, double std =
 }
 
 ModelConfig layer_config(int64_t experts, int64_t top_k, double capacity_factor,
-                         const std::string& activation = "gelu") {
+                         Activation activation = Activation::gelu) {
   ModelConfig config;
   config.d_model = 16;
   config.d_ff = 24;
@@ -44,7 +44,7 @@ ModelConfig layer_config(int64_t experts, int64_t top_k, double capacity_factor,
 struct LayerCase {
   int64_t experts, top_k;
   double capacity_factor;
-  std::string activation;
+  Activation activation;
   bool skewed;  // every token prefers expert 0: other experts, and whole ranks, get none
 };
 
@@ -79,7 +79,7 @@ void check_layer(Comm& ep, const LayerCase& c) {
   const ModelConfig config = layer_config(c.experts, c.top_k, c.capacity_factor, c.activation);
   const int64_t E = c.experts, C = config.d_model, F = config.ff_dim(), T = config.seq_len;
   const int64_t n = ep.size(), r = ep.rank(), E_l = E / n;
-  const int64_t expert_in = c.activation == "swiglu" ? 2 * F : F;
+  const int64_t expert_in = c.activation == Activation::swiglu ? 2 * F : F;
   // Global weights, the same on every rank; each rank has its own tokens (as dp ranks do).
   at::Tensor router = shared_normal({E, C}, 1, 0.5), fc = shared_normal({E, expert_in, C}, 2, 0.3),
              out = shared_normal({E, C, F}, 3, 0.3);
@@ -156,12 +156,14 @@ TEST_P(ExpertParallelLayer, EqualsAllExpertsOnOneRank) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Cases, ExpertParallelLayer,
-    ::testing::Values(LayerCase{4, 1, 0.0, "gelu", false}, LayerCase{8, 2, 1.0, "gelu", false},
-                      LayerCase{4, 2, 1.25, "swiglu", false}, LayerCase{8, 1, 0.0, "swiglu", false},
-                      LayerCase{4, 1, 0.0, "gelu", true}, LayerCase{4, 2, 1.0, "gelu", true},
-                      LayerCase{8, 1, 1.0, "swiglu", true}));
+INSTANTIATE_TEST_SUITE_P(Cases, ExpertParallelLayer,
+                         ::testing::Values(LayerCase{4, 1, 0.0, Activation::gelu, false},
+                                           LayerCase{8, 2, 1.0, Activation::gelu, false},
+                                           LayerCase{4, 2, 1.25, Activation::swiglu, false},
+                                           LayerCase{8, 1, 0.0, Activation::swiglu, false},
+                                           LayerCase{4, 1, 0.0, Activation::gelu, true},
+                                           LayerCase{4, 2, 1.0, Activation::gelu, true},
+                                           LayerCase{8, 1, 1.0, Activation::swiglu, true}));
 
 // ---------------------------------------------------------------------------------------
 // Training parity: 20 steps of each layout against the single-rank run.
@@ -169,7 +171,7 @@ INSTANTIATE_TEST_SUITE_P(
 struct Model {
   int64_t experts, top_k;
   double capacity_factor;
-  std::string activation;
+  Activation activation;
 };
 
 struct Layout {
@@ -199,28 +201,23 @@ Config training_run(const Model& m) {
   config.train.lr = 3e-3;
   config.train.min_lr = 3e-4;
   config.train.warmup_steps = 3;
-  config.data.source = "synthetic";
+  config.data.source = DataSource::synthetic;
   config.log.progress = "none";
   config.log.dir = log_dir().path();
   return config;
 }
 
 TrainResult train_with(Comm& world, Config config, const Layout& layout) {
-  MeshShape shape;
-  shape.tp = layout.tp;
-  shape.pp = layout.pp;
-  shape.dp = world.size() / (layout.tp * layout.pp);
-  shape.ep = layout.ep;
-  config.parallel.tp = shape.tp;
-  config.parallel.pp = shape.pp;
-  config.parallel.dp = shape.dp;
-  config.parallel.ep = shape.ep;
+  config.parallel.tp = layout.tp;
+  config.parallel.pp = layout.pp;
+  config.parallel.dp = world.size() / (layout.tp * layout.pp);
+  config.parallel.ep = layout.ep;
   config.parallel.sequence_parallel = layout.sequence_parallel;
   config.parallel.zero = layout.zero;
-  config.train.micro_batch = std::min<int64_t>(2, config.train.global_batch / shape.dp);
+  config.train.micro_batch = std::min<int64_t>(2, config.train.global_batch / config.parallel.dp);
   config.parallel.microbatches = 0;
   config = validate_config(config, world.size());
-  Mesh mesh(world, shape);
+  Mesh mesh(world, mesh_shape_of(config));
   Trainer trainer(config, mesh);
   return trainer.run();
 }
@@ -263,18 +260,18 @@ TEST(ExpertParallelTraining, TwentyStepsEqualSingleRank) {
   // Each layout with two models, so that every value of experts, top_k and capacity meets
   // ep > 1, tp = 2 and pp = 2.
   std::vector<std::pair<Model, Layout>> runs = {
-      {{4, 1, 0.0, "gelu"}, {n, 1, 1, false}},
-      {{8, 2, 1.0, "gelu"}, {n, 1, 1, false}},
-      {{4, 2, 1.0, "swiglu"}, {1, 1, 1, false}},   // ep = 1: experts replicated over dp
-      {{8, 2, 0.0, "gelu"}, {n, 1, 1, false, 2}},  // ZeRO-2: expert state sharded too
+      {{4, 1, 0.0, Activation::gelu}, {n, 1, 1, false}},
+      {{8, 2, 1.0, Activation::gelu}, {n, 1, 1, false}},
+      {{4, 2, 1.0, Activation::swiglu}, {1, 1, 1, false}},   // ep = 1: experts replicated over dp
+      {{8, 2, 0.0, Activation::gelu}, {n, 1, 1, false, 2}},  // ZeRO-2: expert state sharded too
   };
   if (n == 4) {
-    runs.push_back({{8, 1, 1.25, "gelu"}, {2, 1, 1, false}});    // ep 2 x expert_dp 2
-    runs.push_back({{4, 2, 1.0, "gelu"}, {2, 1, 1, false, 3}});  // ... with ZeRO-3
-    runs.push_back({{4, 2, 1.0, "gelu"}, {2, 2, 1, true}});      // tp 2 (sequence parallel)
-    runs.push_back({{8, 1, 0.0, "swiglu"}, {2, 2, 1, false}});
-    runs.push_back({{8, 2, 0.0, "gelu"}, {2, 1, 2, false}});  // pp 2
-    runs.push_back({{4, 1, 1.0, "swiglu"}, {2, 1, 2, false}});
+    runs.push_back({{8, 1, 1.25, Activation::gelu}, {2, 1, 1, false}});    // ep 2 x expert_dp 2
+    runs.push_back({{4, 2, 1.0, Activation::gelu}, {2, 1, 1, false, 3}});  // ... with ZeRO-3
+    runs.push_back({{4, 2, 1.0, Activation::gelu}, {2, 2, 1, true}});  // tp 2 (sequence parallel)
+    runs.push_back({{8, 1, 0.0, Activation::swiglu}, {2, 2, 1, false}});
+    runs.push_back({{8, 2, 0.0, Activation::gelu}, {2, 1, 2, false}});  // pp 2
+    runs.push_back({{4, 1, 1.0, Activation::swiglu}, {2, 1, 2, false}});
   }
   for (const auto& [model, layout] : runs) expect_parity(world, model, layout);
 }
@@ -288,19 +285,15 @@ TEST(ExpertParallelCheckpoint, WrittenAtEpLoadsWithEveryExpertOnOneRank) {
   const std::string root = testing::rank0_path(world, owned ? owned->path() : "");
 
   const int64_t tp = world.size() == 4 ? 2 : 1;
-  MeshShape shape;
-  shape.tp = tp;
-  shape.dp = world.size() / tp;
-  shape.ep = 2;
-  Config config = training_run({8, 2, 1.0, "swiglu"});
+  Config config = training_run({8, 2, 1.0, Activation::swiglu});
   config.train.steps = 3;
   config.checkpoint.dir = root + "/ckpt";
-  config.parallel.tp = shape.tp;
-  config.parallel.dp = shape.dp;
-  config.parallel.ep = shape.ep;
-  config.train.micro_batch = config.train.global_batch / shape.dp;
+  config.parallel.tp = tp;
+  config.parallel.dp = world.size() / tp;
+  config.parallel.ep = 2;
+  config.train.micro_batch = config.train.global_batch / config.parallel.dp;
   config = validate_config(config, world.size());
-  Mesh mesh(world, shape);
+  Mesh mesh(world, mesh_shape_of(config));
   Trainer trainer(config, mesh);
   const TrainResult result = trainer.run();
   world.barrier();

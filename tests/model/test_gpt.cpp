@@ -28,15 +28,17 @@ ModelConfig tiny_model() {
 }
 
 struct Variant {
-  std::string pos, norm, activation;
+  PositionEncoding pos;
+  Norm norm;
+  Activation activation;
   bool tie;
   int64_t n_kv_heads;
 };
 
 std::string variant_name(const ::testing::TestParamInfo<Variant>& info) {
   const Variant& v = info.param;
-  return v.pos + "_" + v.norm + "_" + v.activation + (v.tie ? "_tied" : "_untied") + "_kv" +
-         std::to_string(v.n_kv_heads);
+  return str(name_of(v.pos), "_", name_of(v.norm), "_", name_of(v.activation),
+             v.tie ? "_tied" : "_untied", "_kv", v.n_kv_heads);
 }
 
 class GptGradient : public ::testing::TestWithParam<Variant> {};
@@ -77,12 +79,14 @@ TEST_P(GptGradient, MatchesFiniteDifferences) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Variants, GptGradient,
-                         ::testing::Values(Variant{"learned", "layernorm", "gelu", true, 4},
-                                           Variant{"rope", "rmsnorm", "swiglu", false, 2},
-                                           Variant{"rope", "layernorm", "gelu", false, 1},
-                                           Variant{"learned", "rmsnorm", "swiglu", true, 4}),
-                         variant_name);
+INSTANTIATE_TEST_SUITE_P(
+    Variants, GptGradient,
+    ::testing::Values(
+        Variant{PositionEncoding::learned, Norm::layernorm, Activation::gelu, true, 4},
+        Variant{PositionEncoding::rope, Norm::rmsnorm, Activation::swiglu, false, 2},
+        Variant{PositionEncoding::rope, Norm::layernorm, Activation::gelu, false, 1},
+        Variant{PositionEncoding::learned, Norm::rmsnorm, Activation::swiglu, true, 4}),
+    variant_name);
 
 TEST(GptInit, DependsOnlyOnSeedAndName) {
   ModelConfig two = tiny_model();
@@ -136,7 +140,7 @@ TEST(GptShape, FlopsPerTokenFormula) {
 }
 
 TEST(GptDecode, KvCacheMatchesFullForward) {
-  for (const std::string pos : {"learned", "rope"}) {
+  for (const PositionEncoding pos : {PositionEncoding::learned, PositionEncoding::rope}) {
     ModelConfig config = tiny_model();
     config.pos = pos;
     config.n_heads = 4;
@@ -151,7 +155,7 @@ TEST(GptDecode, KvCacheMatchesFullForward) {
     std::vector<at::Tensor> pieces{prefix};
     for (int64_t t = 3; t < config.seq_len; ++t)
       pieces.push_back(model.logits(tokens.narrow(1, t, 1), &cache));
-    EXPECT_EQ(testing::compare_tensors(at::cat(pieces, 1), full, 1e-10, 1e-12), "") << pos;
+    EXPECT_EQ(testing::compare_tensors(at::cat(pieces, 1), full, 1e-10, 1e-12), "") << name_of(pos);
     EXPECT_EQ(cache.length, config.seq_len);
     EXPECT_THROW(model.logits(tokens.narrow(1, 0, 1), &cache), UserError);
   }

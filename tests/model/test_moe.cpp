@@ -45,7 +45,7 @@ double objective(GPT& model, const at::Tensor& tokens, const at::Tensor& targets
 struct GradientCase {
   int64_t experts, top_k;
   double capacity_factor;
-  std::string activation;
+  Activation activation;
 };
 
 class MoeGradient : public ::testing::TestWithParam<GradientCase> {};
@@ -91,10 +91,10 @@ TEST_P(MoeGradient, RouterAndExpertsMatchFiniteDifferences) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, MoeGradient,
-                         ::testing::Values(GradientCase{4, 1, 0.0, "gelu"},
-                                           GradientCase{4, 2, 1.0, "gelu"},
-                                           GradientCase{8, 2, 0.0, "swiglu"},
-                                           GradientCase{8, 1, 1.25, "swiglu"}));
+                         ::testing::Values(GradientCase{4, 1, 0.0, Activation::gelu},
+                                           GradientCase{4, 2, 1.0, Activation::gelu},
+                                           GradientCase{8, 2, 0.0, Activation::swiglu},
+                                           GradientCase{8, 1, 1.25, Activation::swiglu}));
 
 MoeWeights random_weights(const ModelConfig& config, uint64_t seed) {
   auto generator = at::make_generator<at::CPUGeneratorImpl>(seed);

@@ -104,15 +104,16 @@ TEST(VocabParallelCrossEntropy, EqualsFullCrossEntropyWithPadding) {
 }
 
 struct Variant {
-  std::string pos, activation;
+  PositionEncoding pos;
+  Activation activation;
   bool tie, sequence_parallel;
   int64_t n_kv_heads;
 };
 
 std::string variant_name(const ::testing::TestParamInfo<Variant>& info) {
   const Variant& v = info.param;
-  return v.pos + "_" + v.activation + (v.tie ? "_tied" : "_untied") +
-         (v.sequence_parallel ? "_sp" : "") + "_kv" + std::to_string(v.n_kv_heads);
+  return str(name_of(v.pos), "_", name_of(v.activation), v.tie ? "_tied" : "_untied",
+             v.sequence_parallel ? "_sp" : "", "_kv", v.n_kv_heads);
 }
 
 ModelConfig model_for(const Variant& v) {
@@ -126,7 +127,7 @@ ModelConfig model_for(const Variant& v) {
   config.seq_len = 12;
   config.pos = v.pos;
   config.activation = v.activation;
-  config.norm = v.activation == "swiglu" ? "rmsnorm" : "layernorm";
+  config.norm = v.activation == Activation::swiglu ? Norm::rmsnorm : Norm::layernorm;
   config.tie_embeddings = v.tie;
   config.init_std = 0.2;
   return config;
@@ -192,12 +193,14 @@ TEST_P(TensorParallelGpt, LossAndGradientSlicesEqualUnsharded) {
 
 INSTANTIATE_TEST_SUITE_P(
     Variants, TensorParallelGpt,
-    ::testing::Values(Variant{"learned", "gelu", true, false, 12},
-                      Variant{"learned", "gelu", true, true, 12},
-                      Variant{"rope", "swiglu", false, false, 12},
-                      Variant{"rope", "swiglu", false, true, 12},
-                      Variant{"rope", "gelu", true, true, 4},       // kv heads split when tp | 4
-                      Variant{"learned", "swiglu", false, true, 1}  // kv heads replicated
+    ::testing::Values(Variant{PositionEncoding::learned, Activation::gelu, true, false, 12},
+                      Variant{PositionEncoding::learned, Activation::gelu, true, true, 12},
+                      Variant{PositionEncoding::rope, Activation::swiglu, false, false, 12},
+                      Variant{PositionEncoding::rope, Activation::swiglu, false, true, 12},
+                      Variant{PositionEncoding::rope, Activation::gelu, true, true,
+                              4},  // kv heads split: tp | 4
+                      Variant{PositionEncoding::learned, Activation::swiglu, false, true, 1}
+                      // kv replicated
                       ),
     variant_name);
 
@@ -211,7 +214,7 @@ Config training_run(const Variant& v) {
   config.train.lr = 3e-3;
   config.train.min_lr = 3e-4;
   config.train.warmup_steps = 3;
-  config.data.source = "synthetic";
+  config.data.source = DataSource::synthetic;
   config.log.progress = "none";
   config.log.dir = log_dir().path();  // only rank 0 writes metrics there
   return config;
@@ -227,10 +230,7 @@ Outcome train_with(Comm& world, Config config, int64_t tp, bool sequence_paralle
   config.parallel.dp = world.size() / tp;
   config.parallel.sequence_parallel = sequence_parallel;
   config = validate_config(config, world.size());
-  MeshShape shape;
-  shape.tp = tp;
-  shape.dp = world.size() / tp;
-  Mesh mesh(world, shape);
+  Mesh mesh(world, mesh_shape_of(config));
   Trainer trainer(config, mesh);
   Outcome outcome{trainer.run()};
   double local_bytes = 0, global_bytes = 0;
@@ -247,7 +247,7 @@ TEST(TensorParallelTraining, TwentyStepsEqualUnsharded) {
   Comm world = Comm::world(120);
   Comm self = world.split(world.rank(), 0, "self");
   for (bool sequence_parallel : {false, true}) {
-    Variant v{"rope", "swiglu", false, sequence_parallel, 12};
+    Variant v{PositionEncoding::rope, Activation::swiglu, false, sequence_parallel, 12};
     Outcome reference = train_with(self, training_run(v), 1, false);
     Outcome sharded = train_with(world, training_run(v), world.size(), sequence_parallel);
     ASSERT_EQ(sharded.result.losses.size(), 20u);

@@ -24,9 +24,9 @@ Config tiny_run(int64_t microbatches) {
   config.model.n_layers = 8;  // 2 chunks on each of 4 stages; uneven for 3
   config.model.n_heads = 4;
   config.model.seq_len = 8;
-  config.model.pos = "rope";
-  config.model.activation = "swiglu";
-  config.model.norm = "rmsnorm";
+  config.model.pos = PositionEncoding::rope;
+  config.model.activation = Activation::swiglu;
+  config.model.norm = Norm::rmsnorm;
   config.model.tie_embeddings = true;  // the embedding is shared by the first and last stage
   config.train.steps = 20;
   config.train.micro_batch = 1;
@@ -34,14 +34,14 @@ Config tiny_run(int64_t microbatches) {
   config.train.lr = 3e-3;
   config.train.min_lr = 3e-4;
   config.train.warmup_steps = 3;
-  config.data.source = "synthetic";
+  config.data.source = DataSource::synthetic;
   config.log.progress = "none";
   config.log.dir = log_dir().path();
   return config;
 }
 
 TrainResult train_with(Comm& world, Config config, int64_t pp, int64_t tp,
-                       const std::string& schedule, int64_t vpp) {
+                       PipelineSchedule schedule, int64_t vpp) {
   config.parallel.pp = pp;
   config.parallel.tp = tp;
   config.parallel.dp = world.size() / (pp * tp);
@@ -49,11 +49,7 @@ TrainResult train_with(Comm& world, Config config, int64_t pp, int64_t tp,
   config.parallel.vpp = vpp;
   config = validate_config(config, world.size());
   check_runnable(config);
-  MeshShape shape;
-  shape.pp = pp;
-  shape.tp = tp;
-  shape.dp = config.parallel.dp;
-  Mesh mesh(world, shape);
+  Mesh mesh(world, mesh_shape_of(config));
   Trainer trainer(config, mesh);
   return trainer.run();
 }
@@ -70,18 +66,21 @@ TEST(PipelineTraining, EveryScheduleEqualsUnsharded) {
   Comm self = world.split(world.rank(), 0, "self");
   const int64_t p = world.size();
   for (int64_t m : {p, 2 * p, p + 1}) {
-    TrainResult reference = train_with(self, tiny_run(m), 1, 1, "1f1b", 1);
-    for (const std::string schedule : {"gpipe", "1f1b", "zb-h1"}) {
-      const std::string what = schedule + " p=" + std::to_string(p) + " m=" + std::to_string(m);
+    TrainResult reference = train_with(self, tiny_run(m), 1, 1, PipelineSchedule::one_f_one_b, 1);
+    for (const PipelineSchedule schedule :
+         {PipelineSchedule::gpipe, PipelineSchedule::one_f_one_b, PipelineSchedule::zb_h1}) {
+      const std::string what =
+          str(name_of(schedule), " p=", std::to_string(p), " m=", std::to_string(m));
       TrainResult result = train_with(world, tiny_run(m), p, 1, schedule, 1);
       expect_same_losses(result, reference, what);
       if (world.rank() == 0) {  // stage 0's activations in flight
-        const int64_t limit = schedule == "gpipe" ? m : std::min(p, m);
+        const int64_t limit = schedule == PipelineSchedule::gpipe ? m : std::min(p, m);
         for (int64_t peak : result.peak_inflight) EXPECT_EQ(peak, limit) << what;
       }
     }
     if (m % p == 0) {  // Megatron's interleaving needs m divisible by p
-      TrainResult result = train_with(world, tiny_run(m), p, 1, "interleaved-1f1b", 2);
+      TrainResult result =
+          train_with(world, tiny_run(m), p, 1, PipelineSchedule::interleaved_one_f_one_b, 2);
       expect_same_losses(result, reference, "interleaved-1f1b v=2 m=" + std::to_string(m));
     }
   }
@@ -92,10 +91,11 @@ TEST(PipelineTraining, ComposesWithTensorParallelism) {
   if (world.size() % 2 != 0) GTEST_SKIP() << "needs an even world for tp = 2";
   Comm self = world.split(world.rank(), 0, "self");
   const int64_t pp = world.size() / 2;
-  TrainResult reference = train_with(self, tiny_run(4), 1, 1, "1f1b", 1);
+  TrainResult reference = train_with(self, tiny_run(4), 1, 1, PipelineSchedule::one_f_one_b, 1);
   Config config = tiny_run(4);
   config.parallel.sequence_parallel = true;
-  expect_same_losses(train_with(world, config, pp, 2, "1f1b", 1), reference, "pp x tp2 with sp");
+  expect_same_losses(train_with(world, config, pp, 2, PipelineSchedule::one_f_one_b, 1), reference,
+                     "pp x tp2 with sp");
 }
 
 TEST(PipelineTraining, ExplicitUnevenSplitEqualsUnsharded) {
@@ -103,16 +103,16 @@ TEST(PipelineTraining, ExplicitUnevenSplitEqualsUnsharded) {
   if (world.size() < 2) GTEST_SKIP();
   Comm self = world.split(world.rank(), 0, "self");
   const int64_t p = world.size();
-  TrainResult reference = train_with(self, tiny_run(p), 1, 1, "1f1b", 1);
+  TrainResult reference = train_with(self, tiny_run(p), 1, 1, PipelineSchedule::one_f_one_b, 1);
   Config config = tiny_run(p);
   // The last stage gets most layers: the opposite of what balanced_partition would choose.
   config.parallel.pp_layers.assign(p, 1);
   config.parallel.pp_layers.back() = config.model.n_layers - (p - 1);
-  expect_same_losses(train_with(world, config, p, 1, "zb-h1", 1), reference,
+  expect_same_losses(train_with(world, config, p, 1, PipelineSchedule::zb_h1, 1), reference,
                      "last-heavy parallel.pp_layers");
   config.parallel.pp_layers.back() += 1;  // one layer too many
   try {
-    train_with(world, config, p, 1, "1f1b", 1);
+    train_with(world, config, p, 1, PipelineSchedule::one_f_one_b, 1);
     FAIL() << "no error";
   } catch (const UserError& error) {
     EXPECT_NE(std::string(error.what()).find("parallel.pp_layers sums to"), std::string::npos)
@@ -127,7 +127,7 @@ TEST(PipelineTraining, BadRequestsSayWhatWorks) {
   Config config = tiny_run(p + 1);  // p + 1 microbatches cannot be interleaved over p stages
   config.parallel.pp = p;
   config.parallel.dp = 1;
-  config.parallel.pp_schedule = "interleaved-1f1b";
+  config.parallel.pp_schedule = PipelineSchedule::interleaved_one_f_one_b;
   config.parallel.vpp = 2;
   try {
     check_runnable(validate_config(config, world.size()));

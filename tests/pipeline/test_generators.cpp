@@ -13,15 +13,15 @@ namespace strata {
 namespace {
 
 // Every valid (p, m, v) of the sweep, per schedule.
-std::vector<ScheduleRequest> sweep(const std::string& name) {
+std::vector<ScheduleRequest> sweep(PipelineSchedule schedule) {
   std::vector<ScheduleRequest> requests;
   for (int p = 1; p <= 8; ++p) {
     for (int m = 1; m <= 3 * p; ++m) {
       for (int v = 1; v <= 3; ++v) {
-        const bool interleaved = name == "interleaved-1f1b";
+        const bool interleaved = schedule == PipelineSchedule::interleaved_one_f_one_b;
         if (!interleaved && v != 1) continue;
         if (interleaved && (v < 2 || p < 2 || m % p != 0)) continue;
-        requests.push_back({name, p, m, v});
+        requests.push_back({schedule, p, m, v});
       }
     }
   }
@@ -29,7 +29,7 @@ std::vector<ScheduleRequest> sweep(const std::string& name) {
 }
 
 std::string describe(const ScheduleRequest& request) {
-  return str(request.name, " p=", request.stages, " m=", request.microbatches,
+  return str(name_of(request.schedule), " p=", request.stages, " m=", request.microbatches,
              " v=", request.chunks);
 }
 
@@ -53,9 +53,9 @@ std::string joined(const std::vector<std::string>& items) {
 
 TEST(Generators, EveryScheduleValidatesOverTheSweep) {
   int checked = 0;
-  for (const std::string& name : schedule_names()) {
-    const auto requests = sweep(name);
-    EXPECT_FALSE(requests.empty()) << name;
+  for (const PipelineSchedule schedule : pipeline_schedules()) {
+    const auto requests = sweep(schedule);
+    EXPECT_FALSE(requests.empty()) << name_of(schedule);
     for (const ScheduleRequest& request : requests) {
       const Schedule schedule = build_schedule(request);
       EXPECT_EQ(schedule.stages, request.stages);
@@ -173,17 +173,18 @@ void expect_user_error(const ScheduleRequest& request, const ScheduleParameterNa
 TEST(Generators, RejectedRequestsSayWhatWouldWork) {
   const ScheduleParameterNames config_names{"parallel.pp_schedule", "parallel.pp",
                                             "parallel.microbatches", "parallel.vpp"};
-  expect_user_error({"interleaved-1f1b", 4, 10, 2}, config_names,
+  const PipelineSchedule interleaved = PipelineSchedule::interleaved_one_f_one_b;
+  expect_user_error({interleaved, 4, 10, 2}, config_names,
                     {"parallel.microbatches (10)", "multiple of parallel.pp (4)", "8 or 12"});
-  expect_user_error({"interleaved-1f1b", 4, 3, 2}, {}, {"microbatches (3)", "use microbatches 4"});
-  expect_user_error({"interleaved-1f1b", 4, 8, 1}, {}, {"vpp (1)", "at least 2", "1f1b"});
-  expect_user_error({"interleaved-1f1b", 1, 4, 2}, {}, {"pp (1)", "at least 2"});
-  expect_user_error({"1f1b", 4, 8, 2}, {}, {"vpp (2) must be 1", "interleaved-1f1b"});
-  expect_user_error({"1f1b", 0, 8, 1}, config_names, {"parallel.pp (0)", "at least 1"});
-  expect_user_error({"gpipe", -2, 8, 1}, {}, {"pp (-2)"});
-  expect_user_error({"zb-h1", 2, 0, 1}, {}, {"microbatches (0)", "at least 1"});
-  expect_user_error({"pipedream", 2, 4, 1}, config_names,
-                    {"parallel.pp_schedule 'pipedream'", "gpipe, 1f1b, interleaved-1f1b, zb-h1"});
+  expect_user_error({interleaved, 4, 3, 2}, {}, {"microbatches (3)", "use microbatches 4"});
+  expect_user_error({interleaved, 4, 8, 1}, {}, {"vpp (1)", "at least 2", "1f1b"});
+  expect_user_error({interleaved, 1, 4, 2}, {}, {"pp (1)", "at least 2"});
+  expect_user_error({PipelineSchedule::one_f_one_b, 4, 8, 2}, {},
+                    {"vpp (2) must be 1 for schedule 1f1b", "interleaved-1f1b"});
+  expect_user_error({PipelineSchedule::one_f_one_b, 0, 8, 1}, config_names,
+                    {"parallel.pp (0)", "at least 1"});
+  expect_user_error({PipelineSchedule::gpipe, -2, 8, 1}, {}, {"pp (-2)"});
+  expect_user_error({PipelineSchedule::zb_h1, 2, 0, 1}, {}, {"microbatches (0)", "at least 1"});
 }
 
 }  // namespace

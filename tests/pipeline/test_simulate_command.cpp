@@ -136,9 +136,10 @@ TEST(SimulateCommand, SvgTimelineHasOneRowPerStage) {
 }
 
 TEST(SimulateCommand, SvgOfEverySchedule) {
-  for (const std::string& name : schedule_names()) {
-    const int v = name == "interleaved-1f1b" ? 3 : 1;
-    const auto result = simulate_schedule(build_schedule({name, 4, 8, v}), {StageCosts{}});
+  for (const PipelineSchedule schedule : pipeline_schedules()) {
+    const std::string name = name_of(schedule);
+    const int v = schedule == PipelineSchedule::interleaved_one_f_one_b ? 3 : 1;
+    const auto result = simulate_schedule(build_schedule({schedule, 4, 8, v}), {StageCosts{}});
     const std::string svg = render_timeline_svg(result);
     EXPECT_EQ(xml_problem(svg), "") << name;
     EXPECT_EQ(count(svg, "<g class=\"stage\""), 4) << name;

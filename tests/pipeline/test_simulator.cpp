@@ -38,12 +38,12 @@ const std::vector<StageCosts> kCostSets = {costs(1, 1, 1), costs(1, 2, 1), costs
 
 // GPipe and 1F1B: every stage idles (p-1)(F+B+W) per step, a fraction (p-1)/(m+p-1).
 TEST(Simulator, GpipeAndOneFOneBBubbleIsPMinusOneFullSlots) {
-  for (const std::string name : {"gpipe", "1f1b"}) {
+  for (const PipelineSchedule schedule : {PipelineSchedule::gpipe, PipelineSchedule::one_f_one_b}) {
     for (const StageCosts& cost : kCostSets) {
       const double slot = cost.forward + cost.backward_input + cost.backward_weight;
       for (int p = 1; p <= 8; ++p) {
         for (int m = 1; m <= 3 * p; ++m) {
-          const auto result = simulate_schedule(build_schedule({name, p, m, 1}), {cost});
+          const auto result = simulate_schedule(build_schedule({schedule, p, m, 1}), {cost});
           const std::string where = describe(result, cost);
           EXPECT_NEAR(result.step_time, (m + p - 1) * slot, kTolerance) << where;
           const double fraction = static_cast<double>(p - 1) / (m + p - 1);

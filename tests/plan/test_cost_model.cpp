@@ -93,7 +93,7 @@ TEST(CostModel, BreakdownsAddUpAndMetricsFollow) {
   PlanLayout layout = parse_layout("tp=8,pp=8,zero=1,recompute=selective,sequence_parallel=true");
   const Prediction prediction = predict_layout(inputs, layout);
   EXPECT_EQ(prediction.layout.dp, 16);
-  EXPECT_EQ(prediction.layout.schedule, "1f1b");
+  EXPECT_EQ(prediction.layout.schedule, PipelineSchedule::one_f_one_b);
   EXPECT_EQ(prediction.microbatches, 96);
   EXPECT_NEAR(prediction.time.total(), prediction.step_time_s, 1e-9 * prediction.step_time_s);
   const MemoryBreakdown& memory = prediction.memory;

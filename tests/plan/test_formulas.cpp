@@ -87,31 +87,63 @@ TEST(GptFormulas, LayerFlopsSplitIntoForwardInputGradAndWeightGrad) {
   EXPECT_DOUBLE_EQ(flops.total(), 3 * flops.forward);
 }
 
+// strata's models for the planner-against-runtime checks: dense GELU and SwiGLU, and mixtures
+// of experts whose experts' activation (model.moe.activation) differs from the dense MLP's.
+struct StrataModel {
+  const char* name;
+  Activation activation;
+  int64_t experts;
+  Activation expert_activation;
+};
+const StrataModel kStrataModels[] = {
+    {"gelu", Activation::gelu, 0, Activation::gelu},
+    {"swiglu", Activation::swiglu, 0, Activation::gelu},
+    {"moe gelu", Activation::gelu, 4, Activation::gelu},
+    {"moe gelu, swiglu experts", Activation::gelu, 4, Activation::swiglu},
+    {"moe swiglu, gelu experts", Activation::swiglu, 4, Activation::gelu},
+};
+
+ModelConfig strata_model(const StrataModel& m) {
+  ModelConfig model;
+  model.moe.num_experts = m.experts;
+  model.moe.top_k = 2;
+  model.moe.every = 2;
+  model.moe.capacity_factor = 1.25;
+  model.moe.activation = m.expert_activation;
+  model.vocab_size = 256;
+  model.d_model = 512;
+  model.n_layers = 4;
+  model.n_heads = 8;
+  model.n_kv_heads = 2;
+  model.seq_len = 256;
+  model.activation = m.activation;
+  model.d_ff = 1376;
+  return model;
+}
+
 TEST(GptFormulas, StrataModelFlopsEqualTheTrainersCount) {
   // The trainer's MFU uses model/gpt.h's count; the planner's must be the same number, for
   // dense models and for mixture-of-experts ones (transformer_of reads [model.moe]).
-  for (const char* activation : {"gelu", "swiglu", "moe"}) {
-    ModelConfig model;
-    if (std::string(activation) == "moe") {
-      model.moe.num_experts = 4;
-      model.moe.top_k = 2;
-      model.moe.every = 2;
-      model.moe.capacity_factor = 1.25;
-      activation = "gelu";
-    }
-    model.vocab_size = 256;
-    model.d_model = 512;
-    model.n_layers = 4;
-    model.n_heads = 8;
-    model.n_kv_heads = 2;
-    model.seq_len = 256;
-    model.activation = activation;
-    model.d_ff = 1376;
+  for (const StrataModel& m : kStrataModels) {
+    const ModelConfig model = strata_model(m);
     const TransformerSpec spec = transformer_of(model);
     EXPECT_LT(relative_difference(model_flops_per_step(spec, 3) / (3.0 * 256),
                                   training_flops_per_token(model)),
               1e-12)
-        << activation;
+        << m.name;
+  }
+}
+
+TEST(GptFormulas, StrataParameterCountsEqualTheRuntimeModels) {
+  for (const StrataModel& m : kStrataModels) {
+    ModelConfig model = strata_model(m);
+    model.d_model = 64;  // small enough to build
+    model.d_ff = 176;
+    model.seq_len = 32;
+    const GPT gpt(model, 1, at::kFloat);
+    EXPECT_EQ(parameter_counts(transformer_of(model)).total,
+              static_cast<double>(gpt.num_parameters()))
+        << m.name;
   }
 }
 
@@ -237,7 +269,7 @@ TEST(ZeroFormulas, ClosedFormsPerStageAndPrecision) {
 // The schedules through the planner: a deep model with a negligible head and embedding (vocab
 // 2) on one node, so the stages cost nearly the same.
 struct PipelineCase {
-  const char* schedule;
+  PipelineSchedule schedule;
   int64_t pp, vpp, microbatches;
   double inflight_stage0;  // the formulas' column
 };
@@ -255,25 +287,27 @@ Prediction predict_pipeline(const PipelineCase& c) {
 
 TEST(PipelineFormulas, InflightMicrobatchesOfEverySchedule) {
   for (const PipelineCase& c :
-       {PipelineCase{"gpipe", 4, 1, 8, 8}, PipelineCase{"1f1b", 4, 1, 8, 4},
-        PipelineCase{"1f1b", 4, 1, 64, 4}, PipelineCase{"zb-h1", 4, 1, 8, 4},
-        PipelineCase{"interleaved-1f1b", 4, 2, 8, 4 * (1 + 3.0 / 8)},
-        PipelineCase{"interleaved-1f1b", 4, 2, 64, 4 * (1 + 3.0 / 8)},
-        PipelineCase{"interleaved-1f1b", 4, 3, 12, 4 * (1 + 3.0 / 12)}}) {
+       {PipelineCase{PipelineSchedule::gpipe, 4, 1, 8, 8},
+        PipelineCase{PipelineSchedule::one_f_one_b, 4, 1, 8, 4},
+        PipelineCase{PipelineSchedule::one_f_one_b, 4, 1, 64, 4},
+        PipelineCase{PipelineSchedule::zb_h1, 4, 1, 8, 4},
+        PipelineCase{PipelineSchedule::interleaved_one_f_one_b, 4, 2, 8, 4 * (1 + 3.0 / 8)},
+        PipelineCase{PipelineSchedule::interleaved_one_f_one_b, 4, 2, 64, 4 * (1 + 3.0 / 8)},
+        PipelineCase{PipelineSchedule::interleaved_one_f_one_b, 4, 3, 12, 4 * (1 + 3.0 / 12)}}) {
     const Prediction prediction = predict_pipeline(c);
     ASSERT_EQ(prediction.stages.size(), static_cast<size_t>(c.pp));
     EXPECT_DOUBLE_EQ(prediction.stages[0].inflight_microbatches, c.inflight_stage0)
-        << c.schedule << " p=" << c.pp << " v=" << c.vpp << " m=" << c.microbatches;
+        << name_of(c.schedule) << " p=" << c.pp << " v=" << c.vpp << " m=" << c.microbatches;
     // 1F1B: stage r holds p - r; GPipe: all m on every stage; ZB-H1 defers weight
     // gradients, so later stages hold more, at most p.
-    if (std::string(c.schedule) == "zb-h1") {
+    if (c.schedule == PipelineSchedule::zb_h1) {
       for (const StagePrediction& stage : prediction.stages)
         EXPECT_LE(stage.inflight_microbatches, c.pp);
     } else if (c.vpp == 1) {
       for (int64_t r = 0; r < c.pp; ++r) {
-        const double expected = std::string(c.schedule) == "gpipe" ? c.microbatches : c.pp - r;
+        const double expected = c.schedule == PipelineSchedule::gpipe ? c.microbatches : c.pp - r;
         EXPECT_DOUBLE_EQ(prediction.stages[r].inflight_microbatches, expected)
-            << c.schedule << " stage " << r;
+            << name_of(c.schedule) << " stage " << r;
       }
     }
   }
@@ -281,10 +315,13 @@ TEST(PipelineFormulas, InflightMicrobatchesOfEverySchedule) {
 
 TEST(PipelineFormulas, BubbleFractionsOfEverySchedule) {
   const double p = 4, m = 8;
-  const double gpipe = predict_pipeline({"gpipe", 4, 1, 8, 0}).bubble_fraction;
-  const double one_f_one_b = predict_pipeline({"1f1b", 4, 1, 8, 0}).bubble_fraction;
-  const double interleaved = predict_pipeline({"interleaved-1f1b", 4, 2, 8, 0}).bubble_fraction;
-  const double zero_bubble = predict_pipeline({"zb-h1", 4, 1, 8, 0}).bubble_fraction;
+  const double gpipe = predict_pipeline({PipelineSchedule::gpipe, 4, 1, 8, 0}).bubble_fraction;
+  const double one_f_one_b =
+      predict_pipeline({PipelineSchedule::one_f_one_b, 4, 1, 8, 0}).bubble_fraction;
+  const double interleaved =
+      predict_pipeline({PipelineSchedule::interleaved_one_f_one_b, 4, 2, 8, 0}).bubble_fraction;
+  const double zero_bubble =
+      predict_pipeline({PipelineSchedule::zb_h1, 4, 1, 8, 0}).bubble_fraction;
   // Near-uniform stages: within a few percent of the closed forms.
   EXPECT_NEAR(gpipe, (p - 1) / (m + p - 1), 0.02);
   EXPECT_NEAR(one_f_one_b, (p - 1) / (m + p - 1), 0.02);

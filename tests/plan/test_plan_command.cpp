@@ -126,12 +126,14 @@ TEST_F(PlanCommand, BadInputSaysWhatToChange) {
   expect_error(with({"--layout", "tp=3"}), "does not divide the cluster's 8 devices");
   expect_error(with({"--layout", "tp=2,dp=2"}), "does not match the cluster's 8 devices");
   expect_error(with({"--layout", "tp=8,pp=2"}), "does not divide the cluster's 8 devices");
-  expect_error(with({"--layout", "tp=5"}), "tp (5) must divide the attention heads (32)");
-  expect_error(with({"--layout", "tp=2,micro_batch=3"}), "must be divisible by dp*micro_batch");
+  expect_error(with({"--layout", "tp=5"}), "tp (5) must divide model.n_heads (32)");
+  expect_error(with({"--layout", "tp=2,micro_batch=3"}), "must be divisible by dp * micro_batch");
   expect_error(with({"--layout", "pp=2,vpp=2,schedule=1f1b"}),
                "vpp (2) > 1 needs schedule=interleaved-1f1b");
   expect_error(with({"--layout", "ep=2"}), "needs a mixture-of-experts model");
   expect_error(with({"--layout", "tq=2"}), "unknown key 'tq'");
+  expect_error(with({"--layout", "pp=2,schedule=zb-v"}),
+               "schedule=zb-v must be gpipe, 1f1b, interleaved-1f1b, zb-h1");
   expect_error(with({"--layout", "tp=two"}), "tp=two is not a whole number");
   expect_error(with({"--layout", "recompute=some"}),
                "recompute=some must be none, selective or full");

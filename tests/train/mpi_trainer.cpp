@@ -1,6 +1,6 @@
 // End-to-end training on the real MPI transport: the loss falls on the real English corpus,
-// data parallelism equals the single-rank run, and a resumed run is bit-identical to an
-// uninterrupted one.
+// data parallelism equals the single-rank run, a resumed run is bit-identical to an
+// uninterrupted one, and a mesh that is not the config's layout is refused.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -18,7 +18,7 @@ const testing::TempDir& log_dir() {
   return dir;
 }
 
-Config tiny_run(const std::string& source, int64_t steps) {
+Config tiny_run(DataSource source, int64_t steps) {
   Config config;
   config.model.vocab_size = 256;
   config.model.d_model = 32;
@@ -41,16 +41,14 @@ Config tiny_run(const std::string& source, int64_t steps) {
 TrainResult train_on(Comm& comm, Config config) {
   config.parallel.dp = -1;
   config = validate_config(config, comm.size());
-  MeshShape shape;
-  shape.dp = comm.size();
-  Mesh mesh(comm, shape);
+  Mesh mesh(comm, mesh_shape_of(config));
   Trainer trainer(config, mesh);
   return trainer.run();
 }
 
 TEST(Trainer, LossFallsOnEnglishCorpus) {
   Comm world = Comm::world(120);
-  Config config = tiny_run("corpus", 40);
+  Config config = tiny_run(DataSource::corpus, 40);
   config.train.eval_every = 40;
   TrainResult result = train_on(world, config);
   ASSERT_EQ(result.losses.size(), 40u);
@@ -64,7 +62,7 @@ TEST(Trainer, LossFallsOnEnglishCorpus) {
 
 TEST(Trainer, DataParallelEqualsSingleRank) {
   Comm world = Comm::world(120);
-  Config config = tiny_run("synthetic", 20);
+  Config config = tiny_run(DataSource::synthetic, 20);
   Comm self = world.split(world.rank(), 0, "self");
   TrainResult reference = train_on(self, config);
   TrainResult parallel = train_on(world, config);
@@ -79,7 +77,7 @@ TEST(Trainer, ResumeIsBitIdentical) {
   Comm world = Comm::world(120);
   testing::TempDir local("strata-resume");
   const std::string dir = testing::rank0_path(world, local.path());
-  Config config = tiny_run("synthetic", 8);
+  Config config = tiny_run(DataSource::synthetic, 8);
   TrainResult uninterrupted = train_on(world, config);
 
   config.checkpoint.dir = dir + "/ckpt";
@@ -98,6 +96,26 @@ TEST(Trainer, ResumeIsBitIdentical) {
   ASSERT_EQ(resumed.losses.size(), 5u);
   for (size_t i = 0; i < resumed.losses.size(); ++i) {
     EXPECT_EQ(resumed.losses[i], uninterrupted.losses[3 + i]) << "step " << 4 + i;
+  }
+}
+
+// A mesh that is not the config's layout is refused before any work, saying both shapes.
+TEST(Trainer, RefusesAMeshThatIsNotTheConfigsLayout) {
+  Comm world = Comm::world(120);
+  Comm self = world.split(world.rank(), 0, "self");
+  Config config = tiny_run(DataSource::synthetic, 8);
+  config.parallel.dp = 2;
+  config = validate_config(config, 2);  // a layout for two ranks
+  Mesh mesh(self, MeshShape{});         // one rank
+  try {
+    Trainer trainer(config, mesh);
+    FAIL() << "no error";
+  } catch (const InternalError& error) {
+    const std::string message = error.what();
+    EXPECT_NE(message.find("the mesh PP(1)-DP(1)-CP(1)-TP(1) is not the config's layout "
+                           "PP(1)-DP(2)-CP(1)-TP(1)"),
+              std::string::npos)
+        << message;
   }
 }
 

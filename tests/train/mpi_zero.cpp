@@ -20,11 +20,11 @@ const testing::TempDir& log_dir() {
 struct Layout {
   int64_t dp = 1, tp = 1, pp = 1;
   bool sequence_parallel = false;
-  std::string schedule = "1f1b";
+  PipelineSchedule schedule = PipelineSchedule::one_f_one_b;
   std::string name() const {
     std::string out = "dp" + std::to_string(dp);
     if (tp > 1) out += "xtp" + std::to_string(tp) + (sequence_parallel ? "(sp)" : "");
-    if (pp > 1) out += "xpp" + std::to_string(pp) + "(" + schedule + ")";
+    if (pp > 1) out += "xpp" + std::to_string(pp) + "(" + name_of(schedule) + ")";
     return out;
   }
 };
@@ -46,7 +46,7 @@ Config tiny_run(int64_t steps, int64_t dp, int64_t microbatches_per_rank, int64_
   config.train.warmup_steps = std::min<int64_t>(3, steps);
   config.parallel.zero = zero;
   config.parallel.bucket_mb = 0.01;  // several buckets per layer
-  config.data.source = "synthetic";
+  config.data.source = DataSource::synthetic;
   config.log.progress = "none";
   config.log.dir = log_dir().path();
   return config;
@@ -65,11 +65,7 @@ Outcome train_with(Comm& comm, Config config, const Layout& layout) {
   config.parallel.pp_schedule = layout.schedule;
   config = validate_config(config, comm.size());
   check_runnable(config);
-  MeshShape shape;
-  shape.dp = layout.dp;
-  shape.tp = layout.tp;
-  shape.pp = layout.pp;
-  Mesh mesh(comm, shape);
+  Mesh mesh(comm, mesh_shape_of(config));
   Trainer trainer(config, mesh);
   Outcome run{trainer.run()};
   for (const Parameter* parameter : trainer.parameters()) {
@@ -83,7 +79,7 @@ Outcome train_with(Comm& comm, Config config, const Layout& layout) {
 std::vector<Layout> layouts_for(int world) {
   switch (world) {
     case 4:
-      return {{4, 1, 1}, {2, 2, 1}, {2, 1, 2, false, "zb-h1"}};
+      return {{4, 1, 1}, {2, 2, 1}, {2, 1, 2, false, PipelineSchedule::zb_h1}};
     case 8:
       return {{2, 2, 2, true}};
     default:

@@ -26,16 +26,6 @@
 namespace strata {
 namespace {
 
-MeshShape mesh_shape_of(const ParallelConfig& parallel) {
-  MeshShape shape;
-  shape.pp = parallel.pp;
-  shape.dp = parallel.dp;
-  shape.cp = parallel.cp;
-  shape.tp = parallel.tp;
-  shape.ep = parallel.ep;
-  return shape;
-}
-
 // Runs body(world_size, &rank) on every rank of the job with MPI initialized. A UserError
 // (bad config or file: identical on every rank, before any work) is printed once by rank 0
 // and exits 2; any other failure on one rank aborts the whole job so no rank is left waiting.
@@ -83,7 +73,7 @@ int run_train(const std::string& config_path, const std::vector<std::string>& ov
       config = validate_config(choice.config, world_size);
     }
     check_runnable(config);
-    Mesh mesh(world, mesh_shape_of(config.parallel));
+    Mesh mesh(world, mesh_shape_of(config));
     Trainer trainer(config, mesh);
     trainer.run();
   });

@@ -11,8 +11,10 @@
 #include <iomanip>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <sstream>
 
+#include "strata/core/config_enums.h"
 #include "strata/core/error.h"
 #include "strata/pipeline/generators.h"
 #include "strata/pipeline/simulator.h"
@@ -128,10 +130,13 @@ void print_text(const SimulationResult& result, const std::vector<StageCosts>& c
 }
 
 void run_simulate(const SimulateOptions& options) {
+  STRATA_REQUIRE(!options.schedule.empty(), "--schedule is required; use one of ",
+                 spellings_joined<PipelineSchedule>());
+  const std::optional<PipelineSchedule> kind = parse_choice<PipelineSchedule>(options.schedule);
+  STRATA_REQUIRE(kind, "--schedule '", options.schedule, "' is not a known schedule; use one of ",
+                 spellings_joined<PipelineSchedule>());
   ScheduleRequest request;
-  request.name = options.schedule;
-  STRATA_REQUIRE(!request.name.empty(), "--schedule is required; use one of gpipe, 1f1b, ",
-                 "interleaved-1f1b, zb-h1");
+  request.schedule = *kind;
   request.stages = parse_count("--pp", options.stages, "4");
   request.microbatches = parse_count("--microbatches", options.microbatches, "8");
   request.chunks = parse_count("--vpp", options.chunks, "2");
@@ -179,7 +184,7 @@ CLI::App* add_simulate_command(CLI::App& app) {
       ->type_name("V");
   command
       ->add_option("--schedule", options->schedule,
-                   "gpipe, 1f1b, interleaved-1f1b or zb-h1 (required)")
+                   spellings_joined<PipelineSchedule>() + " (required)")
       ->type_name("S");
   command
       ->add_option("--costs", options->costs,

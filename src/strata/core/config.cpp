@@ -9,6 +9,7 @@
 #include <fstream>
 #include <limits>
 #include <sstream>
+#include <type_traits>
 
 #include "strata/core/config_keys.h"
 #include "strata/core/error.h"
@@ -136,65 +137,93 @@ std::string describe(const toml::node& node) {
   return "nothing";
 }
 
-const char* expected_type(const FieldRef& field) {
-  struct Names {
-    const char* operator()(int64_t*) const { return "an integer"; }
-    const char* operator()(uint64_t*) const { return "a non-negative integer"; }
-    const char* operator()(double*) const { return "a number"; }
-    const char* operator()(bool*) const { return "a boolean (true or false)"; }
-    const char* operator()(std::string*) const { return "a string"; }
-    const char* operator()(std::vector<int64_t>*) const { return "an array of integers"; }
-  };
-  return std::visit(Names{}, field);
+// Visitors of a FieldRef (namespace scope: an enum field takes a member template, which a
+// class local to a function cannot have).
+struct TypeNames {
+  std::string operator()(int64_t*) const { return "an integer"; }
+  std::string operator()(uint64_t*) const { return "a non-negative integer"; }
+  std::string operator()(double*) const { return "a number"; }
+  std::string operator()(bool*) const { return "a boolean (true or false)"; }
+  std::string operator()(std::string*) const { return "a string"; }
+  std::string operator()(std::vector<int64_t>*) const { return "an array of integers"; }
+  template <typename E, typename = std::enable_if_t<std::is_enum_v<E>>>
+  std::string operator()(E*) const {
+    return spellings_quoted<E>();
+  }
+};
+
+std::string expected_type(const FieldRef& field) { return std::visit(TypeNames{}, field); }
+
+// Stores the value spelled `text` into an enum field, or throws
+// "model.activation must be "gelu" or "swiglu", got "relu"".
+template <typename E>
+void assign_choice(E* value, const std::string& text, const std::string& full_name,
+                   const std::string& where) {
+  const std::optional<E> choice = parse_choice<E>(text);
+  if (!choice) {
+    throw UserError(str(full_name, " must be ", spellings_quoted<E>(), ", got ",
+                        config_detail::quote(text), " (", where, ")"));
+  }
+  *value = *choice;
 }
+
+// Stores a TOML node into the field; false when the node has the wrong type.
+struct AssignNode {
+  const toml::node& node;
+  const std::string& full_name;
+  const std::string& where;
+  bool operator()(int64_t* value) const {
+    if (!node.is_integer()) return false;
+    *value = node.as_integer()->get();
+    return true;
+  }
+  bool operator()(uint64_t* value) const {
+    if (!node.is_integer() || node.as_integer()->get() < 0) return false;
+    *value = static_cast<uint64_t>(node.as_integer()->get());
+    return true;
+  }
+  bool operator()(double* value) const {
+    if (node.is_integer()) {
+      *value = static_cast<double>(node.as_integer()->get());
+      return true;
+    }
+    if (!node.is_floating_point()) return false;
+    *value = node.as_floating_point()->get();
+    return true;
+  }
+  bool operator()(bool* value) const {
+    if (!node.is_boolean()) return false;
+    *value = node.as_boolean()->get();
+    return true;
+  }
+  bool operator()(std::string* value) const {
+    if (!node.is_string()) return false;
+    *value = node.as_string()->get();
+    return true;
+  }
+  bool operator()(std::vector<int64_t>* value) const {
+    const toml::array* array = node.as_array();
+    if (array == nullptr) return false;
+    std::vector<int64_t> items;
+    for (const toml::node& item : *array) {
+      if (!item.is_integer()) return false;
+      items.push_back(item.as_integer()->get());
+    }
+    *value = std::move(items);
+    return true;
+  }
+  template <typename E, typename = std::enable_if_t<std::is_enum_v<E>>>
+  bool operator()(E* value) const {
+    if (!node.is_string()) return false;
+    assign_choice(value, node.as_string()->get(), full_name, where);
+    return true;
+  }
+};
 
 // Stores `node` into the field, or throws "train.lr must be a number, got string "fast"".
 void assign(const FieldRef& field, const toml::node& node, const std::string& full_name,
             const std::string& where) {
-  struct Assign {
-    const toml::node& node;
-    bool operator()(int64_t* value) const {
-      if (!node.is_integer()) return false;
-      *value = node.as_integer()->get();
-      return true;
-    }
-    bool operator()(uint64_t* value) const {
-      if (!node.is_integer() || node.as_integer()->get() < 0) return false;
-      *value = static_cast<uint64_t>(node.as_integer()->get());
-      return true;
-    }
-    bool operator()(double* value) const {
-      if (node.is_integer()) {
-        *value = static_cast<double>(node.as_integer()->get());
-        return true;
-      }
-      if (!node.is_floating_point()) return false;
-      *value = node.as_floating_point()->get();
-      return true;
-    }
-    bool operator()(bool* value) const {
-      if (!node.is_boolean()) return false;
-      *value = node.as_boolean()->get();
-      return true;
-    }
-    bool operator()(std::string* value) const {
-      if (!node.is_string()) return false;
-      *value = node.as_string()->get();
-      return true;
-    }
-    bool operator()(std::vector<int64_t>* value) const {
-      const toml::array* array = node.as_array();
-      if (array == nullptr) return false;
-      std::vector<int64_t> items;
-      for (const toml::node& item : *array) {
-        if (!item.is_integer()) return false;
-        items.push_back(item.as_integer()->get());
-      }
-      *value = std::move(items);
-      return true;
-    }
-  };
-  if (!std::visit(Assign{node}, field)) {
+  if (!std::visit(AssignNode{node, full_name, where}, field)) {
     throw UserError(str(full_name, " must be ", expected_type(field), ", got ", describe(node),
                         " (", where, ")"));
   }
@@ -256,24 +285,64 @@ std::string trim(const std::string& text) {
   return text.substr(first, text.find_last_not_of(" \t") - first + 1);
 }
 
-std::string format_field(const FieldRef& field) {
-  struct Format {
-    std::string operator()(int64_t* value) const { return std::to_string(*value); }
-    std::string operator()(uint64_t* value) const { return std::to_string(*value); }
-    std::string operator()(double* value) const { return config_detail::format_double(*value); }
-    std::string operator()(bool* value) const { return *value ? "true" : "false"; }
-    std::string operator()(std::string* value) const { return config_detail::quote(*value); }
-    std::string operator()(std::vector<int64_t>* value) const {
-      std::string out = "[";
-      for (size_t i = 0; i < value->size(); ++i) out += str(i ? ", " : "", (*value)[i]);
-      return out + "]";
-    }
-  };
-  return std::visit(Format{}, field);
+// The value as TOML spells it.
+struct FormatValue {
+  std::string operator()(int64_t* value) const { return std::to_string(*value); }
+  std::string operator()(uint64_t* value) const { return std::to_string(*value); }
+  std::string operator()(double* value) const { return config_detail::format_double(*value); }
+  std::string operator()(bool* value) const { return *value ? "true" : "false"; }
+  std::string operator()(std::string* value) const { return config_detail::quote(*value); }
+  std::string operator()(std::vector<int64_t>* value) const {
+    std::string out = "[";
+    for (size_t i = 0; i < value->size(); ++i) out += str(i ? ", " : "", (*value)[i]);
+    return out + "]";
+  }
+  template <typename E, typename = std::enable_if_t<std::is_enum_v<E>>>
+  std::string operator()(E* value) const {
+    return config_detail::quote(name_of(*value));
+  }
+};
+
+std::string format_field(const FieldRef& field) { return std::visit(FormatValue{}, field); }
+
+// The field as --set takes it, for "e.g. --set model.pos=learned": text and enum keys bare.
+std::string override_example(const FieldRef& field) {
+  return std::visit(
+      [&](auto* value) -> std::string {
+        using T = std::remove_pointer_t<decltype(value)>;
+        if constexpr (std::is_same_v<T, std::string>) {
+          return value->empty() ? "text" : *value;
+        } else if constexpr (std::is_enum_v<T>) {
+          return name_of(*value);
+        } else {
+          return format_field(field);
+        }
+      },
+      field);
 }
 
-// "section.key=value", the value read as TOML. A string key also takes the text as it is
-// (--set model.pos=rope, --set data.path=/data/x) unless it starts with a quote.
+// Stores bare --set text into a string or enum field; false (and nothing stored) for a field
+// of another type, whose text must be a TOML value.
+bool assign_bare_text(const FieldRef& field, const std::string& text, const std::string& full_name,
+                      const std::string& where) {
+  return std::visit(
+      [&](auto* value) {
+        using T = std::remove_pointer_t<decltype(value)>;
+        if constexpr (std::is_same_v<T, std::string>) {
+          *value = text;
+          return true;
+        } else if constexpr (std::is_enum_v<T>) {
+          assign_choice(value, text, full_name, where);
+          return true;
+        } else {
+          return false;
+        }
+      },
+      field);
+}
+
+// "section.key=value", the value read as TOML. A string or enum key also takes the text as it
+// is (--set model.pos=rope, --set data.path=/data/x) unless it starts with a quote.
 void apply_override(const std::string& text, Config& config) {
   const std::string where = "--set " + text;
   const size_t equals = text.find('=');
@@ -301,19 +370,11 @@ void apply_override(const std::string& text, Config& config) {
 
   const FieldRef field = key->field(config);
   const bool quoted = !value.empty() && (value[0] == '"' || value[0] == '\'');
-  if (std::holds_alternative<std::string*>(field) && !quoted) {
-    *std::get<std::string*>(field) = value;
-    return;
-  }
+  if (!quoted && assign_bare_text(field, value, full_name, where)) return;
   // The default, spelled as --set takes it, shows the expected form.
   Config defaults;
-  std::string example = format_field(key->field(defaults));
-  if (std::holds_alternative<std::string*>(field)) {
-    const std::string& text = *std::get<std::string*>(key->field(defaults));
-    example = text.empty() ? "text" : text;
-  }
-  const std::string hint =
-      str(full_name, " must be ", expected_type(field), ", e.g. --set ", full_name, "=", example);
+  const std::string hint = str(full_name, " must be ", expected_type(field), ", e.g. --set ",
+                               full_name, "=", override_example(key->field(defaults)));
   STRATA_REQUIRE(!value.empty(), where, ": missing value; ", hint);
   toml::table parsed;
   try {

@@ -6,18 +6,20 @@
 #include <string>
 #include <vector>
 
+#include "strata/core/config_enums.h"
+
 namespace strata {
 
 // [model.moe]: mixture-of-experts feed-forward layers (docs/config.md, docs/parallelism.md).
 struct MoeConfig {
-  int64_t num_experts = 0;          // 0 = dense model; > 0: every `every`-th layer is MoE
-  int64_t top_k = 2;                // experts per token: 1 or 2
-  int64_t every = 1;                // layer l is MoE when (l + 1) % every == 0
-  double capacity_factor = 0.0;     // 0 = dropless; else ceil(cf * top_k * seq_len / E) per
-                                    // expert per sequence, later tokens dropped
-  double aux_loss_coef = 0.01;      // Switch load-balancing loss weight
-  double z_loss_coef = 0.0;         // router z-loss weight
-  std::string activation = "gelu";  // expert FFN: "gelu" | "swiglu"
+  int64_t num_experts = 0;       // 0 = dense model; > 0: every `every`-th layer is MoE
+  int64_t top_k = 2;             // experts per token: 1 or 2
+  int64_t every = 1;             // layer l is MoE when (l + 1) % every == 0
+  double capacity_factor = 0.0;  // 0 = dropless; else ceil(cf * top_k * seq_len / E) per
+                                 // expert per sequence, later tokens dropped
+  double aux_loss_coef = 0.01;   // Switch load-balancing loss weight
+  double z_loss_coef = 0.0;      // router z-loss weight
+  Activation activation = Activation::gelu;  // expert FFN
 };
 
 struct ModelConfig {
@@ -28,9 +30,9 @@ struct ModelConfig {
   int64_t n_kv_heads = 0;  // 0 = same as n_heads (multi-head); fewer = grouped-query attention
   int64_t d_ff = 0;        // 0 = 4 * d_model
   int64_t seq_len = 128;
-  std::string pos = "learned";      // "learned" | "rope"
-  std::string norm = "layernorm";   // "layernorm" | "rmsnorm"
-  std::string activation = "gelu";  // "gelu" | "swiglu"
+  PositionEncoding pos = PositionEncoding::learned;
+  Norm norm = Norm::layernorm;
+  Activation activation = Activation::gelu;
   bool tie_embeddings = true;
   double init_std = 0.02;
   double norm_eps = 1e-5;
@@ -57,7 +59,7 @@ struct ParallelConfig {
   int64_t zero = 0;         // 0..3
   double bucket_mb = 25.0;  // gradient reduction bucket size, MiB (zero 3: one layer each)
   bool sequence_parallel = false;
-  std::string pp_schedule = "1f1b";  // "gpipe" | "1f1b" | "interleaved-1f1b" | "zb-h1"
+  PipelineSchedule pp_schedule = PipelineSchedule::one_f_one_b;
   int64_t vpp = 1;
   int64_t microbatches = 0;  // 0 = derived: global_batch / (dp * micro_batch)
   // Layers of each virtual pipeline stage (pp * vpp entries, in virtual-stage order);
@@ -81,13 +83,13 @@ struct TrainConfig {
   uint64_t seed = 1234;
   int64_t eval_every = 0;  // 0 = never
   int64_t eval_batches = 4;
-  std::string dtype = "float32";  // "float32" | "float64" (tests)
-  int64_t threads = 0;            // intra-op threads per rank; 0 = max(1, cores / local ranks)
+  DType dtype = DType::float32;  // float64 for exact tests
+  int64_t threads = 0;           // intra-op threads per rank; 0 = max(1, cores / local ranks)
 };
 
 struct DataConfig {
-  std::string source = "corpus";  // "corpus" | "synthetic" | "shards"
-  std::string path;               // corpus: text file(s) dir or file; shards: shard dir
+  DataSource source = DataSource::corpus;
+  std::string path;  // corpus: text file(s) dir or file; shards: shard dir
   std::string tokenizer = "byte";
   double eval_fraction = 0.05;  // held-out share of the tokens for evaluation
 };
@@ -117,7 +119,8 @@ struct Config {
 
 // Reads a TOML file and applies "section.key=value" overrides (values parsed as TOML).
 // Throws UserError naming the file, key and what is allowed for unknown keys, wrong types,
-// unparsable files and bad override syntax. Does not check cross-key constraints.
+// values an enum key does not know (config_enums.h), unparsable files and bad override syntax.
+// Does not check cross-key constraints.
 Config load_config(const std::string& path, const std::vector<std::string>& overrides = {});
 
 // Same, from TOML text (for tests and for configs embedded in checkpoints).

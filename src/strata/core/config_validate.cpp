@@ -1,9 +1,9 @@
 // Cross-key checks of a parsed config for a run on a given number of ranks, resolution of
-// the derived values (dp = -1, microbatches = 0), and the one list of features this release
-// cannot run yet. Every problem is collected, so one run of `strata` reports all of them.
+// the derived values (dp = -1, microbatches = 0; the layout's rules are core/layout_rules.h's),
+// and the one list of features this release cannot run yet. Every problem is collected, so one run
+// of `strata` reports all of them.
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <limits>
 #include <string>
 #include <type_traits>
@@ -12,6 +12,7 @@
 #include "strata/core/config.h"
 #include "strata/core/config_keys.h"
 #include "strata/core/error.h"
+#include "strata/core/layout_rules.h"
 
 namespace strata {
 namespace {
@@ -60,31 +61,6 @@ void require_one_of(Problems& problems, const char* key, const std::string& valu
   problems.push_back(str(key, " must be ", list, ", got ", quote(value)));
 }
 
-// The divisors of n closest to `near` (at most `count` of them), ascending.
-std::vector<int64_t> divisors_near(int64_t n, int64_t near, size_t count) {
-  std::vector<int64_t> divisors;
-  for (int64_t d = 1; d <= n / d; ++d) {
-    if (n % d != 0) continue;
-    divisors.push_back(d);
-    if (d != n / d) divisors.push_back(n / d);
-  }
-  std::sort(divisors.begin(), divisors.end());
-  std::stable_sort(divisors.begin(), divisors.end(), [near](int64_t a, int64_t b) {
-    return std::llabs(a - near) < std::llabs(b - near);
-  });
-  divisors.resize(std::min(divisors.size(), count));
-  std::sort(divisors.begin(), divisors.end());
-  return divisors;
-}
-
-std::string list_or(const std::vector<int64_t>& values) {
-  std::string out;
-  for (size_t i = 0; i < values.size(); ++i) {
-    out += (i == 0 ? "" : i + 1 == values.size() ? " or " : ", ") + std::to_string(values[i]);
-  }
-  return out;
-}
-
 void check_moe(const ModelConfig& model, Problems& problems) {
   const MoeConfig& moe = model.moe;
   require_at_least<int64_t>(problems, "model.moe.num_experts", moe.num_experts, 0,
@@ -106,7 +82,6 @@ void check_moe(const ModelConfig& model, Problems& problems) {
                    " (0 = dropless)");
   require_at_least(problems, "model.moe.aux_loss_coef", moe.aux_loss_coef, 0.0);
   require_at_least(problems, "model.moe.z_loss_coef", moe.z_loss_coef, 0.0);
-  require_one_of(problems, "model.moe.activation", moe.activation, {"gelu", "swiglu"});
 }
 
 void check_model(const ModelConfig& model, Problems& problems) {
@@ -118,9 +93,6 @@ void check_model(const ModelConfig& model, Problems& problems) {
                             " (0 means the same as model.n_heads)");
   require_at_least<int64_t>(problems, "model.d_ff", model.d_ff, 0, " (0 means 4 * model.d_model)");
   require_at_least<int64_t>(problems, "model.seq_len", model.seq_len, 2);
-  require_one_of(problems, "model.pos", model.pos, {"learned", "rope"});
-  require_one_of(problems, "model.norm", model.norm, {"layernorm", "rmsnorm"});
-  require_one_of(problems, "model.activation", model.activation, {"gelu", "swiglu"});
   require_positive(problems, "model.init_std", model.init_std);
   require_positive(problems, "model.norm_eps", model.norm_eps);
   require_positive(problems, "model.rope_theta", model.rope_theta);
@@ -129,7 +101,7 @@ void check_model(const ModelConfig& model, Problems& problems) {
     if (model.d_model % model.n_heads != 0) {
       problems.push_back(str("model.d_model (", model.d_model,
                              ") must be divisible by model.n_heads (", model.n_heads, ")"));
-    } else if (model.pos == "rope" && model.head_dim() % 2 != 0) {
+    } else if (model.pos == PositionEncoding::rope && model.head_dim() % 2 != 0) {
       problems.push_back(str("model.pos = \"rope\" needs an even head dimension (d_model / ",
                              "n_heads = ", model.d_model, " / ", model.n_heads, " = ",
                              model.head_dim(), ")"));
@@ -144,8 +116,6 @@ void check_model(const ModelConfig& model, Problems& problems) {
 
 void check_train(const TrainConfig& train, Problems& problems) {
   require_at_least<int64_t>(problems, "train.steps", train.steps, 1);
-  require_at_least<int64_t>(problems, "train.global_batch", train.global_batch, 1);
-  require_at_least<int64_t>(problems, "train.micro_batch", train.micro_batch, 1);
   require_at_least(problems, "train.min_lr", train.min_lr, 0.0);
   if (!(train.lr >= train.min_lr)) {
     problems.push_back(str("train.lr (", number(train.lr), ") must be >= train.min_lr (",
@@ -168,15 +138,13 @@ void check_train(const TrainConfig& train, Problems& problems) {
   }
   require_at_least<int64_t>(problems, "train.eval_every", train.eval_every, 0, " (0 = never)");
   require_at_least<int64_t>(problems, "train.eval_batches", train.eval_batches, 1);
-  require_one_of(problems, "train.dtype", train.dtype, {"float32", "float64"});
   require_at_least<int64_t>(problems, "train.threads", train.threads, 0,
                             " (0 = cores / ranks on this machine)");
 }
 
 void check_data(const Config& config, Problems& problems) {
   const DataConfig& data = config.data;
-  require_one_of(problems, "data.source", data.source, {"corpus", "synthetic", "shards"});
-  if (data.source == "shards" && data.path.empty()) {
+  if (data.source == DataSource::shards && data.path.empty()) {
     problems.push_back("data.source = \"shards\" needs data.path (the directory of token shards)");
   }
   if (data.tokenizer.empty()) problems.push_back("data.tokenizer must not be empty");
@@ -207,134 +175,34 @@ void check_checkpoint_and_log(const Config& config, Problems& problems) {
   require_at_least<int64_t>(problems, "log.every", log.every, 1);
 }
 
-// Sizes of the parallel layout on their own and against the model; leaves dp resolved.
-void check_layout(Config& config, int64_t world_size, Problems& problems) {
-  ParallelConfig& parallel = config.parallel;
-  const ModelConfig& model = config.model;
-  require_at_least<int64_t>(problems, "parallel.tp", parallel.tp, 1);
-  require_at_least<int64_t>(problems, "parallel.pp", parallel.pp, 1);
-  require_at_least<int64_t>(problems, "parallel.cp", parallel.cp, 1);
-  require_at_least<int64_t>(problems, "parallel.ep", parallel.ep, 1);
-  require_at_least<int64_t>(problems, "parallel.vpp", parallel.vpp, 1);
-  if (parallel.dp != -1 && parallel.dp < 1) {
-    problems.push_back(str("parallel.dp (", parallel.dp,
-                           ") must be >= 1, or -1 for the ranks left over by tp, pp and cp"));
-  }
-  if (parallel.zero < 0 || parallel.zero > 3) {
-    problems.push_back(str("parallel.zero (", parallel.zero, ") must be 0, 1, 2 or 3"));
-  }
-  require_one_of(problems, "parallel.pp_schedule", parallel.pp_schedule,
-                 {"gpipe", "1f1b", "interleaved-1f1b", "zb-h1"});
-  require_at_least<int64_t>(problems, "parallel.microbatches", parallel.microbatches, 0,
-                            " (0 = derived from the batch sizes)");
+// The keys of [parallel] that are not the layout's sizes.
+void check_parallel_settings(const ParallelConfig& parallel, Problems& problems) {
   require_positive(problems, "parallel.comm_timeout_s", parallel.comm_timeout_s);
   require_positive(problems, "parallel.bucket_mb", parallel.bucket_mb);
-
-  if (parallel.tp >= 1 && model.n_heads >= 1) {
-    if (model.n_heads % parallel.tp != 0) {
-      problems.push_back(
-          str("parallel.tp (", parallel.tp, ") must divide model.n_heads (", model.n_heads, ")"));
-    }
-    if (model.d_model >= 1 && model.d_ff >= 0 && model.ff_dim() % parallel.tp != 0) {
-      problems.push_back(str("parallel.tp (", parallel.tp, ") must divide the MLP width ",
-                             model.ff_dim(), " (model.d_ff, or 4 * model.d_model when 0)"));
-    }
-  }
-  if (parallel.sequence_parallel && parallel.tp == 1) {
-    problems.push_back("parallel.sequence_parallel = true needs parallel.tp > 1");
-  }
-  if (parallel.sequence_parallel && parallel.tp > 1 && model.seq_len % parallel.tp != 0) {
-    problems.push_back(str("parallel.sequence_parallel = true needs parallel.tp (", parallel.tp,
-                           ") to divide model.seq_len (", model.seq_len, ")"));
-  }
-  if (parallel.cp >= 1 && model.seq_len % parallel.cp != 0) {
-    problems.push_back(
-        str("parallel.cp (", parallel.cp, ") must divide model.seq_len (", model.seq_len, ")"));
-  }
-  if (parallel.pp >= 1 && parallel.vpp >= 1 && model.n_layers >= 1 &&
-      model.n_layers < parallel.pp * parallel.vpp) {
-    problems.push_back(str("model.n_layers (", model.n_layers,
-                           ") must be >= parallel.pp * parallel.vpp = ", parallel.pp, " * ",
-                           parallel.vpp, " = ", parallel.pp * parallel.vpp,
-                           ": every pipeline chunk needs a layer"));
-  }
-  const bool interleaved = parallel.pp_schedule == "interleaved-1f1b";
-  if (parallel.vpp > 1 && !interleaved) {
-    problems.push_back(str("parallel.vpp (", parallel.vpp,
-                           ") > 1 needs parallel.pp_schedule = \"interleaved-1f1b\""));
-  }
-  if (interleaved && parallel.vpp < 2) {
-    problems.push_back(
-        str("parallel.pp_schedule = \"interleaved-1f1b\" needs parallel.vpp >= 2"
-            " (model chunks per stage), got ",
-            parallel.vpp));
-  }
-  if (interleaved && parallel.pp == 1) {
-    problems.push_back("parallel.pp_schedule = \"interleaved-1f1b\" needs parallel.pp > 1");
-  }
-
-  if (parallel.tp < 1 || parallel.pp < 1 || parallel.cp < 1) return;
-  const int64_t model_parallel = parallel.tp * parallel.pp * parallel.cp;
-  if (parallel.dp == -1) {
-    if (world_size % model_parallel != 0) {
-      problems.push_back(str("parallel.dp = -1 needs the number of ranks (", world_size,
-                             ") to be divisible by parallel.tp*pp*cp = ", parallel.tp, "*",
-                             parallel.pp, "*", parallel.cp, " = ", model_parallel));
-      return;
-    }
-    parallel.dp = world_size / model_parallel;
-  } else if (parallel.dp >= 1 && model_parallel * parallel.dp != world_size) {
-    problems.push_back(str("parallel.tp*pp*dp*cp = ", parallel.tp, "*", parallel.pp, "*",
-                           parallel.dp, "*", parallel.cp, " = ", model_parallel * parallel.dp,
-                           " does not match ", world_size, " ranks (or set parallel.dp = -1)"));
-  }
-  if (parallel.dp >= 1 && parallel.ep >= 1 && (parallel.dp * parallel.cp) % parallel.ep != 0) {
-    problems.push_back(str("parallel.ep (", parallel.ep, ") must divide parallel.dp*cp = ",
-                           parallel.dp, "*", parallel.cp, " = ", parallel.dp * parallel.cp));
-  }
-  if (parallel.ep > 1 && model.moe.num_experts == 0) {
-    problems.push_back(str("parallel.ep (", parallel.ep,
-                           ") > 1 needs a mixture-of-experts model: set model.moe.num_experts"));
-  } else if (parallel.ep > 1 && model.moe.num_experts > 0 &&
-             model.moe.num_experts % parallel.ep != 0) {
-    problems.push_back(str("parallel.ep (", parallel.ep, ") must divide model.moe.num_experts (",
-                           model.moe.num_experts, ")"));
-  }
 }
 
-// Needs a resolved dp; leaves microbatches resolved.
-void check_batch(Config& config, bool dp_was_derived, Problems& problems) {
+// The layout against the model, the ranks and the batch (core/layout_rules.h); leaves dp and
+// microbatches resolved.
+void check_parallel_layout(Config& config, int64_t world_size, Problems& problems) {
   ParallelConfig& parallel = config.parallel;
-  const TrainConfig& train = config.train;
-  if (parallel.dp < 1 || train.global_batch < 1 || train.micro_batch < 1) return;
-  const int64_t per_step = parallel.dp * train.micro_batch;
-  if (train.global_batch % per_step != 0) {
-    std::string fixes;
-    const int64_t lower = train.global_batch / per_step * per_step;
-    fixes = str("train.global_batch = ",
-                list_or(lower > 0 ? std::vector<int64_t>{lower, lower + per_step}
-                                  : std::vector<int64_t>{per_step}));
-    if (train.global_batch % parallel.dp == 0) {
-      fixes += str(", or train.micro_batch = ",
-                   list_or(divisors_near(train.global_batch / parallel.dp, train.micro_batch, 6)));
-    }
-    problems.push_back(str("train.global_batch (", train.global_batch,
-                           ") must be divisible by parallel.dp * train.micro_batch = ", parallel.dp,
-                           "*", train.micro_batch, " = ", per_step,
-                           dp_was_derived ? " (dp = -1 resolved to the ranks left over)" : "", "; ",
-                           fixes, " would work"));
-    return;
-  }
-  const int64_t derived = train.global_batch / per_step;
-  if (parallel.microbatches == 0) {
-    parallel.microbatches = derived;
-  } else if (parallel.microbatches > 0 && parallel.microbatches != derived) {
-    problems.push_back(str("parallel.microbatches (", parallel.microbatches,
-                           ") must equal train.global_batch / (parallel.dp * train.micro_batch)"
-                           " = ",
-                           train.global_batch, " / (", parallel.dp, "*", train.micro_batch,
-                           ") = ", derived, "; or set it to 0 to derive it"));
-  }
+  LayoutSizes layout;
+  layout.tp = parallel.tp;
+  layout.pp = parallel.pp;
+  layout.dp = parallel.dp;
+  layout.cp = parallel.cp;
+  layout.ep = parallel.ep;
+  layout.vpp = parallel.vpp;
+  layout.zero = parallel.zero;
+  layout.micro_batch = config.train.micro_batch;
+  layout.microbatches = parallel.microbatches;
+  layout.sequence_parallel = parallel.sequence_parallel;
+  layout.schedule = parallel.pp_schedule;
+  const LayoutVerdict verdict =
+      check_layout(layout, layout_model_shape_of(config.model), world_size,
+                   config.train.global_batch, LayoutVocabulary::config());
+  problems.insert(problems.end(), verdict.problems.begin(), verdict.problems.end());
+  parallel.dp = verdict.dp;
+  if (verdict.microbatches > 0) parallel.microbatches = verdict.microbatches;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -376,7 +244,7 @@ void check_auto(const Config& config, Problems& problems) {
   if (parallel.vpp != unset.vpp) given.push_back(str("parallel.vpp = ", parallel.vpp));
   if (parallel.sequence_parallel) given.push_back("parallel.sequence_parallel = true");
   if (parallel.pp_schedule != unset.pp_schedule) {
-    given.push_back(str("parallel.pp_schedule = \"", parallel.pp_schedule, "\""));
+    given.push_back(str("parallel.pp_schedule = ", quote(name_of(parallel.pp_schedule))));
   }
   if (parallel.microbatches != unset.microbatches) {
     given.push_back(str("parallel.microbatches = ", parallel.microbatches));
@@ -389,6 +257,7 @@ void check_auto(const Config& config, Problems& problems) {
                            list, "; remove those keys, or set parallel.auto = false to keep them"));
   }
   require_positive(problems, "parallel.comm_timeout_s", parallel.comm_timeout_s);
+  require_at_least<int64_t>(problems, "train.global_batch", config.train.global_batch, 1);
 }
 
 Problems collect_consistency(Config& config, int64_t world_size) {
@@ -402,9 +271,8 @@ Problems collect_consistency(Config& config, int64_t world_size) {
     check_auto(config, problems);
     return problems;
   }
-  const bool dp_was_derived = config.parallel.dp == -1;
-  check_layout(config, world_size, problems);
-  check_batch(config, dp_was_derived, problems);
+  check_parallel_settings(config.parallel, problems);
+  check_parallel_layout(config, world_size, problems);
   return problems;
 }
 

@@ -58,18 +58,19 @@ std::shared_ptr<TokenDataset> TokenDataset::open(const DataConfig& data, const M
                                                  uint64_t seed) {
   std::string origin;
   std::vector<int32_t> tokens;
-  if (data.source == "corpus") {
-    tokens = load_corpus(data, &origin).tokens;
-  } else if (data.source == "shards") {
-    tokens = load_shards(data, &origin).tokens;
-  } else if (data.source == "synthetic") {
-    STRATA_REQUIRE(model.vocab_size >= 1, "model.vocab_size (", model.vocab_size,
-                   ") must be at least 1");
-    tokens = synthetic_tokens(seed, model.vocab_size);
-    origin = str("synthetic motifs (seed ", seed, ")");
-  } else {
-    throw UserError(str("data.source = \"", data.source,
-                        "\" is not available; allowed: corpus, shards, synthetic"));
+  switch (data.source) {
+    case DataSource::corpus:
+      tokens = load_corpus(data, &origin).tokens;
+      break;
+    case DataSource::shards:
+      tokens = load_shards(data, &origin).tokens;
+      break;
+    case DataSource::synthetic:
+      STRATA_REQUIRE(model.vocab_size >= 1, "model.vocab_size (", model.vocab_size,
+                     ") must be at least 1");
+      tokens = synthetic_tokens(seed, model.vocab_size);
+      origin = str("synthetic motifs (seed ", seed, ")");
+      break;
   }
   return from_tokens(std::move(tokens), data, model, seed, origin);
 }

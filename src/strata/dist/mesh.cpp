@@ -8,6 +8,30 @@
 
 namespace strata {
 
+bool operator==(const MeshShape& a, const MeshShape& b) {
+  return a.pp == b.pp && a.dp == b.dp && a.cp == b.cp && a.tp == b.tp && a.ep == b.ep;
+}
+
+std::string to_string(const MeshShape& shape) {
+  std::string text =
+      str("PP(", shape.pp, ")-DP(", shape.dp, ")-CP(", shape.cp, ")-TP(", shape.tp, ")");
+  if (shape.ep > 1) text += str("-EP(", shape.ep, ")");
+  return text;
+}
+
+MeshShape mesh_shape_of(const Config& validated) {
+  const ParallelConfig& parallel = validated.parallel;
+  STRATA_CHECK(parallel.dp >= 1, "mesh_shape_of needs a validated config; parallel.dp is ",
+               parallel.dp);
+  MeshShape shape;
+  shape.pp = parallel.pp;
+  shape.dp = parallel.dp;
+  shape.cp = parallel.cp;
+  shape.tp = parallel.tp;
+  shape.ep = parallel.ep;
+  return shape;
+}
+
 void check_mesh_shape(const MeshShape& shape, int64_t world_size) {
   const std::pair<const char*, int64_t> sizes[] = {
       {"pp", shape.pp}, {"dp", shape.dp}, {"cp", shape.cp}, {"tp", shape.tp}, {"ep", shape.ep}};
@@ -136,11 +160,6 @@ Mesh::Mesh(const Comm& world, const MeshShape& shape)
       ep_(split_group(world, shape_, MeshGroup::ep)),
       expert_dp_(split_group(world, shape_, MeshGroup::expert_dp)) {}
 
-std::string Mesh::to_string() const {
-  std::string text =
-      str("PP(", shape_.pp, ")-DP(", shape_.dp, ")-CP(", shape_.cp, ")-TP(", shape_.tp, ")");
-  if (shape_.ep > 1) text += str("-EP(", shape_.ep, ")");
-  return text + str(" rank ", rank_);
-}
+std::string Mesh::to_string() const { return str(strata::to_string(shape_), " rank ", rank_); }
 
 }  // namespace strata

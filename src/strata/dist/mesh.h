@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "strata/core/config.h"
 #include "strata/dist/comm.h"
 
 namespace strata {
@@ -21,6 +22,14 @@ struct MeshShape {
   int64_t pp = 1, dp = 1, cp = 1, tp = 1, ep = 1;
   int64_t world() const { return pp * dp * cp * tp; }
 };
+bool operator==(const MeshShape& a, const MeshShape& b);
+inline bool operator!=(const MeshShape& a, const MeshShape& b) { return !(a == b); }
+// "PP(2)-DP(2)-CP(1)-TP(2)", "-EP(2)" following when ep > 1.
+std::string to_string(const MeshShape& shape);
+
+// The mesh a config runs on: the one place a shape is made from [parallel]. The config must be
+// validated (validate_config or resolve_config: dp resolved).
+MeshShape mesh_shape_of(const Config& validated);
 
 struct MeshCoords {
   int64_t pp = 0, dp = 0, cp = 0, tp = 0;
@@ -63,7 +72,7 @@ class Mesh {
   bool pp_is_first_stage() const { return coords_.pp == 0; }
   bool pp_is_last_stage() const { return coords_.pp == shape_.pp - 1; }
 
-  // "PP(2)-DP(2)-CP(1)-TP(2) rank 5" ("-EP(2)" follows TP when ep > 1)
+  // to_string(shape()) and the rank: "PP(2)-DP(2)-CP(1)-TP(2) rank 5"
   std::string to_string() const;
 
  private:

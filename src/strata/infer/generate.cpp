@@ -13,9 +13,9 @@ std::unique_ptr<GPT> load_model_from_checkpoint(const std::string& dir, Config* 
                                                 Comm* tp) {
   nlohmann::json state = read_checkpoint_state(dir);
   Config config = parse_config(state.at("config").get<std::string>(), dir + "/state.json");
-  auto model = std::make_unique<GPT>(config.model, config.train.seed,
-                                     config.train.dtype == "float64" ? at::kDouble : at::kFloat,
-                                     TensorParallel{tp, false});
+  auto model = std::make_unique<GPT>(
+      config.model, config.train.seed,
+      config.train.dtype == DType::float64 ? at::kDouble : at::kFloat, TensorParallel{tp, false});
   std::vector<ShardedTensor> tensors;
   for (auto& parameter : model->parameters()) {
     for (auto& slice :

@@ -49,8 +49,8 @@ GPT::GPT(const ModelConfig& config, uint64_t seed, at::ScalarType dtype, TensorP
   local_kv_heads_ = kv_replicated_ ? K : K / tp_size_;
   vocab_per_rank_ = (V + tp_size_ - 1) / tp_size_;
 
-  const bool layernorm = config.norm == "layernorm";
-  const bool swiglu = config.activation == "swiglu";
+  const bool layernorm = config.norm == Norm::layernorm;
+  const bool swiglu = config.activation == Activation::swiglu;
   const double std = config.init_std;
   // GPT-2's scaled init for the projections that write into the residual stream.
   const double residual_std = std / std::sqrt(2.0 * config.n_layers);
@@ -67,7 +67,7 @@ GPT::GPT(const ModelConfig& config, uint64_t seed, at::ScalarType dtype, TensorP
     token_embedding_ = add("embedding.token.weight", {V, C}, InitKind::Normal, std, true, 0);
     parameters_[token_embedding_].pp_tied = config.tie_embeddings && !(stage_.first && stage_.last);
   }
-  if (config.pos == "learned" && stage_.first) {
+  if (config.pos == PositionEncoding::learned && stage_.first) {
     position_embedding_ = add("embedding.position.weight", {T, C}, InitKind::Normal, std, true);
     parameters_[position_embedding_].tp_partial_grad = sequence_parallel_;
   }
@@ -95,7 +95,7 @@ GPT::GPT(const ModelConfig& config, uint64_t seed, at::ScalarType dtype, TensorP
       // Router replicated everywhere; experts (E, ...) split over ep, whole over tp. SwiGLU
       // experts fuse gate rows then value rows, as the dense MLP does.
       const int64_t E = config.moe.num_experts;
-      const int64_t expert_in = config.moe.activation == "swiglu" ? 2 * F : F;
+      const int64_t expert_in = config.moe.activation == Activation::swiglu ? 2 * F : F;
       block.router_weight = add(prefix + "moe.router.weight", {E, C}, InitKind::Normal, std, false);
       block.expert_fc_weight =
           add_experts(prefix + "moe.experts.fc.weight", {E, expert_in, C}, std);
@@ -120,7 +120,7 @@ GPT::GPT(const ModelConfig& config, uint64_t seed, at::ScalarType dtype, TensorP
                        : add("head.weight", {V, C}, InitKind::Normal, std, true, 0);
   }
 
-  if (config.pos == "rope") {
+  if (config.pos == PositionEncoding::rope) {
     auto inverse_frequency =
         at::pow(config.rope_theta, -at::arange(0, D, 2, at::kDouble) / static_cast<double>(D));
     auto angles = at::outer(at::arange(T, at::kDouble), inverse_frequency);  // (T, D/2)
@@ -222,7 +222,7 @@ at::Tensor GPT::attention(const at::Tensor& x, const BlockParams& block, int64_t
   auto kv = strata::linear(input, weight(block.kv_weight));                 // (B, T, 2 * K_l * D)
   auto k = kv.narrow(-1, 0, K_l * D).view({B, T, K_l, D}).transpose(1, 2);  // (B, K_l, T, D)
   auto v = kv.narrow(-1, K_l * D, K_l * D).view({B, T, K_l, D}).transpose(1, 2);
-  if (config_.pos == "rope") {
+  if (config_.pos == PositionEncoding::rope) {
     q = rotate(q, past);
     k = rotate(k, past);
   }
@@ -254,7 +254,7 @@ at::Tensor GPT::attention(const at::Tensor& x, const BlockParams& block, int64_t
 
 at::Tensor GPT::mlp(const at::Tensor& x, const BlockParams& block, bool sequence_parallel) {
   auto h = strata::linear(enter_tp(x, sequence_parallel), weight(block.fc_weight));
-  if (config_.activation == "swiglu") {
+  if (config_.activation == Activation::swiglu) {
     const int64_t F_l = config_.ff_dim() / tp_size_;
     h = at::silu(h.narrow(-1, 0, F_l)) * h.narrow(-1, F_l, F_l);
   } else {
@@ -399,12 +399,12 @@ at::Tensor GPT::head_loss(const at::Tensor& last_hidden, const at::Tensor& targe
 double training_flops_per_token(const ModelConfig& config) {
   const double C = config.d_model, F = config.ff_dim(), L = config.n_layers;
   const double H = config.n_heads, K = config.kv_heads(), D = config.head_dim();
-  const double mlp_in = config.activation == "swiglu" ? 2 * F : F;
+  const double mlp_in = config.activation == Activation::swiglu ? 2 * F : F;
   const double attention = (H + 2 * K) * D * C + C * H * D;
   const double dense_mlp = mlp_in * C + C * F;
   // A MoE layer: the router, and top_k expert FFNs per token.
   const double E = config.moe.num_experts, k = config.moe.top_k;
-  const double expert_in = config.moe.activation == "swiglu" ? 2 * F : F;
+  const double expert_in = config.moe.activation == Activation::swiglu ? 2 * F : F;
   const double moe_mlp = E * C + k * (expert_in * C + C * F);
   double matmul_params = config.vocab_size * C;  // the head
   for (int64_t layer = 0; layer < config.n_layers; ++layer) {

@@ -169,7 +169,7 @@ MoeOutput moe_forward(const at::Tensor& x, const MoeWeights& weights, const Mode
   at::Tensor grouped_index = at::tensor(grouped, at::kLong);
   at::Tensor expert_input = received.index_select(0, grouped_index);
   std::vector<at::Tensor> pieces;
-  const bool swiglu = moe.activation == "swiglu";
+  const bool swiglu = moe.activation == Activation::swiglu;
   int64_t start = 0;
   for (int64_t e = 0; e < E_l; ++e) {  // every expert runs, with no rows too: defined grads
     pieces.push_back(expert_ffn(expert_input.narrow(0, start, rows_of_expert[e]), weights.fc[e],

@@ -78,27 +78,23 @@ std::string nearest_multiples(int value, int divisor) {
 
 }  // namespace
 
-const std::vector<std::string>& schedule_names() {
-  static const std::vector<std::string> names = {"gpipe", "1f1b", "interleaved-1f1b", "zb-h1"};
-  return names;
+std::vector<PipelineSchedule> pipeline_schedules() {
+  std::vector<PipelineSchedule> schedules;
+  for (const auto& spelling : Spellings<PipelineSchedule>::table) {
+    schedules.push_back(spelling.value);
+  }
+  return schedules;
 }
 
 void check_schedule_request(const ScheduleRequest& request, const ScheduleParameterNames& names) {
-  const auto& known = schedule_names();
-  if (std::find(known.begin(), known.end(), request.name) == known.end()) {
-    std::string choices;
-    for (const auto& name : known) choices += (choices.empty() ? "" : ", ") + name;
-    throw UserError(
-        str(names.name, " '", request.name, "' is not a known schedule; use one of ", choices));
-  }
   STRATA_REQUIRE(request.stages >= 1, names.stages, " (", request.stages,
                  ") must be at least 1 (the number of pipeline stages)");
   STRATA_REQUIRE(request.microbatches >= 1, names.microbatches, " (", request.microbatches,
                  ") must be at least 1");
-  if (request.name != "interleaved-1f1b") {
+  if (request.schedule != PipelineSchedule::interleaved_one_f_one_b) {
     STRATA_REQUIRE(request.chunks == 1, names.chunks, " (", request.chunks, ") must be 1 for ",
-                   names.name, " ", request.name, "; model chunks per rank need ", names.name,
-                   " interleaved-1f1b");
+                   names.name, " ", name_of(request.schedule), "; model chunks per rank need ",
+                   names.name, " interleaved-1f1b");
     return;
   }
   STRATA_REQUIRE(request.chunks >= 2, names.chunks, " (", request.chunks,
@@ -115,10 +111,18 @@ void check_schedule_request(const ScheduleRequest& request, const ScheduleParame
 
 Schedule build_schedule(const ScheduleRequest& request, const ScheduleParameterNames& names) {
   check_schedule_request(request, names);
-  if (request.name == "gpipe") return make_gpipe_schedule(request.stages, request.microbatches);
-  if (request.name == "1f1b") return make_1f1b_schedule(request.stages, request.microbatches);
-  if (request.name == "zb-h1") return make_zb_h1_schedule(request.stages, request.microbatches);
-  return make_interleaved_1f1b_schedule(request.stages, request.microbatches, request.chunks);
+  switch (request.schedule) {
+    case PipelineSchedule::gpipe:
+      return make_gpipe_schedule(request.stages, request.microbatches);
+    case PipelineSchedule::one_f_one_b:
+      return make_1f1b_schedule(request.stages, request.microbatches);
+    case PipelineSchedule::interleaved_one_f_one_b:
+      return make_interleaved_1f1b_schedule(request.stages, request.microbatches, request.chunks);
+    case PipelineSchedule::zb_h1:
+      return make_zb_h1_schedule(request.stages, request.microbatches);
+  }
+  STRATA_CHECK(false, "unknown schedule ", static_cast<int>(request.schedule));
+  return {};
 }
 
 // GPipe (Huang et al. 2019). Every stage runs the forwards of all m microbatches, then all m
@@ -127,7 +131,7 @@ Schedule build_schedule(const ScheduleRequest& request, const ScheduleParameterN
 // step: p-1 slots of idle before the last stage starts and p-1 after the first stage's
 // forwards, (p-1)(F+B+W) in all.
 Schedule make_gpipe_schedule(int stages, int microbatches) {
-  Schedule schedule = empty_schedule("gpipe", stages, microbatches, 1);
+  Schedule schedule = empty_schedule(name_of(PipelineSchedule::gpipe), stages, microbatches, 1);
   for (int rank = 0; rank < stages; ++rank) {
     RankListBuilder builder(&schedule, rank);
     // Forward phase: fill.
@@ -161,7 +165,8 @@ Schedule make_forward_only_schedule(int stages, int microbatches, int chunks) {
 // idle time is GPipe's, (p-1)(F+B+W), but a stage never holds more than w+1 <= p microbatches
 // of activations (p on stage 0) instead of m.
 Schedule make_1f1b_schedule(int stages, int microbatches) {
-  Schedule schedule = empty_schedule("1f1b", stages, microbatches, 1);
+  Schedule schedule =
+      empty_schedule(name_of(PipelineSchedule::one_f_one_b), stages, microbatches, 1);
   for (int rank = 0; rank < stages; ++rank) {
     RankListBuilder builder(&schedule, rank);
     const int warmup = std::min(stages - rank - 1, microbatches);
@@ -198,7 +203,8 @@ Schedule make_1f1b_schedule(int stages, int microbatches) {
 Schedule make_interleaved_1f1b_schedule(int stages, int microbatches, int chunks) {
   STRATA_CHECK(stages >= 2 && chunks >= 2 && microbatches % stages == 0, "p=", stages,
                " m=", microbatches, " v=", chunks);
-  Schedule schedule = empty_schedule("interleaved-1f1b", stages, microbatches, chunks);
+  Schedule schedule = empty_schedule(name_of(PipelineSchedule::interleaved_one_f_one_b), stages,
+                                     microbatches, chunks);
   const int total = microbatches * chunks;  // forwards (and backwards) per rank
   const int group = stages * chunks;
   auto microbatch_of = [&](int k) { return k / group * stages + k % stages; };
@@ -245,7 +251,7 @@ Schedule make_interleaved_1f1b_schedule(int stages, int microbatches, int chunks
 // (p-1)(F+B-W) when W <= min(F, B) (the paper's setting; a third of 1F1B's for F = B = W), and
 // (p-1) max(F+B-W, F, B) in general.
 Schedule make_zb_h1_schedule(int stages, int microbatches) {
-  Schedule schedule = empty_schedule("zb-h1", stages, microbatches, 1);
+  Schedule schedule = empty_schedule(name_of(PipelineSchedule::zb_h1), stages, microbatches, 1);
   for (int rank = 0; rank < stages; ++rank) {
     RankListBuilder builder(&schedule, rank);
     const int warmup = std::min(stages - rank - 1, microbatches);

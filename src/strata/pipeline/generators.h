@@ -7,13 +7,14 @@
 #include <string>
 #include <vector>
 
+#include "strata/core/config_enums.h"
 #include "strata/pipeline/schedule.h"
 
 namespace strata {
 
-// What to build: schedule name, p stages, m microbatches, v chunks per rank.
+// What to build: the schedule, p stages, m microbatches, v chunks per rank.
 struct ScheduleRequest {
-  std::string name = "1f1b";
+  PipelineSchedule schedule = PipelineSchedule::one_f_one_b;
   int stages = 1;
   int microbatches = 1;
   int chunks = 1;
@@ -28,16 +29,17 @@ struct ScheduleParameterNames {
   std::string chunks = "vpp";
 };
 
-// "gpipe", "1f1b", "interleaved-1f1b", "zb-h1".
-const std::vector<std::string>& schedule_names();
+// Every schedule, in the order of their spellings (config_enums.h): gpipe, 1f1b,
+// interleaved-1f1b, zb-h1.
+std::vector<PipelineSchedule> pipeline_schedules();
 
 // Throws UserError naming the parameter and a value that would work when the request cannot be
-// built: unknown name, p < 1, m < 1, v != 1 for a non-interleaved schedule, v < 2 or p < 2 or
-// m not a multiple of p for interleaved-1f1b.
+// built: p < 1, m < 1, v != 1 for a non-interleaved schedule, v < 2 or p < 2 or m not a
+// multiple of p for interleaved-1f1b.
 void check_schedule_request(const ScheduleRequest& request,
                             const ScheduleParameterNames& names = {});
 
-// check_schedule_request, then the generator the name selects.
+// check_schedule_request, then the generator of the schedule. Schedule::name is its spelling.
 Schedule build_schedule(const ScheduleRequest& request, const ScheduleParameterNames& names = {});
 
 // The generators themselves; their preconditions are those of check_schedule_request.

@@ -78,7 +78,7 @@ ElementwiseSeconds layer_elementwise_forward(const TransformerSpec& spec, const 
   const double width =
       moe_layer ? static_cast<double>(spec.expert_width()) : static_cast<double>(spec.ffn);
   const double tokens = moe_layer ? n * expert_token_factor(spec.moe) : n;
-  kernels += (spec.gated_mlp ? kSwigluPasses : kGeluPasses) * e * tokens * width / t;
+  kernels += (spec.mlp_gated(moe_layer) ? kSwigluPasses : kGeluPasses) * e * tokens * width / t;
   ElementwiseSeconds seconds;
   seconds.scores = (kScoreScaleMaskPasses + (spec.dropout ? kDropoutPasses : 0)) * e * scores / M +
                    kSoftmaxPasses * e * scores / E;
@@ -87,13 +87,14 @@ ElementwiseSeconds layer_elementwise_forward(const TransformerSpec& spec, const 
 }
 
 struct ScheduleKey {
-  std::string name;
+  std::optional<PipelineSchedule> schedule;  // set in a resolved layout with pp > 1
   int64_t stages, microbatches, chunks;
 };
 
 Schedule make_schedule(const ScheduleKey& key) {
+  STRATA_CHECK(key.schedule, "a pipeline without a schedule: the layout is not resolved");
   ScheduleRequest request;
-  request.name = key.name;
+  request.schedule = *key.schedule;
   request.stages = static_cast<int>(key.stages);
   request.microbatches = static_cast<int>(key.microbatches);
   request.chunks = static_cast<int>(key.chunks);
@@ -318,7 +319,7 @@ const std::vector<double>& CostModel::inflight_per_stage(const PlanLayout& layou
   // Except under GPipe (which holds all m), a stage's peak is reached within its warmup and
   // first steady round, so p * (2v + 1) microbatches (a multiple of p, as interleaving needs)
   // show it and keep long pipelines cheap to simulate.
-  const int64_t shown = layout.schedule == "gpipe"
+  const int64_t shown = layout.schedule == PipelineSchedule::gpipe
                             ? microbatches
                             : std::min(microbatches, layout.pp * (2 * layout.vpp + 1));
   const auto key = std::make_tuple(layout.schedule, layout.pp, shown, layout.vpp);

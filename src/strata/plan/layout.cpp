@@ -1,5 +1,5 @@
-// Parsing, printing and checking planner layouts. The checks mirror config_validate.cpp's
-// rules for the mesh and add the planner's own (ZeRO-3 with a pipeline is not modelled).
+// Parsing, printing and checking planner layouts. The checks are the layout rules every caller
+// shares (core/layout_rules.h) plus what the cost model cannot predict (ZeRO-3 with a pipeline).
 #include "strata/plan/layout.h"
 
 #include <cerrno>
@@ -35,8 +35,9 @@ Recompute parse_recompute(const std::string& value) {
   throw UserError(str("--layout: recompute=", value, " must be none, selective or full"));
 }
 
-bool is_schedule_name(const std::string& name) {
-  return name == "gpipe" || name == "1f1b" || name == "interleaved-1f1b" || name == "zb-h1";
+// What resolve_layout chooses for a pipeline with no schedule given.
+PipelineSchedule default_schedule(const PlanLayout& layout) {
+  return layout.vpp > 1 ? PipelineSchedule::interleaved_one_f_one_b : PipelineSchedule::one_f_one_b;
 }
 
 }  // namespace
@@ -75,9 +76,9 @@ PlanLayout parse_layout(const std::string& text) {
     } else if (key == "sequence_parallel") {
       layout.sequence_parallel = parse_bool(key, value);
     } else if (key == "schedule") {
-      STRATA_REQUIRE(is_schedule_name(value), "--layout: schedule=", value,
-                     " must be gpipe, 1f1b, interleaved-1f1b or zb-h1");
-      layout.schedule = value;
+      layout.schedule = parse_choice<PipelineSchedule>(value);
+      STRATA_REQUIRE(layout.schedule, "--layout: schedule=", value, " must be ",
+                     spellings_joined<PipelineSchedule>());
     } else {
       throw UserError(str("--layout: unknown key '", key, "'; the keys are ", kLayoutKeys));
     }
@@ -91,11 +92,16 @@ PlanLayout resolve_layout(PlanLayout layout, int64_t devices) {
     layout.dp = devices / model_parallel;
   }
   if (layout.pp == 1) {
-    layout.schedule = "none";
-  } else if (layout.schedule.empty()) {
-    layout.schedule = layout.vpp > 1 ? "interleaved-1f1b" : "1f1b";
+    layout.schedule.reset();
+  } else if (!layout.schedule) {
+    layout.schedule = default_schedule(layout);
   }
   return layout;
+}
+
+std::string schedule_label(const PlanLayout& layout) {
+  if (layout.schedule) return name_of(*layout.schedule);
+  return layout.pp == 1 ? "none" : name_of(default_schedule(layout));
 }
 
 std::string layout_to_string(const PlanLayout& layout) {
@@ -103,7 +109,7 @@ std::string layout_to_string(const PlanLayout& layout) {
              " ep=", layout.ep, " vpp=", layout.vpp, " zero=", layout.zero,
              " micro_batch=", layout.micro_batch, " recompute=", recompute_name(layout.recompute),
              " sequence_parallel=", layout.sequence_parallel ? "true" : "false",
-             " schedule=", layout.schedule.empty() ? "1f1b" : layout.schedule);
+             " schedule=", schedule_label(layout));
 }
 
 nlohmann::json layout_to_json(const PlanLayout& layout, int64_t microbatches) {
@@ -118,93 +124,45 @@ nlohmann::json layout_to_json(const PlanLayout& layout, int64_t microbatches) {
           {"microbatches", microbatches},
           {"recompute", recompute_name(layout.recompute)},
           {"sequence_parallel", layout.sequence_parallel},
-          {"schedule", layout.schedule}};
+          {"schedule", schedule_label(layout)}};
+}
+
+LayoutSizes layout_sizes_of(const PlanLayout& layout) {
+  LayoutSizes sizes;
+  sizes.tp = layout.tp;
+  sizes.pp = layout.pp;
+  sizes.dp = layout.dp;
+  sizes.cp = layout.cp;
+  sizes.ep = layout.ep;
+  sizes.vpp = layout.vpp;
+  sizes.zero = layout.zero;
+  sizes.micro_batch = layout.micro_batch;
+  sizes.sequence_parallel = layout.sequence_parallel;
+  sizes.schedule = layout.schedule;
+  return sizes;
+}
+
+LayoutModelShape layout_model_shape_of(const TransformerSpec& model) {
+  LayoutModelShape shape;
+  shape.heads = model.heads;
+  shape.mlp_width = model.ffn;
+  shape.seq_len = model.seq;
+  shape.layers = model.layers;
+  shape.experts = model.moe.experts;
+  return shape;
 }
 
 std::vector<std::string> layout_problems(const TransformerSpec& model, const PlanLayout& layout,
                                          int64_t devices, int64_t global_batch) {
-  std::vector<std::string> problems;
-  auto at_least_one = [&](const char* key, int64_t value) {
-    if (value < 1) problems.push_back(str(key, " (", value, ") must be >= 1"));
-    return value >= 1;
-  };
-  bool sizes_ok = at_least_one("tp", layout.tp) & at_least_one("pp", layout.pp) &
-                  at_least_one("cp", layout.cp) & at_least_one("ep", layout.ep) &
-                  at_least_one("vpp", layout.vpp) & at_least_one("micro_batch", layout.micro_batch);
-  if (layout.dp != -1) sizes_ok &= at_least_one("dp", layout.dp);
-  if (layout.zero < 0 || layout.zero > 3) {
-    problems.push_back(str("zero (", layout.zero, ") must be 0, 1, 2 or 3"));
-  }
-  if (!sizes_ok) return problems;
-
-  const int64_t model_parallel = layout.tp * layout.pp * layout.cp;
-  if (layout.dp == -1) {
-    problems.push_back(str("tp*pp*cp = ", layout.tp, "*", layout.pp, "*", layout.cp, " = ",
-                           model_parallel, " does not divide the cluster's ", devices,
-                           " devices; choose sizes whose product divides ", devices));
-  } else if (model_parallel * layout.dp != devices) {
-    problems.push_back(str("tp*pp*dp*cp = ", layout.tp, "*", layout.pp, "*", layout.dp, "*",
-                           layout.cp, " = ", model_parallel * layout.dp, " does not match the ",
-                           "cluster's ", devices, " devices; leave dp out to use the rest"));
-  }
-  if (model.heads % layout.tp != 0) {
-    problems.push_back(
-        str("tp (", layout.tp, ") must divide the attention heads (", model.heads, ")"));
-  }
-  if (model.ffn % layout.tp != 0) {
-    problems.push_back(str("tp (", layout.tp, ") must divide the MLP width (", model.ffn, ")"));
-  }
-  if (layout.sequence_parallel && layout.tp == 1) {
-    problems.push_back("sequence_parallel=true needs tp > 1");
-  }
-  if (layout.sequence_parallel && model.seq % (layout.tp * layout.cp) != 0) {
-    problems.push_back(str("sequence_parallel=true needs tp*cp (", layout.tp * layout.cp,
-                           ") to divide the sequence length (", model.seq, ")"));
-  }
-  if (model.seq % layout.cp != 0) {
-    problems.push_back(
-        str("cp (", layout.cp, ") must divide the sequence length (", model.seq, ")"));
-  }
-  if (model.layers < layout.pp * layout.vpp) {
-    problems.push_back(str("pp*vpp = ", layout.pp, "*", layout.vpp, " = ", layout.pp * layout.vpp,
-                           " exceeds the model's ", model.layers,
-                           " layers: every pipeline chunk needs a layer"));
-  }
-  const std::string& schedule = layout.schedule;
-  if (layout.pp > 1 && layout.vpp > 1 && schedule != "interleaved-1f1b") {
-    problems.push_back(str("vpp (", layout.vpp, ") > 1 needs schedule=interleaved-1f1b"));
-  }
-  if (schedule == "interleaved-1f1b" && layout.vpp < 2) {
-    problems.push_back("schedule=interleaved-1f1b needs vpp >= 2 (model chunks per stage)");
-  }
-  if (layout.pp == 1 && layout.vpp > 1) {
-    problems.push_back(str("vpp (", layout.vpp, ") > 1 needs pp > 1"));
-  }
+  std::vector<std::string> problems =
+      check_layout(layout_sizes_of(layout), layout_model_shape_of(model), devices, global_batch,
+                   LayoutVocabulary::layout_flag())
+          .problems;
+  // A limitation of the cost model, not of the layout: the runtime trains it.
   if (layout.zero == 3 && layout.pp > 1) {
     problems.push_back(
-        "zero=3 with pp > 1 is not modelled (parameters gathered per microbatch "
+        "zero=3 with pp > 1 is not modelled by the planner (parameters gathered per microbatch "
         "and stage); use zero <= 2 with a pipeline");
-  }
-  if (layout.ep > 1 && !model.moe.enabled()) {
-    problems.push_back(str("ep (", layout.ep, ") > 1 needs a mixture-of-experts model; use ep=1"));
-  }
-  if (layout.dp >= 1 && (layout.dp * layout.cp) % layout.ep != 0) {
-    problems.push_back(str("ep (", layout.ep, ") must divide dp*cp = ", layout.dp * layout.cp));
-  }
-  if (model.moe.enabled() && model.moe.experts % layout.ep != 0) {
-    problems.push_back(
-        str("ep (", layout.ep, ") must divide the experts (", model.moe.experts, ")"));
-  }
-  if (layout.dp >= 1 && global_batch % (layout.dp * layout.micro_batch) != 0) {
-    problems.push_back(str("the global batch (", global_batch,
-                           ") must be divisible by dp*micro_batch = ", layout.dp, "*",
-                           layout.micro_batch, " = ", layout.dp * layout.micro_batch,
-                           "; change --global-batch or micro_batch"));
-  } else if (layout.dp >= 1 && schedule == "interleaved-1f1b" &&
-             microbatches_of(layout, global_batch) % layout.pp != 0) {
-    problems.push_back(str("schedule=interleaved-1f1b needs the microbatches (",
-                           microbatches_of(layout, global_batch), ") to be a multiple of pp (",
-                           layout.pp, ")"));
   }
   return problems;
 }

@@ -1,13 +1,16 @@
 // A parallel layout as the planner sees it: the mesh sizes of config.h's ParallelConfig plus
 // the choices that change memory and time but not the mesh (microbatch size, recomputation,
 // ZeRO stage, schedule). Parsed from `--layout tp=2,pp=4,...`, checked against a model, a
-// cluster and a batch with messages that say what to change.
+// cluster and a batch by the layout rules (core/layout_rules.h) with messages that say what to
+// change, plus what the cost model cannot predict.
 #pragma once
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "strata/core/layout_rules.h"
 #include "strata/plan/transformer.h"
 
 namespace strata {
@@ -23,9 +26,9 @@ struct PlanLayout {
   int64_t micro_batch = 1;
   Recompute recompute = Recompute::none;
   bool sequence_parallel = false;
-  // "gpipe", "1f1b", "interleaved-1f1b" or "zb-h1"; "" = 1f1b, or interleaved-1f1b when
-  // vpp > 1. Irrelevant (and reported as "none") without pipeline parallelism.
-  std::string schedule;
+  // Unset: 1f1b, or interleaved-1f1b when vpp > 1 (resolve_layout sets it). Irrelevant, and
+  // left unset (printed "none"), without pipeline parallelism.
+  std::optional<PipelineSchedule> schedule;
 };
 
 // "tp=2,pp=4,dp=8,cp=1,ep=1,vpp=1,zero=1,micro_batch=2,recompute=selective,
@@ -39,11 +42,18 @@ PlanLayout resolve_layout(PlanLayout layout, int64_t devices);
 // "tp=2 pp=4 dp=8 cp=1 ep=1 vpp=1 zero=1 micro_batch=2 recompute=selective
 //  sequence_parallel=true schedule=1f1b", the form --layout accepts with spaces for commas.
 std::string layout_to_string(const PlanLayout& layout);
+// The schedule as printed: its spelling, "none" without a pipeline.
+std::string schedule_label(const PlanLayout& layout);
 nlohmann::json layout_to_json(const PlanLayout& layout, int64_t microbatches);
 
+// The layout and the model as the layout rules take them.
+LayoutSizes layout_sizes_of(const PlanLayout& layout);
+LayoutModelShape layout_model_shape_of(const TransformerSpec& model);
+
 // Every reason the layout cannot run this model on `devices` devices with `global_batch`
-// sequences per step, each saying what to change; empty when it can. The layout must be
-// resolved (resolve_layout).
+// sequences per step (the layout rules, named as --layout names them), and every part of it
+// the cost model cannot predict, each saying what to change; empty when it can. The layout
+// must be resolved (resolve_layout).
 std::vector<std::string> layout_problems(const TransformerSpec& model, const PlanLayout& layout,
                                          int64_t devices, int64_t global_batch);
 

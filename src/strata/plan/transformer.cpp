@@ -8,12 +8,13 @@ namespace strata {
 namespace {
 
 // Width multiplier of the up-projection: SwiGLU has a gate and a value projection.
-double up_projections(const TransformerSpec& spec) { return spec.gated_mlp ? 2.0 : 1.0; }
+double up_projections(bool gated) { return gated ? 2.0 : 1.0; }
 
-double mlp_parameters(const TransformerSpec& spec, double width) {
+// One MLP (the dense one, or one expert) of the given width, SwiGLU when `gated`.
+double mlp_parameters(const TransformerSpec& spec, double width, bool gated) {
   const double h = static_cast<double>(spec.hidden);
   const double up =
-      up_projections(spec) * width * h + (spec.linear_biases ? up_projections(spec) * width : 0);
+      up_projections(gated) * width * h + (spec.linear_biases ? up_projections(gated) * width : 0);
   const double down = width * h + (spec.linear_biases ? h : 0);
   return up + down;
 }
@@ -28,15 +29,15 @@ double attention_and_norm_parameters(const TransformerSpec& spec) {
 }
 
 // Forward FLOPs of the MLP's weight matmuls for n tokens at the given width.
-double mlp_forward_flops(const TransformerSpec& spec, double tokens, double width) {
+double mlp_forward_flops(const TransformerSpec& spec, double tokens, double width, bool gated) {
   const double h = static_cast<double>(spec.hidden);
-  return 2 * tokens * (up_projections(spec) * width * h + width * h);
+  return 2 * tokens * (up_projections(gated) * width * h + width * h);
 }
 
 // MLP activation items of n tokens at width F: the up-projection output and the activation
 // output (GELU); SwiGLU keeps the gate/value pair, silu(gate) and the product.
-double mlp_activation_elements(const TransformerSpec& spec, double tokens, double width) {
-  return tokens * width * (spec.gated_mlp ? 4.0 : 2.0);
+double mlp_activation_elements(double tokens, double width, bool gated) {
+  return tokens * width * (gated ? 4.0 : 2.0);
 }
 
 }  // namespace
@@ -50,18 +51,19 @@ TransformerSpec transformer_of(const ModelConfig& model) {
   spec.ffn = model.ff_dim();
   spec.vocab = model.vocab_size;
   spec.seq = model.seq_len;
-  spec.gated_mlp = model.activation == "swiglu";
-  spec.norm_bias = model.norm == "layernorm";
+  spec.gated_mlp = model.activation == Activation::swiglu;
+  spec.norm_bias = model.norm == Norm::layernorm;
   spec.linear_biases = false;
-  spec.learned_positions = model.pos == "learned";
+  spec.learned_positions = model.pos == PositionEncoding::learned;
   spec.tied_embeddings = model.tie_embeddings;
   spec.dropout = false;
   const MoeConfig& moe = model.moe;
-  if (moe.num_experts > 0) {  // the runtime's experts: the dense MLP's width and activation
+  if (moe.num_experts > 0) {  // the runtime's experts: the dense MLP's width, their activation
     spec.moe.experts = moe.num_experts;
     spec.moe.top_k = moe.top_k;
     spec.moe.capacity_factor = moe.capacity_factor;
     spec.moe.every = moe.every;
+    spec.moe.gated = moe.activation == Activation::swiglu;
   }
   return spec;
 }
@@ -84,11 +86,12 @@ TransformerSpec megatron_gpt(int64_t layers, int64_t hidden, int64_t heads, int6
 ParameterCounts parameter_counts(const TransformerSpec& spec) {
   const double h = static_cast<double>(spec.hidden);
   ParameterCounts counts;
-  counts.dense_layer =
-      attention_and_norm_parameters(spec) + mlp_parameters(spec, static_cast<double>(spec.ffn));
+  counts.dense_layer = attention_and_norm_parameters(spec) +
+                       mlp_parameters(spec, static_cast<double>(spec.ffn), spec.mlp_gated(false));
   if (spec.moe.enabled()) {
     const double experts = static_cast<double>(spec.moe.experts);
-    counts.expert_params = experts * mlp_parameters(spec, static_cast<double>(spec.expert_width()));
+    counts.expert_params = experts * mlp_parameters(spec, static_cast<double>(spec.expert_width()),
+                                                    spec.mlp_gated(true));
     const double router = h * experts;
     counts.moe_layer = attention_and_norm_parameters(spec) + router + counts.expert_params;
   }
@@ -114,10 +117,12 @@ PassFlops layer_flops(const TransformerSpec& spec, int64_t micro_batch, bool moe
   double weight_matmuls = 2 * n * ((h + 2 * kv) * h + h * h);  // QKV and out-projection
   if (moe_layer) {
     const double router = 2 * n * h * static_cast<double>(spec.moe.experts);
-    weight_matmuls += router + mlp_forward_flops(spec, n * expert_token_factor(spec.moe),
-                                                 static_cast<double>(spec.expert_width()));
+    weight_matmuls +=
+        router + mlp_forward_flops(spec, n * expert_token_factor(spec.moe),
+                                   static_cast<double>(spec.expert_width()), spec.mlp_gated(true));
   } else {
-    weight_matmuls += mlp_forward_flops(spec, n, static_cast<double>(spec.ffn));
+    weight_matmuls +=
+        mlp_forward_flops(spec, n, static_cast<double>(spec.ffn), spec.mlp_gated(false));
   }
   // QK^T and attention x V: 2 * s * head_dim per query token and head, for each of the two.
   const double core = 4 * n * s * h;
@@ -197,10 +202,10 @@ double layer_activation_bytes(const TransformerSpec& spec, int64_t micro_batch, 
   const double replicated = (4 * e + 2 * mask) * n * h;
   double mlp;
   if (moe_layer) {
-    mlp = mlp_activation_elements(spec, n * expert_token_factor(spec.moe),
-                                  static_cast<double>(spec.expert_width()));
+    mlp = mlp_activation_elements(n * expert_token_factor(spec.moe),
+                                  static_cast<double>(spec.expert_width()), spec.mlp_gated(true));
   } else {
-    mlp = mlp_activation_elements(spec, n, static_cast<double>(spec.ffn));
+    mlp = mlp_activation_elements(n, static_cast<double>(spec.ffn), spec.mlp_gated(false));
   }
   const double split = e * (n * h + 2 * n * kv + n * h + mlp);
   double bytes = replicated / replicated_divisor + split / t;

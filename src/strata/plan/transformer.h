@@ -11,14 +11,15 @@
 namespace strata {
 
 // Mixture of experts (Switch / GShard): the MLP of every `every`-th layer becomes `experts`
-// MLPs of width expert_ffn, each token routed to top_k of them; transformer_of reads a
-// training config's [model.moe].
+// MLPs of width expert_ffn and their own activation, each token routed to top_k of them;
+// transformer_of reads a training config's [model.moe].
 struct MoeSpec {
   int64_t experts = 0;  // 0 = dense model
   int64_t top_k = 1;
   double capacity_factor = 1.0;  // 0 = dropless; otherwise tokens over capacity are dropped
   int64_t expert_ffn = 0;        // 0 = the dense MLP width
   int64_t every = 1;             // layers l with l % every == every - 1 are MoE layers
+  bool gated = false;            // SwiGLU experts (model.moe.activation), whatever the dense MLP
 
   bool enabled() const { return experts > 0; }
 };
@@ -31,7 +32,7 @@ struct TransformerSpec {
   int64_t ffn = 4;                // MLP width
   int64_t vocab = 2;              // V
   int64_t seq = 2;                // s
-  bool gated_mlp = false;         // SwiGLU: two up-projections of width ffn
+  bool gated_mlp = false;         // SwiGLU dense MLP: two up-projections of width ffn
   bool norm_bias = true;          // LayerNorm (weight and bias) rather than RMSNorm (weight)
   bool linear_biases = false;     // biases on every linear layer (Megatron's GPT; not strata's)
   bool learned_positions = true;  // a learned (seq, hidden) position table
@@ -46,6 +47,8 @@ struct TransformerSpec {
   }
   int64_t moe_layers() const { return moe.enabled() ? layers / moe.every : 0; }
   int64_t expert_width() const { return moe.expert_ffn > 0 ? moe.expert_ffn : ffn; }
+  // Whether the MLP of a layer (its experts' in an MoE layer) is SwiGLU.
+  bool mlp_gated(bool moe_layer) const { return moe_layer ? moe.gated : gated_mlp; }
 };
 
 // strata's GPT as model/gpt.h builds it: no linear biases, no dropout.

@@ -90,7 +90,10 @@ void check_runnable(const Config& validated) {
 Trainer::Trainer(const Config& config, Mesh& mesh)
     : config_(config),
       mesh_(mesh),
-      dtype_(config.train.dtype == "float64" ? at::kDouble : at::kFloat) {
+      dtype_(config.train.dtype == DType::float64 ? at::kDouble : at::kFloat) {
+  STRATA_CHECK(mesh_.shape() == mesh_shape_of(config_), "the mesh ", to_string(mesh_.shape()),
+               " is not the config's layout ", to_string(mesh_shape_of(config_)),
+               "; build the mesh with Mesh(world, mesh_shape_of(config))");
   install_memory_tracker();
   const ModelConfig& model = config_.model;
   const int64_t p = mesh_.shape().pp, v = config_.parallel.vpp, stages = p * v;

@@ -1,0 +1,107 @@
+// The config values that name one of a few choices (model.pos, model.activation, ...), each an
+// enum with ONE table of its TOML spellings. Parsing, printing and messages read the tables;
+// everywhere else code compares enums, never spellings.
+#pragma once
+#include <array>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "strata/core/error.h"
+
+namespace strata {
+
+enum class PositionEncoding { learned, rope };  // model.pos
+enum class Norm { layernorm, rmsnorm };         // model.norm
+enum class Activation { gelu, swiglu };         // model.activation, model.moe.activation
+// parallel.pp_schedule; also the schedules the pipeline generators build.
+enum class PipelineSchedule { gpipe, one_f_one_b, interleaved_one_f_one_b, zb_h1 };
+enum class DType { float32, float64 };                // train.dtype
+enum class DataSource { corpus, synthetic, shards };  // data.source
+
+template <typename E>
+struct Spelling {
+  E value;
+  const char* name;
+};
+
+// Spellings<E>::table: every value of E and how TOML spells it, in the order messages list them.
+template <typename E>
+struct Spellings;
+
+template <>
+struct Spellings<PositionEncoding> {
+  static constexpr std::array<Spelling<PositionEncoding>, 2> table{
+      {{PositionEncoding::learned, "learned"}, {PositionEncoding::rope, "rope"}}};
+};
+template <>
+struct Spellings<Norm> {
+  static constexpr std::array<Spelling<Norm>, 2> table{
+      {{Norm::layernorm, "layernorm"}, {Norm::rmsnorm, "rmsnorm"}}};
+};
+template <>
+struct Spellings<Activation> {
+  static constexpr std::array<Spelling<Activation>, 2> table{
+      {{Activation::gelu, "gelu"}, {Activation::swiglu, "swiglu"}}};
+};
+template <>
+struct Spellings<PipelineSchedule> {
+  static constexpr std::array<Spelling<PipelineSchedule>, 4> table{
+      {{PipelineSchedule::gpipe, "gpipe"},
+       {PipelineSchedule::one_f_one_b, "1f1b"},
+       {PipelineSchedule::interleaved_one_f_one_b, "interleaved-1f1b"},
+       {PipelineSchedule::zb_h1, "zb-h1"}}};
+};
+template <>
+struct Spellings<DType> {
+  static constexpr std::array<Spelling<DType>, 2> table{
+      {{DType::float32, "float32"}, {DType::float64, "float64"}}};
+};
+template <>
+struct Spellings<DataSource> {
+  static constexpr std::array<Spelling<DataSource>, 3> table{{{DataSource::corpus, "corpus"},
+                                                              {DataSource::synthetic, "synthetic"},
+                                                              {DataSource::shards, "shards"}}};
+};
+
+// The TOML spelling: name_of(PipelineSchedule::one_f_one_b) == "1f1b".
+template <typename E>
+const char* name_of(E value) {
+  for (const Spelling<E>& spelling : Spellings<E>::table) {
+    if (spelling.value == value) return spelling.name;
+  }
+  STRATA_CHECK(false, "an enum value without a spelling: ", static_cast<int>(value));
+  return "";
+}
+
+// The value spelled `name`; nullopt when no value is.
+template <typename E>
+std::optional<E> parse_choice(std::string_view name) {
+  for (const Spelling<E>& spelling : Spellings<E>::table) {
+    if (name == spelling.name) return spelling.value;
+  }
+  return std::nullopt;
+}
+
+// The spellings for messages: quoted ("\"gelu\" or \"swiglu\"") as config keys show them, or
+// bare ("gelu, 1f1b, ...") joined by `separator` as command-line flags show them.
+template <typename E>
+std::string spellings_quoted() {
+  const auto& table = Spellings<E>::table;
+  std::string list;
+  for (size_t i = 0; i < table.size(); ++i) {
+    list += i == 0 ? "" : i + 1 == table.size() ? " or " : ", ";
+    list += str("\"", table[i].name, "\"");
+  }
+  return list;
+}
+template <typename E>
+std::string spellings_joined(const std::string& separator = ", ") {
+  std::string list;
+  for (const Spelling<E>& spelling : Spellings<E>::table) {
+    list += (list.empty() ? "" : separator) + spelling.name;
+  }
+  return list;
+}
+
+}  // namespace strata

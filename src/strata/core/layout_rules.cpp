@@ -1,0 +1,351 @@
+// The layout rules, written once. Each rule adds its problem through Findings, which writes the
+// message only when a caller wants messages, so the search can ask about many layouts cheaply.
+// Every rule looks only at inputs that are valid on their own (a tp of 0 is reported once, as
+// a size, not again as a divisor).
+#include "strata/core/layout_rules.h"
+
+#include <algorithm>
+#include <cstdlib>
+
+#include "strata/core/config_keys.h"
+#include "strata/core/error.h"
+
+namespace strata {
+namespace {
+
+// The problems found; their messages are made only when `messages` is given.
+class Findings {
+ public:
+  explicit Findings(std::vector<std::string>* messages) : messages_(messages) {}
+
+  template <typename MakeMessage>
+  void add(MakeMessage&& make_message) {
+    ++count_;
+    if (messages_ != nullptr) messages_->push_back(make_message());
+  }
+  bool any() const { return count_ > 0; }
+
+ private:
+  std::vector<std::string>* messages_;
+  int64_t count_ = 0;
+};
+
+// The divisors of n closest to `near` (at most `count` of them), ascending.
+std::vector<int64_t> divisors_near(int64_t n, int64_t near, size_t count) {
+  std::vector<int64_t> divisors;
+  for (int64_t d = 1; d <= n / d; ++d) {
+    if (n % d != 0) continue;
+    divisors.push_back(d);
+    if (d != n / d) divisors.push_back(n / d);
+  }
+  std::sort(divisors.begin(), divisors.end());
+  std::stable_sort(divisors.begin(), divisors.end(), [near](int64_t a, int64_t b) {
+    return std::llabs(a - near) < std::llabs(b - near);
+  });
+  divisors.resize(std::min(divisors.size(), count));
+  std::sort(divisors.begin(), divisors.end());
+  return divisors;
+}
+
+std::string list_or(const std::vector<int64_t>& values) {
+  std::string out;
+  for (size_t i = 0; i < values.size(); ++i) {
+    out += (i == 0 ? "" : i + 1 == values.size() ? " or " : ", ") + std::to_string(values[i]);
+  }
+  return out;
+}
+
+// A key set to a value as the user writes it: `parallel.pp_schedule = "zb-h1"` in a config,
+// `schedule=zb-h1` in --layout, `--global-batch 8` for a flag.
+std::string setting(const LayoutVocabulary& names, const std::string& key, const std::string& value,
+                    bool is_text = false) {
+  if (names.toml_settings) return str(key, " = ", is_text ? config_detail::quote(value) : value);
+  if (key.rfind("--", 0) == 0) return str(key, " ", value);
+  return str(key, "=", value);
+}
+
+std::string interleaved_setting(const LayoutVocabulary& names) {
+  return setting(names, names.schedule, name_of(PipelineSchedule::interleaved_one_f_one_b), true);
+}
+
+std::string ranks_text(const LayoutVocabulary& names, int64_t ranks) {
+  return str(names.ranks_owner, ranks, " ", names.ranks_noun);
+}
+
+struct Derived {
+  int64_t dp = -1;
+  int64_t microbatches = 0;
+};
+
+void check_sizes(const LayoutSizes& layout, int64_t global_batch, const LayoutVocabulary& names,
+                 Findings& found) {
+  const std::pair<const std::string*, int64_t> positive[] = {
+      {&names.tp, layout.tp},
+      {&names.pp, layout.pp},
+      {&names.cp, layout.cp},
+      {&names.ep, layout.ep},
+      {&names.vpp, layout.vpp},
+      {&names.micro_batch, layout.micro_batch},
+      {&names.global_batch, global_batch}};
+  for (const auto& [key, value] : positive) {
+    if (value < 1) found.add([&] { return str(*key, " (", value, ") must be >= 1"); });
+  }
+  if (layout.dp != -1 && layout.dp < 1) {
+    found.add([&] {
+      return str(names.dp, " (", layout.dp, ") must be >= 1, or -1 for the ", names.ranks_noun,
+                 " left over by tp, pp and cp");
+    });
+  }
+  if (layout.zero < 0 || layout.zero > 3) {
+    found.add([&] { return str(names.zero, " (", layout.zero, ") must be 0, 1, 2 or 3"); });
+  }
+  if (layout.microbatches < 0) {
+    found.add([&] {
+      return str(names.microbatches, " (", layout.microbatches,
+                 ") must be >= 0 (0 = derived from the batch sizes)");
+    });
+  }
+}
+
+// tp * pp * dp * cp against the ranks; returns dp, resolved from -1 when the ranks divide.
+int64_t check_ranks(const LayoutSizes& layout, int64_t ranks, const LayoutVocabulary& names,
+                    Findings& found) {
+  const int64_t tp = layout.tp, pp = layout.pp, cp = layout.cp, dp = layout.dp;
+  if (tp < 1 || pp < 1 || cp < 1) return dp;
+  const int64_t model_parallel = tp * pp * cp;
+  if (dp == -1) {
+    if (ranks % model_parallel == 0) return ranks / model_parallel;
+    found.add([&] {
+      return str(names.tp, "*pp*cp = ", tp, "*", pp, "*", cp, " = ", model_parallel,
+                 " does not divide ", ranks_text(names, ranks), ": ", names.dp, " = -1 takes the ",
+                 names.ranks_noun, " left over; choose sizes whose product divides ", ranks);
+    });
+  } else if (dp >= 1 && model_parallel * dp != ranks) {
+    found.add([&] {
+      return str(names.tp, "*pp*dp*cp = ", tp, "*", pp, "*", dp, "*", cp, " = ",
+                 model_parallel * dp, " does not match ", ranks_text(names, ranks),
+                 "; choose sizes whose product is ", ranks, ", or ", setting(names, names.dp, "-1"),
+                 " for the ", names.ranks_noun, " left over by tp, pp and cp");
+    });
+  }
+  return dp;
+}
+
+void check_model_split(const LayoutSizes& layout, const LayoutModelShape& model,
+                       const LayoutVocabulary& names, Findings& found) {
+  const int64_t tp = layout.tp, cp = layout.cp;
+  if (tp >= 1 && model.heads >= 1 && model.heads % tp != 0) {
+    found.add(
+        [&] { return str(names.tp, " (", tp, ") must divide model.n_heads (", model.heads, ")"); });
+  }
+  if (tp >= 1 && model.mlp_width >= 1 && model.mlp_width % tp != 0) {
+    found.add([&] {
+      return str(names.tp, " (", tp, ") must divide the MLP width ", model.mlp_width,
+                 " (model.d_ff, or 4 * model.d_model when 0)");
+    });
+  }
+  auto sequence_parallel = [&] { return setting(names, names.sequence_parallel, "true"); };
+  if (layout.sequence_parallel && tp == 1) {
+    found.add([&] { return str(sequence_parallel(), " needs ", names.tp, " > 1"); });
+  }
+  // The sequence is split over cp, and each rank's piece again over tp.
+  if (layout.sequence_parallel && tp > 1 && cp >= 1 && model.seq_len >= 1 &&
+      model.seq_len % (tp * cp) != 0) {
+    found.add([&] {
+      const std::string splits =
+          cp == 1 ? str(names.tp, " (", tp, ")")
+                  : str(names.tp, " * ", names.cp, " = ", tp, " * ", cp, " = ", tp * cp);
+      return str(sequence_parallel(), " needs ", splits, " to divide model.seq_len (",
+                 model.seq_len, ")",
+                 cp == 1 ? "" : ": the sequence is split over cp, then each piece over tp");
+    });
+  }
+  if (cp >= 1 && model.seq_len >= 1 && model.seq_len % cp != 0) {
+    found.add([&] {
+      return str(names.cp, " (", cp, ") must divide model.seq_len (", model.seq_len, ")");
+    });
+  }
+  const int64_t pp = layout.pp, vpp = layout.vpp;
+  if (pp >= 1 && vpp >= 1 && model.layers >= 1 && model.layers < pp * vpp) {
+    found.add([&] {
+      return str("model.n_layers (", model.layers, ") must be >= ", names.pp, " * ", names.vpp,
+                 " = ", pp, " * ", vpp, " = ", pp * vpp, ": every pipeline chunk needs a layer");
+    });
+  }
+}
+
+// Model chunks per stage (vpp) and the schedule that runs them; `microbatches` is 0 when the
+// batch rules could not derive it.
+void check_pipeline(const LayoutSizes& layout, const Derived& derived,
+                    const LayoutVocabulary& names, Findings& found) {
+  const int64_t pp = layout.pp, vpp = layout.vpp;
+  const bool interleaved = layout.schedule == PipelineSchedule::interleaved_one_f_one_b;
+  if (vpp > 1 && pp == 1 && !interleaved) {
+    found.add([&] {
+      return str(names.vpp, " (", vpp, ") > 1 needs ", names.pp,
+                 " > 1: the model chunks are those of each pipeline stage");
+    });
+  }
+  if (vpp > 1 && layout.schedule && !interleaved) {
+    found.add(
+        [&] { return str(names.vpp, " (", vpp, ") > 1 needs ", interleaved_setting(names)); });
+  }
+  if (!interleaved) return;
+  if (vpp < 2) {
+    found.add([&] {
+      return str(interleaved_setting(names), " needs ", names.vpp,
+                 " >= 2 (model chunks per stage), got ", vpp);
+    });
+  }
+  if (pp == 1)
+    found.add([&] { return str(interleaved_setting(names), " needs ", names.pp, " > 1"); });
+  // Megatron's interleaving runs the microbatches in groups of pp.
+  if (pp > 1 && derived.microbatches > 0 && derived.microbatches % pp != 0) {
+    found.add([&] {
+      return str(interleaved_setting(names), " needs ", names.microbatches, " (",
+                 derived.microbatches, ") to be a multiple of ", names.pp, " (", pp, ")");
+    });
+  }
+}
+
+void check_experts(const LayoutSizes& layout, const LayoutModelShape& model, int64_t dp,
+                   const LayoutVocabulary& names, Findings& found) {
+  const int64_t ep = layout.ep, cp = layout.cp;
+  if (dp >= 1 && cp >= 1 && ep >= 1 && (dp * cp) % ep != 0) {
+    found.add([&] {
+      return str(names.ep, " (", ep, ") must divide ", names.dp, "*cp = ", dp, "*", cp, " = ",
+                 dp * cp);
+    });
+  }
+  if (ep > 1 && model.experts == 0) {
+    found.add([&] {
+      return str(names.ep, " (", ep, ") > 1 needs a mixture-of-experts model: set ",
+                 "model.moe.num_experts, or ", setting(names, names.ep, "1"));
+    });
+  } else if (ep >= 1 && model.experts > 0 && model.experts % ep != 0) {
+    found.add([&] {
+      return str(names.ep, " (", ep, ") must divide model.moe.num_experts (", model.experts, ")");
+    });
+  }
+}
+
+// The global batch over dp * micro_batch; returns the microbatches when they divide.
+int64_t check_batch(const LayoutSizes& layout, int64_t dp, bool dp_was_derived,
+                    int64_t global_batch, const LayoutVocabulary& names, Findings& found) {
+  const int64_t micro_batch = layout.micro_batch;
+  if (dp < 1 || global_batch < 1 || micro_batch < 1) return 0;
+  const int64_t per_step = dp * micro_batch;
+  if (global_batch % per_step != 0) {
+    found.add([&] {
+      const int64_t lower = global_batch / per_step * per_step;
+      std::string fixes = setting(names, names.global_batch,
+                                  list_or(lower > 0 ? std::vector<int64_t>{lower, lower + per_step}
+                                                    : std::vector<int64_t>{per_step}));
+      if (global_batch % dp == 0) {
+        fixes += ", or " + setting(names, names.micro_batch,
+                                   list_or(divisors_near(global_batch / dp, micro_batch, 6)));
+      }
+      return str(
+          names.global_batch, " (", global_batch, ") must be divisible by ", names.dp, " * ",
+          names.micro_batch, " = ", dp, "*", micro_batch, " = ", per_step,
+          dp_was_derived ? str(" (dp = -1 resolved to the ", names.ranks_noun, " left over)") : "",
+          "; ", fixes, " would work");
+    });
+    return 0;
+  }
+  const int64_t derived = global_batch / per_step;
+  if (layout.microbatches > 0 && layout.microbatches != derived) {
+    found.add([&] {
+      return str(names.microbatches, " (", layout.microbatches, ") must equal ", names.global_batch,
+                 " / (", names.dp, " * ", names.micro_batch, ") = ", global_batch, " / (", dp, "*",
+                 micro_batch, ") = ", derived, "; or set it to 0 to derive it");
+    });
+  }
+  return derived;
+}
+
+Derived apply_rules(const LayoutSizes& layout, const LayoutModelShape& model, int64_t ranks,
+                    int64_t global_batch, const LayoutVocabulary& names, Findings& found) {
+  STRATA_CHECK(ranks >= 1, "ranks = ", ranks);
+  Derived derived;
+  check_sizes(layout, global_batch, names, found);
+  derived.dp = check_ranks(layout, ranks, names, found);
+  check_model_split(layout, model, names, found);
+  check_experts(layout, model, derived.dp, names, found);
+  derived.microbatches =
+      check_batch(layout, derived.dp, layout.dp == -1, global_batch, names, found);
+  check_pipeline(layout, derived, names, found);
+  return derived;
+}
+
+}  // namespace
+
+LayoutModelShape layout_model_shape_of(const ModelConfig& model) {
+  LayoutModelShape shape;
+  shape.heads = model.n_heads;
+  shape.mlp_width = model.d_model >= 1 && model.d_ff >= 0 ? model.ff_dim() : 0;
+  shape.seq_len = model.seq_len;
+  shape.layers = model.n_layers;
+  shape.experts = model.moe.num_experts;
+  return shape;
+}
+
+LayoutVocabulary LayoutVocabulary::config() {
+  LayoutVocabulary names;
+  names.tp = "parallel.tp";
+  names.pp = "parallel.pp";
+  names.dp = "parallel.dp";
+  names.cp = "parallel.cp";
+  names.ep = "parallel.ep";
+  names.vpp = "parallel.vpp";
+  names.zero = "parallel.zero";
+  names.micro_batch = "train.micro_batch";
+  names.microbatches = "parallel.microbatches";
+  names.sequence_parallel = "parallel.sequence_parallel";
+  names.schedule = "parallel.pp_schedule";
+  names.global_batch = "train.global_batch";
+  names.ranks_owner = "";
+  names.ranks_noun = "ranks";
+  names.toml_settings = true;
+  return names;
+}
+
+LayoutVocabulary LayoutVocabulary::layout_flag() {
+  LayoutVocabulary names;
+  names.tp = "tp";
+  names.pp = "pp";
+  names.dp = "dp";
+  names.cp = "cp";
+  names.ep = "ep";
+  names.vpp = "vpp";
+  names.zero = "zero";
+  names.micro_batch = "micro_batch";
+  names.microbatches = "the microbatches";
+  names.sequence_parallel = "sequence_parallel";
+  names.schedule = "schedule";
+  names.global_batch = "--global-batch";
+  names.ranks_owner = "the cluster's ";
+  names.ranks_noun = "devices";
+  names.toml_settings = false;
+  return names;
+}
+
+LayoutVerdict check_layout(const LayoutSizes& layout, const LayoutModelShape& model, int64_t ranks,
+                           int64_t global_batch, const LayoutVocabulary& names) {
+  LayoutVerdict verdict;
+  Findings found(&verdict.problems);
+  const Derived derived = apply_rules(layout, model, ranks, global_batch, names, found);
+  verdict.dp = derived.dp;
+  verdict.microbatches = derived.microbatches;
+  return verdict;
+}
+
+bool layout_is_valid(const LayoutSizes& layout, const LayoutModelShape& model, int64_t ranks,
+                     int64_t global_batch) {
+  static const LayoutVocabulary unused_names;  // no message is written
+  Findings found(nullptr);
+  apply_rules(layout, model, ranks, global_batch, unused_names, found);
+  return !found.any();
+}
+
+}  // namespace strata

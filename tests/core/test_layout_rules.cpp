@@ -1,0 +1,175 @@
+// The layout rule book: each rule in the words of each caller (a config's keys, --layout's
+// keys), the sequence-parallel rule with context parallelism, dp and microbatches derived, and
+// the quick yes/no the search uses agreeing with the messages on every small layout.
+#include <gtest/gtest.h>
+
+#include "expect_message.h"
+#include "strata/core/layout_rules.h"
+
+namespace strata {
+namespace {
+
+// 12 heads, MLP width 48, 24 tokens, 8 layers, dense.
+LayoutModelShape model_shape(int64_t experts = 0) {
+  LayoutModelShape shape;
+  shape.heads = 12;
+  shape.mlp_width = 48;
+  shape.seq_len = 24;
+  shape.layers = 8;
+  shape.experts = experts;
+  return shape;
+}
+
+std::string problems_of(const LayoutSizes& layout, int64_t ranks, int64_t global_batch,
+                        const LayoutVocabulary& names, const LayoutModelShape& shape) {
+  std::string text;
+  for (const std::string& problem :
+       check_layout(layout, shape, ranks, global_batch, names).problems) {
+    text += problem + "\n";
+  }
+  return text;
+}
+
+TEST(LayoutRules, EachCallerReadsItsOwnKeys) {
+  LayoutSizes layout;
+  layout.tp = 5;
+  layout.micro_batch = 3;
+  layout.vpp = 2;
+  layout.pp = 2;
+  layout.schedule = PipelineSchedule::one_f_one_b;
+  layout.sequence_parallel = true;
+  const std::string config = problems_of(layout, 10, 8, LayoutVocabulary::config(), model_shape());
+  EXPECT_CONTAINS(config, "parallel.tp (5) must divide model.n_heads (12)");
+  EXPECT_CONTAINS(config, "parallel.tp (5) must divide the MLP width 48");
+  EXPECT_CONTAINS(config,
+                  "parallel.sequence_parallel = true needs parallel.tp (5) to divide "
+                  "model.seq_len (24)");
+  EXPECT_CONTAINS(config, "parallel.vpp (2) > 1 needs parallel.pp_schedule = \"interleaved-1f1b\"");
+  EXPECT_CONTAINS(config,
+                  "train.global_batch (8) must be divisible by parallel.dp * "
+                  "train.micro_batch = 1*3 = 3 (dp = -1 resolved to the ranks left "
+                  "over); train.global_batch = 6 or 9, or train.micro_batch = 1, 2, 4 "
+                  "or 8 would work");
+  const std::string flag =
+      problems_of(layout, 10, 8, LayoutVocabulary::layout_flag(), model_shape());
+  EXPECT_CONTAINS(flag, "tp (5) must divide model.n_heads (12)");
+  EXPECT_CONTAINS(flag, "sequence_parallel=true needs tp (5) to divide model.seq_len (24)");
+  EXPECT_CONTAINS(flag, "vpp (2) > 1 needs schedule=interleaved-1f1b");
+  EXPECT_CONTAINS(flag,
+                  "--global-batch (8) must be divisible by dp * micro_batch = 1*3 = 3 (dp = "
+                  "-1 resolved to the devices left over); --global-batch 6 or 9, or "
+                  "micro_batch=1, 2, 4 or 8 would work");
+  EXPECT_NOT_CONTAINS(flag, "parallel.");
+  EXPECT_NOT_CONTAINS(flag, "train.");
+
+  LayoutSizes wrong_world;
+  wrong_world.tp = 2;
+  wrong_world.dp = 2;
+  EXPECT_CONTAINS(problems_of(wrong_world, 8, 8, LayoutVocabulary::config(), model_shape()),
+                  "parallel.tp*pp*dp*cp = 2*1*2*1 = 4 does not match 8 ranks; choose sizes whose "
+                  "product is 8, or parallel.dp = -1 for the ranks left over");
+  EXPECT_CONTAINS(problems_of(wrong_world, 8, 8, LayoutVocabulary::layout_flag(), model_shape()),
+                  "tp*pp*dp*cp = 2*1*2*1 = 4 does not match the cluster's 8 devices; choose sizes "
+                  "whose product is 8, or dp=-1 for the devices left over");
+}
+
+// The sequence is split over cp, then each rank's piece over tp: tp * cp must divide it.
+TEST(LayoutRules, SequenceParallelSplitsWhatContextParallelismLeaves) {
+  for (int64_t seq_len : {4, 6, 8, 12, 24, 30}) {
+    for (int64_t tp : {1, 2, 3, 4}) {
+      for (int64_t cp : {1, 2, 3}) {
+        LayoutModelShape shape = model_shape();
+        shape.seq_len = seq_len;
+        LayoutSizes layout;
+        layout.tp = tp;
+        layout.cp = cp;
+        layout.sequence_parallel = true;
+        const bool expected = tp > 1 && seq_len % (tp * cp) == 0 && 12 % tp == 0;
+        const LayoutVerdict verdict =
+            check_layout(layout, shape, tp * cp, 1, LayoutVocabulary::config());
+        EXPECT_EQ(verdict.valid(), expected)
+            << "seq_len " << seq_len << " tp " << tp << " cp " << cp << ": "
+            << (verdict.problems.empty() ? "valid" : verdict.problems.front());
+      }
+    }
+  }
+  LayoutModelShape shape = model_shape();
+  shape.seq_len = 6;
+  LayoutSizes layout;
+  layout.tp = 2;
+  layout.cp = 2;
+  layout.sequence_parallel = true;
+  EXPECT_CONTAINS(problems_of(layout, 4, 4, LayoutVocabulary::config(), shape),
+                  "parallel.sequence_parallel = true needs parallel.tp * parallel.cp = 2 * 2 = 4 "
+                  "to divide model.seq_len (6): the sequence is split over cp, then each piece "
+                  "over tp");
+}
+
+TEST(LayoutRules, DerivesDpAndMicrobatches) {
+  LayoutSizes layout;
+  layout.tp = 2;
+  layout.pp = 2;
+  layout.micro_batch = 2;
+  layout.schedule = PipelineSchedule::zb_h1;
+  const LayoutVerdict verdict =
+      check_layout(layout, model_shape(), 12, 24, LayoutVocabulary::config());
+  EXPECT_TRUE(verdict.valid()) << verdict.problems.front();
+  EXPECT_EQ(verdict.dp, 3);
+  EXPECT_EQ(verdict.microbatches, 4);
+  layout.microbatches = 4;
+  EXPECT_TRUE(check_layout(layout, model_shape(), 12, 24, LayoutVocabulary::config()).valid());
+  layout.microbatches = 3;
+  EXPECT_CONTAINS(problems_of(layout, 12, 24, LayoutVocabulary::config(), model_shape()),
+                  "parallel.microbatches (3) must equal train.global_batch / (parallel.dp * "
+                  "train.micro_batch) = 24 / (3*2) = 4");
+  const LayoutVerdict undivided =
+      check_layout(layout, model_shape(), 10, 24, LayoutVocabulary::config());
+  EXPECT_EQ(undivided.dp, -1) << "10 ranks are not a multiple of tp * pp = 4";
+  EXPECT_EQ(undivided.microbatches, 0);
+}
+
+// layout_is_valid is check_layout(...).valid() on every layout of a small grid, every rule
+// breaking somewhere in it.
+TEST(LayoutRules, QuickAnswerAgreesWithTheMessages) {
+  const std::optional<PipelineSchedule> schedules[] = {std::nullopt, PipelineSchedule::one_f_one_b,
+                                                       PipelineSchedule::interleaved_one_f_one_b};
+  int valid = 0, invalid = 0;
+  for (int64_t experts : {0, 4}) {
+    for (int64_t tp : {0, 1, 2, 5}) {
+      for (int64_t pp : {1, 2, 16}) {
+        for (int64_t dp : {-1, 0, 2}) {
+          for (int64_t ep : {1, 2, 8}) {
+            for (int64_t vpp : {1, 2}) {
+              for (int64_t micro_batch : {1, 3}) {
+                for (const auto& schedule : schedules) {
+                  for (bool sp : {false, true}) {
+                    LayoutSizes layout;
+                    layout.tp = tp;
+                    layout.pp = pp;
+                    layout.dp = dp;
+                    layout.ep = ep;
+                    layout.vpp = vpp;
+                    layout.micro_batch = micro_batch;
+                    layout.schedule = schedule;
+                    layout.sequence_parallel = sp;
+                    const bool quick = layout_is_valid(layout, model_shape(experts), 8, 8);
+                    const LayoutVerdict full = check_layout(layout, model_shape(experts), 8, 8,
+                                                            LayoutVocabulary::config());
+                    ASSERT_EQ(quick, full.valid())
+                        << "tp " << tp << " pp " << pp << " dp " << dp << " ep " << ep;
+                    ++(quick ? valid : invalid);
+                  }
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(valid, 0);
+  EXPECT_GT(invalid, 0);
+}
+
+}  // namespace
+}  // namespace strata
