@@ -76,7 +76,7 @@ TEST(ConfigParse, UnknownKeysSuggestTheClosestAndListAllowed) {
   EXPECT_CONTAINS(message, "did you mean 'model.n_heads'?");
   EXPECT_CONTAINS(message,
                   "allowed in [model]: vocab_size, d_model, n_layers, n_heads, n_kv_heads, d_ff, "
-                  "seq_len, pos, norm, activation, tie_embeddings, init_std, norm_eps, "
+                  "seq_len, pos, norm, activation, attention, tie_embeddings, init_std, norm_eps, "
                   "rope_theta");
   EXPECT_CONTAINS(parse_error("[train]\nwramup_steps = 4\n"), "did you mean 'train.warmup_steps'?");
 
@@ -182,6 +182,7 @@ Config unusual_config() {
                   PositionEncoding::rope,
                   Norm::rmsnorm,
                   Activation::swiglu,
+                  AttentionKernel::eager,
                   false,
                   1.0 / 3.0,
                   1e-300,
@@ -279,7 +280,7 @@ TEST(ConfigParse, ToTomlPrintsEverySectionAndKeyInOrder) {
   EXPECT_CONTAINS(text, "\ndir = \"\"\n");
   const std::vector<std::string> keys = config_keys();
   EXPECT_CONTAINS(text, "[model.moe]\nnum_experts = 0\n");
-  EXPECT_EQ(keys.size(), 63u);
+  EXPECT_EQ(keys.size(), 64u);
   EXPECT_EQ(keys.front(), "model.vocab_size");
   EXPECT_EQ(keys.back(), "log.every");
   EXPECT_EQ(std::set<std::string>(keys.begin(), keys.end()).size(), keys.size());

@@ -33,6 +33,9 @@ struct ModelConfig {
   PositionEncoding pos = PositionEncoding::learned;
   Norm norm = Norm::layernorm;
   Activation activation = Activation::gelu;
+  // blockwise: tiles with an online softmax, no T x T scores (kernels/attention.h); eager:
+  // the scores materialized (the reference).
+  AttentionKernel attention = AttentionKernel::blockwise;
   bool tie_embeddings = true;
   double init_std = 0.02;
   double norm_eps = 1e-5;

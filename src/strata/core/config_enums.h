@@ -11,9 +11,10 @@
 
 namespace strata {
 
-enum class PositionEncoding { learned, rope };  // model.pos
-enum class Norm { layernorm, rmsnorm };         // model.norm
-enum class Activation { gelu, swiglu };         // model.activation, model.moe.activation
+enum class PositionEncoding { learned, rope };    // model.pos
+enum class Norm { layernorm, rmsnorm };           // model.norm
+enum class Activation { gelu, swiglu };           // model.activation, model.moe.activation
+enum class AttentionKernel { blockwise, eager };  // model.attention
 // parallel.pp_schedule; also the schedules the pipeline generators build.
 enum class PipelineSchedule { gpipe, one_f_one_b, interleaved_one_f_one_b, zb_h1 };
 enum class DType { float32, float64 };                // train.dtype
@@ -43,6 +44,11 @@ template <>
 struct Spellings<Activation> {
   static constexpr std::array<Spelling<Activation>, 2> table{
       {{Activation::gelu, "gelu"}, {Activation::swiglu, "swiglu"}}};
+};
+template <>
+struct Spellings<AttentionKernel> {
+  static constexpr std::array<Spelling<AttentionKernel>, 2> table{
+      {{AttentionKernel::blockwise, "blockwise"}, {AttentionKernel::eager, "eager"}}};
 };
 template <>
 struct Spellings<PipelineSchedule> {

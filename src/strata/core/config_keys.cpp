@@ -35,6 +35,7 @@ const std::vector<Key>& keys() {
       STRATA_CONFIG_KEY(model, pos),
       STRATA_CONFIG_KEY(model, norm),
       STRATA_CONFIG_KEY(model, activation),
+      STRATA_CONFIG_KEY(model, attention),
       STRATA_CONFIG_KEY(model, tie_embeddings),
       STRATA_CONFIG_KEY(model, init_std),
       STRATA_CONFIG_KEY(model, norm_eps),

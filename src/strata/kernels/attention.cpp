@@ -90,8 +90,9 @@ AttentionForward blockwise_attention_forward(const at::Tensor& q, const at::Tens
                                              const at::Tensor& v, double scale,
                                              std::optional<AttentionPositions> positions) {
   const Problem p = describe(q, k, v, positions);
-  const at::Tensor qa = accumulating(q, p.accumulate), ka = accumulating(k, p.accumulate),
-                   va = accumulating(v, p.accumulate);
+  // q scaled once, so each tile's product is already the scaled scores.
+  const at::Tensor qa = accumulating(q, p.accumulate).mul(scale),
+                   ka = accumulating(k, p.accumulate), va = accumulating(v, p.accumulate);
   at::Tensor out = at::empty({p.B, p.H, p.Tq, p.D}, qa.options());
   at::Tensor lse = at::empty({p.B, p.H, p.Tq}, qa.options());
   at::parallel_for(0, p.B * p.H * p.query_tiles, 1, [&](int64_t begin, int64_t end) {
@@ -106,19 +107,23 @@ AttentionForward blockwise_attention_forward(const at::Tensor& q, const at::Tens
       at::Tensor m = at::full({rows}, -kInf, qa.options());
       at::Tensor l = at::zeros({rows}, qa.options());
       o.zero_();
+      // Rows see a prefix of the keys: when the tile's first row sees key 0, every row has
+      // seen one after the first key tile and its running maximum is finite from then on.
+      const bool rows_without_keys = keys_seen_by(p, r0) == 0;
       const int64_t visible = keys_seen_by(p, r0 + rows - 1);
       for (int64_t j0 = 0; j0 < visible; j0 += kAttentionKeyTile) {
         const int64_t cols = std::min(kAttentionKeyTile, visible - j0);
-        at::Tensor s = at::mm(qi, keys.narrow(0, j0, cols).t()).mul_(scale);  // (rows, cols)
+        at::Tensor s = at::mm(qi, keys.narrow(0, j0, cols).t());  // (rows, cols), scaled
         mask_future(s, p, r0, j0);
-        const at::Tensor m_new = at::maximum(m, std::get<0>(s.max(1)));
+        at::Tensor m_new = at::maximum(m, at::amax(s, 1));
         // A row that has seen no key yet keeps m = -inf; shifting it by 0 keeps exp finite.
-        const at::Tensor shift = m_new.masked_fill(at::isneginf(m_new), 0);
+        const at::Tensor shift =
+            rows_without_keys ? m_new.masked_fill(at::isneginf(m_new), 0) : m_new;
         const at::Tensor probabilities = s.sub_(shift.unsqueeze(1)).exp_();
-        const at::Tensor rescale = (m - shift).exp_();
+        const at::Tensor rescale = m.sub_(shift).exp_();
         l.mul_(rescale).add_(probabilities.sum(1));
         o.mul_(rescale.unsqueeze(1)).addmm_(probabilities, values.narrow(0, j0, cols));
-        m = m_new;
+        m = std::move(m_new);
       }
       const at::Tensor seen = l > 0;  // rows that see no key: out 0, lse -inf
       o.div_(l.masked_fill(seen.logical_not(), 1).unsqueeze(1));
@@ -134,8 +139,10 @@ AttentionGradients blockwise_attention_backward(const at::Tensor& dout, const at
                                                 double scale,
                                                 std::optional<AttentionPositions> positions) {
   const Problem p = describe(q, k, v, positions);
-  const at::Tensor qa = accumulating(q, p.accumulate), ka = accumulating(k, p.accumulate),
-                   va = accumulating(v, p.accumulate), douta = accumulating(dout, p.accumulate);
+  // q scaled once: q k^T are the scaled scores, and dk = ds^T (q * scale).
+  const at::Tensor qa = accumulating(q, p.accumulate).mul(scale),
+                   ka = accumulating(k, p.accumulate), va = accumulating(v, p.accumulate),
+                   douta = accumulating(dout, p.accumulate);
   const at::Tensor delta = (douta * out.to(p.accumulate)).sum(-1);  // (B, H, Tq)
   // Rows that saw no key (lse -inf): +inf makes each of their probabilities exp(s - inf) = 0.
   const at::Tensor lse_safe = lse.to(p.accumulate).masked_fill(at::isneginf(lse), kInf);
@@ -145,8 +152,7 @@ AttentionGradients blockwise_attention_backward(const at::Tensor& dout, const at
   // [j0, j0 + cols) of its kv head, recomputed from lse.
   auto probabilities = [&](int64_t b, int64_t h, int64_t r0, int64_t rows, int64_t j0,
                            int64_t cols) {
-    at::Tensor s = at::mm(qa[b][h].narrow(0, r0, rows), ka[b][h / p.group].narrow(0, j0, cols).t())
-                       .mul_(scale);
+    at::Tensor s = at::mm(qa[b][h].narrow(0, r0, rows), ka[b][h / p.group].narrow(0, j0, cols).t());
     mask_future(s, p, r0, j0);
     return s.sub_(lse_safe[b][h].narrow(0, r0, rows).unsqueeze(1)).exp_();
   };
@@ -196,7 +202,7 @@ AttentionGradients blockwise_attention_backward(const at::Tensor& dout, const at
           at::Tensor probs = probabilities(b, h, r0, rows, j0, cols);
           dvj.addmm_(probs.t(), douti);
           const at::Tensor ds = score_gradient(probs, douti, b, h, r0, rows, values);
-          dkj.addmm_(ds.t(), qa[b][h].narrow(0, r0, rows), 1.0, scale);
+          dkj.addmm_(ds.t(), qa[b][h].narrow(0, r0, rows));
         }
       }
     }

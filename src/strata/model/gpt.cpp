@@ -10,6 +10,7 @@
 
 #include "strata/core/error.h"
 #include "strata/dist/comm.h"
+#include "strata/kernels/attention.h"
 #include "strata/parallel/linear.h"
 #include "strata/parallel/regions.h"
 
@@ -235,9 +236,11 @@ at::Tensor GPT::attention(const at::Tensor& x, const BlockParams& block, int64_t
     cache->values[layer] = v;
   }
   // Grouped-query: each key/value head serves H / K query heads. With replicated kv heads,
-  // expand all of them and keep the ones this rank's query heads use.
+  // expand all of them and keep the ones this rank's query heads use; the blockwise kernel
+  // reads a shared kv head in place otherwise, eager attention expands them.
   const int64_t group = config_.n_heads / config_.kv_heads();
-  if (group > 1 || kv_replicated_) {
+  const bool blockwise = config_.attention == AttentionKernel::blockwise;
+  if (kv_replicated_ || (group > 1 && !blockwise)) {
     k = k.repeat_interleave(group, 1);
     v = v.repeat_interleave(group, 1);
     if (kv_replicated_) {
@@ -245,9 +248,15 @@ at::Tensor GPT::attention(const at::Tensor& x, const BlockParams& block, int64_t
       v = v.narrow(1, tp_rank_ * H_l, H_l);
     }
   }
-  auto scores = at::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(D)));
-  scores = scores.masked_fill(causal_mask(T, past + T), -std::numeric_limits<double>::infinity());
-  auto y = at::matmul(at::softmax(scores, -1), v);  // (B, H_l, T, D)
+  const double scale = 1.0 / std::sqrt(static_cast<double>(D));
+  at::Tensor y;  // (B, H_l, T, D)
+  if (blockwise) {
+    y = blockwise_attention(q, k, v, scale, AttentionPositions{past, 0});
+  } else {
+    auto scores = at::matmul(q, k.transpose(-2, -1)) * scale;
+    scores = scores.masked_fill(causal_mask(T, past + T), -std::numeric_limits<double>::infinity());
+    y = at::matmul(at::softmax(scores, -1), v);
+  }
   y = y.transpose(1, 2).reshape({B, T, H_l * D});
   return leave_tp(strata::linear(y, weight(block.attn_out_weight)), sequence_parallel);
 }

@@ -291,6 +291,7 @@ int64_t Trainer::maybe_resume() {
   Config saved = parse_config(state.at("config").get<std::string>(), dir + "/state.json");
   Config saved_model, this_model;
   saved_model.model = saved.model;
+  saved_model.model.attention = config_.model.attention;  // how it computes, not which model
   this_model.model = config_.model;
   STRATA_REQUIRE(to_toml(saved_model) == to_toml(this_model), "checkpoint ", dir,
                  " was written for a different [model] section; resume it "
