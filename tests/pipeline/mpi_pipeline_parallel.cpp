@@ -4,6 +4,7 @@
 // parallelism; bad requests fail before training with a message saying what would work.
 #include <gtest/gtest.h>
 
+#include "expect_error.h"
 #include "strata/core/error.h"
 #include "strata/dist/mesh.h"
 #include "strata/train/trainer.h"
@@ -111,13 +112,8 @@ TEST(PipelineTraining, ExplicitUnevenSplitEqualsUnsharded) {
   expect_same_losses(train_with(world, config, p, 1, "zb-h1", 1), reference,
                      "last-heavy parallel.pp_layers");
   config.parallel.pp_layers.back() += 1;  // one layer too many
-  try {
-    train_with(world, config, p, 1, "1f1b", 1);
-    FAIL() << "no error";
-  } catch (const UserError& error) {
-    EXPECT_NE(std::string(error.what()).find("parallel.pp_layers sums to"), std::string::npos)
-        << error.what();
-  }
+  EXPECT_CONTAINS(testing::user_error([&] { train_with(world, config, p, 1, "1f1b", 1); }),
+                  "parallel.pp_layers sums to");
 }
 
 TEST(PipelineTraining, BadRequestsSayWhatWorks) {
@@ -129,13 +125,9 @@ TEST(PipelineTraining, BadRequestsSayWhatWorks) {
   config.parallel.dp = 1;
   config.parallel.pp_schedule = "interleaved-1f1b";
   config.parallel.vpp = 2;
-  try {
-    check_runnable(validate_config(config, world.size()));
-    FAIL() << "no error";
-  } catch (const UserError& error) {
-    EXPECT_NE(std::string(error.what()).find("parallel.microbatches"), std::string::npos)
-        << error.what();
-  }
+  EXPECT_CONTAINS(
+      testing::user_error([&] { check_runnable(validate_config(config, world.size())); }),
+      "parallel.microbatches");
   config = tiny_run(p);
   config.model.n_layers = p - 1;
   config.parallel.pp = p;
