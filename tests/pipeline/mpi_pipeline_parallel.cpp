@@ -6,39 +6,23 @@
 
 #include "expect_error.h"
 #include "strata/core/error.h"
-#include "strata/dist/mesh.h"
-#include "strata/train/trainer.h"
-#include "test_support.h"
+#include "test_configs.h"
+#include "train_support.h"
 
 namespace strata {
 namespace {
 
-const testing::TempDir& log_dir() {
-  static testing::TempDir dir("strata-log");
-  return dir;
+Config tiny_run(int64_t microbatches) {
+  Config config = testing::tiny_training_run(20, microbatches, 1);
+  // 8 layers: 2 chunks on each of 4 stages; uneven for 3.
+  config.model = testing::gpt_config(32, 16, 8, 4, 8);
+  config.model.tie_embeddings = true;  // the embedding is shared by the first and last stage
+  return testing::with_settings(
+      config, {"model.pos=rope", "model.activation=swiglu", "model.norm=rmsnorm"});
 }
 
-Config tiny_run(int64_t microbatches) {
-  Config config;
-  config.model.vocab_size = 32;
-  config.model.d_model = 16;
-  config.model.n_layers = 8;  // 2 chunks on each of 4 stages; uneven for 3
-  config.model.n_heads = 4;
-  config.model.seq_len = 8;
-  config.model.pos = "rope";
-  config.model.activation = "swiglu";
-  config.model.norm = "rmsnorm";
-  config.model.tie_embeddings = true;  // the embedding is shared by the first and last stage
-  config.train.steps = 20;
-  config.train.micro_batch = 1;
-  config.train.global_batch = microbatches;
-  config.train.lr = 3e-3;
-  config.train.min_lr = 3e-4;
-  config.train.warmup_steps = 3;
-  config.data.source = "synthetic";
-  config.log.progress = "none";
-  config.log.dir = log_dir().path();
-  return config;
+Config with_schedule(Config config, const std::string& schedule) {
+  return testing::with_settings(config, {"parallel.pp_schedule=" + schedule});
 }
 
 TrainResult train_with(Comm& world, Config config, int64_t pp, int64_t tp,
@@ -46,17 +30,8 @@ TrainResult train_with(Comm& world, Config config, int64_t pp, int64_t tp,
   config.parallel.pp = pp;
   config.parallel.tp = tp;
   config.parallel.dp = world.size() / (pp * tp);
-  config.parallel.pp_schedule = schedule;
   config.parallel.vpp = vpp;
-  config = validate_config(config, world.size());
-  check_runnable(config);
-  MeshShape shape;
-  shape.pp = pp;
-  shape.tp = tp;
-  shape.dp = config.parallel.dp;
-  Mesh mesh(world, shape);
-  Trainer trainer(config, mesh);
-  return trainer.run();
+  return testing::train_on(world, with_schedule(config, schedule));
 }
 
 void expect_same_losses(const TrainResult& got, const TrainResult& want, const std::string& what) {
@@ -123,7 +98,7 @@ TEST(PipelineTraining, BadRequestsSayWhatWorks) {
   Config config = tiny_run(p + 1);  // p + 1 microbatches cannot be interleaved over p stages
   config.parallel.pp = p;
   config.parallel.dp = 1;
-  config.parallel.pp_schedule = "interleaved-1f1b";
+  config = with_schedule(config, "interleaved-1f1b");
   config.parallel.vpp = 2;
   EXPECT_CONTAINS(
       testing::user_error([&] { check_runnable(validate_config(config, world.size())); }),

@@ -11,6 +11,7 @@
 #include "strata/plan/collectives.h"
 #include "strata/plan/cost_model.h"
 #include "strata/plan/search.h"
+#include "test_configs.h"
 
 namespace strata {
 namespace {
@@ -244,10 +245,7 @@ TEST(Search, NoLayoutFitsSaysWhatToChange) {
 
 TEST(AutoLayout, PicksARunnableLayoutAndExplains) {
   Config config;
-  config.model.d_model = 512;
-  config.model.n_layers = 2;
-  config.model.n_heads = 8;
-  config.model.seq_len = 64;
+  config.model = testing::gpt_config(256, 512, 2, 8, 64);
   config.train.global_batch = 8;
   ClusterProfile cluster = load_cluster("h100-80gb");
   const AutoLayout choice = choose_layout(config, 2, cluster);

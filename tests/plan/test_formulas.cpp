@@ -13,6 +13,7 @@
 #include "strata/plan/cost_model.h"
 #include "strata/plan/model_state.h"
 #include "strata/plan/transformer.h"
+#include "test_configs.h"
 
 namespace strata {
 namespace {
@@ -90,28 +91,22 @@ TEST(GptFormulas, LayerFlopsSplitIntoForwardInputGradAndWeightGrad) {
 TEST(GptFormulas, StrataModelFlopsEqualTheTrainersCount) {
   // The trainer's MFU uses model/gpt.h's count; the planner's must be the same number, for
   // dense models and for mixture-of-experts ones (transformer_of reads [model.moe]).
-  for (const char* activation : {"gelu", "swiglu", "moe"}) {
-    ModelConfig model;
-    if (std::string(activation) == "moe") {
+  for (const std::string kind : {"gelu", "swiglu", "moe"}) {
+    ModelConfig model = testing::gpt_config(256, 512, 4, 8, 256);
+    model.n_kv_heads = 2;
+    model.d_ff = 1376;
+    model = testing::with_settings(model, {"model.activation=" + (kind == "moe" ? "gelu" : kind)});
+    if (kind == "moe") {
       model.moe.num_experts = 4;
       model.moe.top_k = 2;
       model.moe.every = 2;
       model.moe.capacity_factor = 1.25;
-      activation = "gelu";
     }
-    model.vocab_size = 256;
-    model.d_model = 512;
-    model.n_layers = 4;
-    model.n_heads = 8;
-    model.n_kv_heads = 2;
-    model.seq_len = 256;
-    model.activation = activation;
-    model.d_ff = 1376;
     const TransformerSpec spec = transformer_of(model);
     EXPECT_LT(relative_difference(model_flops_per_step(spec, 3) / (3.0 * 256),
                                   training_flops_per_token(model)),
               1e-12)
-        << activation;
+        << kind;
   }
 }
 

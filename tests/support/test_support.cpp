@@ -27,6 +27,11 @@ TempDir::~TempDir() {
   std::filesystem::remove_all(path_, ignored);
 }
 
+const std::string& log_dir() {
+  static const TempDir dir("strata-test-log");
+  return dir.path();
+}
+
 ScopedEnv::ScopedEnv(const std::string& name, const char* value) : name_(name) {
   if (const char* old = std::getenv(name.c_str())) old_ = old;
   if (value != nullptr) {

@@ -27,6 +27,10 @@ class TempDir {
   std::string path_;
 };
 
+// The directory tests give the trainer for its logs (log.dir): one per test process, removed
+// when the process exits.
+const std::string& log_dir();
+
 // Sets (or, with nullptr, unsets) an environment variable; restores it on destruction.
 class ScopedEnv {
  public:

@@ -6,46 +6,20 @@
 #include <filesystem>
 
 #include "strata/ckpt/checkpoint.h"
-#include "strata/dist/mesh.h"
-#include "strata/train/trainer.h"
+#include "test_configs.h"
 #include "test_support.h"
+#include "train_support.h"
 
 namespace strata {
 namespace {
 
-const testing::TempDir& log_dir() {
-  static testing::TempDir dir("strata-log");
-  return dir;
-}
+using testing::train_on;  // dp = -1: data parallel over every rank of the communicator
 
+// Global batch 12: divisible by dp = 1, 2, 3.
 Config tiny_run(const std::string& source, int64_t steps) {
-  Config config;
-  config.model.vocab_size = 256;
-  config.model.d_model = 32;
-  config.model.n_layers = 2;
-  config.model.n_heads = 4;
-  config.model.seq_len = 32;
-  config.train.steps = steps;
-  config.train.global_batch = 12;  // divisible by dp = 1, 2, 3
-  config.train.micro_batch = 2;
-  config.train.lr = 3e-3;
-  config.train.min_lr = 3e-4;
-  config.train.warmup_steps = 3;
+  Config config = testing::tiny_training_run(steps, 12, 2);
   config.data.source = source;
-  config.log.progress = "none";
-  config.log.dir = log_dir().path();  // only rank 0 writes metrics there
   return config;
-}
-
-// Runs on the ranks of `comm` with dp = comm.size().
-TrainResult train_on(Comm& comm, Config config) {
-  config.parallel.dp = -1;
-  config = validate_config(config, comm.size());
-  MeshShape shape;
-  shape.dp = comm.size();
-  Mesh mesh(comm, shape);
-  Trainer trainer(config, mesh);
-  return trainer.run();
 }
 
 TEST(Trainer, LossFallsOnEnglishCorpus) {
