@@ -1,6 +1,6 @@
 // End-to-end training on the real MPI transport: the loss falls on the real English corpus,
-// data parallelism equals the single-rank run, and a resumed run is bit-identical to an
-// uninterrupted one.
+// data parallelism with gradient accumulation equals one rank taking the whole batch at once,
+// and a resumed run is bit-identical to an uninterrupted one.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -40,7 +40,11 @@ TEST(Trainer, DataParallelEqualsSingleRank) {
   Comm world = Comm::world(120);
   Config config = tiny_run("synthetic", 20);
   Comm self = world.split(world.rank(), 0, "self");
-  TrainResult reference = train_on(self, config);
+  // The reference takes the global batch as one microbatch, so that it differs from the
+  // parallel run on every world size: on one rank that run accumulates six microbatches.
+  Config whole_batch = config;
+  whole_batch.train.micro_batch = whole_batch.train.global_batch;
+  TrainResult reference = train_on(self, whole_batch);
   TrainResult parallel = train_on(world, config);
   ASSERT_EQ(parallel.losses.size(), reference.losses.size());
   for (size_t i = 0; i < reference.losses.size(); ++i) {

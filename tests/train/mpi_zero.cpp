@@ -1,6 +1,7 @@
 // Data parallelism with ZeRO 0-3 on the real MPI transport: every stage, alone and composed
-// with tensor and pipeline parallelism, trains equal to the single-rank run; per-rank memory
-// and communication match the ZeRO formulas; checkpoints move between stages and dp sizes.
+// with tensor and pipeline parallelism, trains equal to one rank taking the whole batch at
+// once; per-rank memory and communication match the ZeRO formulas; checkpoints move between
+// stages and dp sizes.
 #include <gtest/gtest.h>
 
 #include "test_configs.h"
@@ -79,7 +80,12 @@ TEST(Zero, EveryStageAndLayoutEqualsSingleRank) {
       config.train.eval_batches = 1;
       return config;
     };
-    const Outcome reference = train_with(self, with_eval(0), Layout{});
+    // The reference takes the global batch as one microbatch on one rank, without ZeRO: no
+    // run below is the reference itself, not even ZeRO 0 on a world of one rank, where the
+    // run still accumulates two microbatches.
+    Config whole_batch = with_eval(0);
+    whole_batch.train.micro_batch = whole_batch.train.global_batch;
+    const Outcome reference = train_with(self, whole_batch, Layout{});
     for (int64_t zero = 0; zero <= 3; ++zero) {
       const std::string what = layout.name() + " zero " + std::to_string(zero);
       const Outcome run = train_with(world, with_eval(zero), layout);
