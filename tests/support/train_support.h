@@ -10,7 +10,8 @@
 
 namespace strata::testing {
 
-// The mesh of a validated config's [parallel] sizes.
+// The mesh of a validated config's [parallel] sizes: main.cpp's private mesh_shape_of, copied
+// until the library exports it (then the body is one call to strata::mesh_shape_of).
 inline MeshShape mesh_shape_of(const ParallelConfig& parallel) {
   MeshShape shape;
   shape.pp = parallel.pp;
