@@ -8,6 +8,7 @@
 #include <fstream>
 #include <memory>
 
+#include "expect_error.h"
 #include "strata/ckpt/checkpoint.h"
 #include "strata/core/error.h"
 #include "strata/dist/comm.h"
@@ -186,14 +187,8 @@ TEST(CheckpointMpi, FailureOnOneRankStopsEveryRank) {
        at::zeros({1}, world.rank() == last ? at::kComplexFloat : at::kFloat),
        {world.size()},
        {world.rank()}}};
-  try {
-    save_checkpoint(root.path(), 3, tensors, {}, world);
-    ADD_FAILURE() << "rank " << world.rank() << " saved without complaint";
-  } catch (const UserError& error) {
-    EXPECT_NE(std::string(error.what()).find(str("failed on rank ", last, ": tensor 'z'")),
-              std::string::npos)
-        << error.what();
-  }
+  EXPECT_CONTAINS(testing::user_error([&] { save_checkpoint(root.path(), 3, tensors, {}, world); }),
+                  str("failed on rank ", last, ": tensor 'z'"));
   EXPECT_EQ(find_latest_checkpoint(root.path()), "");
 }
 

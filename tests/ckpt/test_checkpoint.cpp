@@ -6,8 +6,8 @@
 
 #include <filesystem>
 #include <fstream>
-#include <functional>
 
+#include "expect_error.h"
 #include "strata/ckpt/checkpoint.h"
 #include "strata/ckpt/checkpoint_index.h"
 #include "strata/ckpt/crc32.h"
@@ -48,21 +48,6 @@ std::string save(const std::string& root, int64_t step, const std::vector<Sharde
                  const nlohmann::json& state = {{"step", 0}}, int64_t keep = 0) {
   SingleProcessGroup group;
   return save_checkpoint(root, step, tensors, state, group, keep);
-}
-
-// The message of the UserError `action` throws ("" and a test failure if it throws none).
-std::string user_error_of(const std::function<void()>& action) {
-  try {
-    action();
-  } catch (const UserError& error) {
-    return error.what();
-  }
-  ADD_FAILURE() << "expected a UserError";
-  return "";
-}
-
-bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
 }
 
 std::vector<std::string> entries_of(const std::string& dir) {
@@ -248,10 +233,10 @@ TEST(Checkpoint, OverlappingOrMissingWritersAreBugs) {
                InternalError);
   EXPECT_EQ(find_latest_checkpoint(root.path()), "") << "failed saves leave nothing loadable";
 
-  std::string message = user_error_of([&] {
+  std::string message = testing::user_error([&] {
     save(root.path(), 1, {{"z", at::zeros({2}, at::kComplexFloat), {2}, {0}}});
   });
-  EXPECT_TRUE(contains(message, "'z'")) << message;
+  EXPECT_CONTAINS(message, "'z'");
 }
 
 // A saved checkpoint with one two-slice tensor, for the refusal tests.
@@ -267,7 +252,7 @@ struct SavedCheckpoint {
   }
   std::string load_error() {
     std::vector<ShardedTensor> wanted = {region("weight", {8, 4}, {0, 0}, {8, 4}, at::kFloat)};
-    return user_error_of([&] { load_checkpoint(dir, wanted); });
+    return testing::user_error([&] { load_checkpoint(dir, wanted); });
   }
 };
 
@@ -283,53 +268,49 @@ TEST(Checkpoint, FlippedByteIsRefusedNamingTheFile) {
     file.write(&byte, 1);
   }
   std::string message = checkpoint.load_error();
-  EXPECT_TRUE(contains(message, "checkpoint file " + checkpoint.file + " is corrupt: CRC-32 0x"))
-      << message;
-  EXPECT_TRUE(contains(message, "recorded in index.json; the checkpoint cannot be used"))
-      << message;
+  EXPECT_CONTAINS(message, "checkpoint file " + checkpoint.file + " is corrupt: CRC-32 0x");
+  EXPECT_CONTAINS(message, "recorded in index.json; the checkpoint cannot be used");
 }
 
 TEST(Checkpoint, TruncatedFileIsRefusedNamingTheFile) {
   SavedCheckpoint checkpoint;
   fs::resize_file(checkpoint.file, fs::file_size(checkpoint.file) - 1);
   std::string message = checkpoint.load_error();
-  EXPECT_TRUE(contains(message, checkpoint.file + " is corrupt: size")) << message;
+  EXPECT_CONTAINS(message, checkpoint.file + " is corrupt: size");
 }
 
 TEST(Checkpoint, MissingMarkerIsRefusedAndSkipped) {
   SavedCheckpoint checkpoint;
   fs::remove(checkpoint.dir + "/COMPLETE");
   std::string message = checkpoint.load_error();
-  EXPECT_TRUE(contains(message, checkpoint.dir + " has no COMPLETE marker")) << message;
-  EXPECT_TRUE(contains(message, "load an earlier checkpoint")) << message;
-  message = user_error_of([&] { read_checkpoint_state(checkpoint.dir); });
-  EXPECT_TRUE(contains(message, "COMPLETE")) << message;
+  EXPECT_CONTAINS(message, checkpoint.dir + " has no COMPLETE marker");
+  EXPECT_CONTAINS(message, "load an earlier checkpoint");
+  message = testing::user_error([&] { read_checkpoint_state(checkpoint.dir); });
+  EXPECT_CONTAINS(message, "COMPLETE");
   EXPECT_EQ(find_latest_checkpoint(checkpoint.root.path()), "");
-  message = user_error_of([&] { read_checkpoint_state(checkpoint.root.file("step_00000099")); });
-  EXPECT_TRUE(contains(message, "does not exist")) << message;
+  message =
+      testing::user_error([&] { read_checkpoint_state(checkpoint.root.file("step_00000099")); });
+  EXPECT_CONTAINS(message, "does not exist");
 }
 
 TEST(Checkpoint, MissingTensorWrongShapeAndUncoveredRegionAreRefused) {
   SavedCheckpoint checkpoint;
   std::vector<ShardedTensor> wanted = {region("bias", {4}, {0}, {4}, at::kFloat)};
-  std::string message = user_error_of([&] { load_checkpoint(checkpoint.dir, wanted); });
-  EXPECT_TRUE(contains(message, "tensor 'bias' is not in checkpoint " + checkpoint.dir)) << message;
+  std::string message = testing::user_error([&] { load_checkpoint(checkpoint.dir, wanted); });
+  EXPECT_CONTAINS(message, "tensor 'bias' is not in checkpoint " + checkpoint.dir);
 
   wanted = {region("weight", {8, 5}, {0, 0}, {8, 5}, at::kFloat)};
-  message = user_error_of([&] { load_checkpoint(checkpoint.dir, wanted); });
-  EXPECT_TRUE(contains(message, "tensor 'weight' has global shape [0:8, 0:4]") ||
-              contains(message, "tensor 'weight' has global shape"))
-      << message;
-  EXPECT_TRUE(contains(message, "model expects")) << message;
+  message = testing::user_error([&] { load_checkpoint(checkpoint.dir, wanted); });
+  EXPECT_CONTAINS(message, "tensor 'weight' has global shape [0:8, 0:4]");
+  EXPECT_CONTAINS(message, "the model expects [0:8, 0:5]");
 
   // An index that lost a slice no longer covers rows 4..8.
   nlohmann::json index = read_json(checkpoint.dir + "/index.json");
   index["tensors"]["weight"]["slices"].erase(1);
   std::ofstream(checkpoint.dir + "/index.json") << index.dump();
   message = checkpoint.load_error();
-  EXPECT_TRUE(contains(message, "tensor 'weight'")) << message;
-  EXPECT_TRUE(contains(message, "hold 16 elements of this rank's region [0:8, 0:4] of 32"))
-      << message;
+  EXPECT_CONTAINS(message, "tensor 'weight'");
+  EXPECT_CONTAINS(message, "hold 16 elements of this rank's region [0:8, 0:4] of 32");
   std::vector<ShardedTensor> first_half = {region("weight", {8, 4}, {0, 0}, {4, 4}, at::kFloat)};
   EXPECT_NO_THROW(load_checkpoint(checkpoint.dir, first_half));
 }
@@ -400,9 +381,9 @@ TEST(Checkpoint, FindLatestOrdersByStepNumberAndSkipsOtherNames) {
 TEST(Checkpoint, UnwritableRootIsAUserErrorNamingIt) {
   TempDir root;
   std::ofstream(root.file("file")) << "not a directory";
-  std::string message = user_error_of([&] { save(root.file("file"), 1, {}); });
-  EXPECT_TRUE(contains(message, "failed on rank 0")) << message;
-  EXPECT_TRUE(contains(message, root.file("file"))) << message;
+  std::string message = testing::user_error([&] { save(root.file("file"), 1, {}); });
+  EXPECT_CONTAINS(message, "failed on rank 0");
+  EXPECT_CONTAINS(message, root.file("file"));
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "expect_error.h"
 #include "strata/ckpt/crc32.h"
 #include "strata/ckpt/safetensors.h"
 #include "strata/core/error.h"
@@ -119,14 +120,7 @@ TEST(Safetensors, EmptyFileHoldsOnlyMetadata) {
 
 // Expects read_safetensors(path) to throw a UserError whose message holds path and `phrase`.
 void expect_refused(const std::string& path, const std::string& phrase) {
-  try {
-    read_safetensors(path);
-    ADD_FAILURE() << "read " << path << " without complaint";
-  } catch (const UserError& error) {
-    std::string message = error.what();
-    EXPECT_NE(message.find(path), std::string::npos) << message;
-    EXPECT_NE(message.find(phrase), std::string::npos) << message;
-  }
+  testing::expect_user_error([&] { read_safetensors(path); }, {path, phrase});
 }
 
 TEST(Safetensors, DamagedFilesAreRefusedByName) {

@@ -6,7 +6,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "expect_message.h"
+#include "expect_error.h"
 #include "strata/core/config.h"
 
 namespace strata {

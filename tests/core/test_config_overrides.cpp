@@ -2,7 +2,7 @@
 // later overrides win, and bad syntax or unknown keys are clear errors.
 #include <gtest/gtest.h>
 
-#include "expect_message.h"
+#include "expect_error.h"
 #include "strata/core/config.h"
 
 namespace strata {

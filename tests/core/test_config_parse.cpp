@@ -8,7 +8,7 @@
 #include <limits>
 #include <set>
 
-#include "expect_message.h"
+#include "expect_error.h"
 #include "strata/core/config.h"
 #include "test_support.h"
 

@@ -2,7 +2,7 @@
 // resolution of dp = -1 and microbatches = 0; and the features this release rejects.
 #include <gtest/gtest.h>
 
-#include "expect_message.h"
+#include "expect_error.h"
 #include "strata/core/config.h"
 
 namespace strata {

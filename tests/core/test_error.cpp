@@ -2,24 +2,15 @@
 // STRATA_REQUIRE (user error, says exactly the message given).
 #include <gtest/gtest.h>
 
-#include "expect_message.h"
+#include "expect_error.h"
 #include "strata/core/error.h"
 
 namespace strata {
 namespace {
 
-std::string internal_error(void (*code)()) {
-  try {
-    code();
-  } catch (const InternalError& error) {
-    return error.what();
-  }
-  return "<no InternalError was thrown>";
-}
-
 TEST(Error, CheckFailureSaysBugWhereAndWhat) {
   EXPECT_NO_THROW(STRATA_CHECK(1 + 1 == 2, "never shown"));
-  const std::string message = internal_error([] {
+  const std::string message = testing::message_of<InternalError>([] {
     const int heads = 3;
     STRATA_CHECK(heads % 2 == 0, "heads = ", heads);
   });
@@ -27,7 +18,7 @@ TEST(Error, CheckFailureSaysBugWhereAndWhat) {
   EXPECT_CONTAINS(message, "test_error.cpp:");
   EXPECT_CONTAINS(message, "check 'heads % 2 == 0' failed: heads = 3");
 
-  const std::string bare = internal_error([] { STRATA_CHECK(2 < 1); });
+  const std::string bare = testing::message_of<InternalError>([] { STRATA_CHECK(2 < 1); });
   EXPECT_CONTAINS(bare, "check '2 < 1' failed");
   EXPECT_EQ(bare.substr(bare.size() - 6), "failed") << "no message, no trailing colon: " << bare;
 
@@ -40,13 +31,12 @@ TEST(Error, CheckFailureSaysBugWhereAndWhat) {
 }
 
 TEST(Error, RequireThrowsUserErrorWithExactlyTheMessage) {
-  try {
-    const int tp = 5, heads = 12;
-    STRATA_REQUIRE(heads % tp == 0, "n_heads (", heads, ") is not divisible by tp (", tp, ")");
-    FAIL() << "STRATA_REQUIRE did not throw";
-  } catch (const UserError& error) {
-    EXPECT_STREQ(error.what(), "n_heads (12) is not divisible by tp (5)");
-  }
+  EXPECT_EQ(testing::user_error([] {
+              const int tp = 5, heads = 12;
+              STRATA_REQUIRE(heads % tp == 0, "n_heads (", heads, ") is not divisible by tp (", tp,
+                             ")");
+            }),
+            "n_heads (12) is not divisible by tp (5)");
 
   // A catch for user errors must never swallow a bug, and the other way round.
   EXPECT_THROW(STRATA_REQUIRE(false, "x"), UserError);

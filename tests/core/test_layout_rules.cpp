@@ -3,7 +3,7 @@
 // the quick yes/no the search uses agreeing with the messages on every small layout.
 #include <gtest/gtest.h>
 
-#include "expect_message.h"
+#include "expect_error.h"
 #include "strata/core/layout_rules.h"
 
 namespace strata {

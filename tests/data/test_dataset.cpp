@@ -8,6 +8,7 @@
 #include <unordered_map>
 
 #include "data_test_helpers.h"
+#include "expect_error.h"
 #include "strata/data/dataset.h"
 #include "strata/data/prepare.h"
 #include "strata/data/sampler.h"

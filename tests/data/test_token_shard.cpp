@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "data_test_helpers.h"
+#include "expect_error.h"
 #include "strata/data/token_shard.h"
 #include "test_support.h"
 

@@ -1,12 +1,12 @@
 // Shared by the multi-rank dist tests: the dtypes and sizes every collective is tried with,
 // integer test values that every dtype (bfloat16 included) holds exactly, and an exact
-// comparison whose message names the index and both values.
+// comparison whose message names the index and both values (errors: expect_error.h).
 #pragma once
 #include <gtest/gtest.h>
 
 #include <vector>
 
-#include "strata/core/error.h"
+#include "expect_error.h"
 #include "strata/dist/comm.h"
 #include "test_support.h"
 
@@ -48,19 +48,5 @@ at::Tensor tensor_of(int64_t count, at::ScalarType dtype, F f) {
         ::strata::testing::compare_tensors((actual), (expected), 0.0, 0.0); \
     EXPECT_TRUE(strata_difference.empty()) << strata_difference;            \
   } while (0)
-
-// The message of the exception `statement` throws as `Type`, or "(no exception)".
-#define MESSAGE_OF(Type, statement) \
-  [&]() -> std::string {            \
-    try {                           \
-      statement;                    \
-    } catch (const Type& error) {   \
-      return error.what();          \
-    }                               \
-    return "(no exception)";        \
-  }()
-
-#define EXPECT_CONTAINS(text, part) \
-  EXPECT_NE(std::string(text).find(part), std::string::npos) << "\"" << (text) << "\""
 
 }  // namespace strata::dist_test

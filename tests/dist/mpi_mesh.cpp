@@ -134,7 +134,9 @@ TEST(MeshGroups, ToStringAndBadShapes) {
     EXPECT_EQ(with_experts.to_string(),
               strata::str("PP(1)-DP(", n / 2, ")-CP(1)-TP(2)-EP(", n / 2, ") rank ", world.rank()));
   }
-  EXPECT_CONTAINS(MESSAGE_OF(UserError, Mesh(world, MeshShape{1, n + 1, 1, 1, 1})),
+  EXPECT_CONTAINS(testing::user_error([&] {
+                    Mesh(world, MeshShape{1, n + 1, 1, 1, 1});
+                  }),
                   strata::str("pp (1) x dp (", n + 1, ") x cp (1) x tp (1) = ", n + 1,
                               " ranks, but the world has ", n));
   // The failed constructions entered no collective: the world is still in step.

@@ -57,7 +57,7 @@ TEST(PointToPoint, ReceivingFewerElementsThanExpectedIsACommError) {
   if (world.rank() == 0) world.send(at::ones({3}), 1, 4);
   if (world.rank() == 1) {
     auto buffer = at::zeros({5});
-    EXPECT_CONTAINS(MESSAGE_OF(CommError, world.recv(buffer, 0, 4)),
+    EXPECT_CONTAINS(testing::message_of<CommError>([&] { world.recv(buffer, 0, 4); }),
                     "recv from rank 0 (world rank 0) (tag 4) on group 'world' on rank 1 (world "
                     "rank 1): expected 5 elements, received 3");
   }
@@ -70,7 +70,7 @@ TEST(PointToPoint, MpiErrorsBecomeCommErrorsNamingThePeer) {
   if (world.rank() == 0) world.send(at::ones({5}), 1, 3);
   if (world.rank() == 1) {
     auto too_small = at::zeros({3});
-    const std::string error = MESSAGE_OF(CommError, world.recv(too_small, 0, 3));
+    const std::string error = testing::message_of<CommError>([&] { world.recv(too_small, 0, 3); });
     EXPECT_CONTAINS(error,
                     "recv from rank 0 (world rank 0) (tag 3) on group 'world' failed on "
                     "rank 1 (world rank 1): MPI_ERR_TRUNCATE");
@@ -122,33 +122,36 @@ TEST(Validation, BadArgumentsAreUserErrorsAndSendNothing) {
   const int n = world.size();
   auto matrix = at::zeros({2, 3});
   auto transposed = matrix.t();
-  EXPECT_CONTAINS(MESSAGE_OF(UserError, world.all_reduce(transposed)),
+  EXPECT_CONTAINS(testing::user_error([&] { world.all_reduce(transposed); }),
                   "all_reduce on group 'world': the tensor must be contiguous (sizes [3, 2], "
                   "strides [1, 3]); pass .contiguous()");
   at::Tensor undefined;
-  EXPECT_CONTAINS(MESSAGE_OF(UserError, world.broadcast(undefined, 0)), "tensor is undefined");
+  EXPECT_CONTAINS(testing::user_error([&] { world.broadcast(undefined, 0); }),
+                  "tensor is undefined");
   auto complex = at::zeros({2}, at::kComplexFloat);
-  EXPECT_CONTAINS(MESSAGE_OF(UserError, world.all_reduce(complex)), "has dtype ComplexFloat");
+  EXPECT_CONTAINS(testing::user_error([&] { world.all_reduce(complex); }),
+                  "has dtype ComplexFloat");
   auto ints = at::ones({4}, at::kInt);
-  EXPECT_CONTAINS(MESSAGE_OF(UserError, world.all_reduce(ints, ReduceOp::Avg)),
+  EXPECT_CONTAINS(testing::user_error([&] { world.all_reduce(ints, ReduceOp::Avg); }),
                   "Avg is not supported on dtype Int (Avg needs a floating-point dtype; use Sum)");
   auto flags = at::ones({4}, at::kBool);
   EXPECT_THROW(world.all_reduce(flags, ReduceOp::Avg), UserError);
 
   auto output = at::zeros({3}), input = at::zeros({3 * n + 1});
   EXPECT_CONTAINS(
-      MESSAGE_OF(UserError, world.reduce_scatter(output, input)),
+      testing::user_error([&] { world.reduce_scatter(output, input); }),
       strata::str("reduce_scatter on group 'world': input has ", 3 * n + 1,
                   " elements; it must hold ", n, " chunks of output's 3 elements (", 3 * n, ")"));
   auto doubles = at::zeros({3 * n}, at::kDouble);
-  EXPECT_CONTAINS(MESSAGE_OF(UserError, world.reduce_scatter(output, doubles)),
+  EXPECT_CONTAINS(testing::user_error([&] { world.reduce_scatter(output, doubles); }),
                   "output dtype Float differs from input dtype Double");
   auto gathered = at::zeros({3 * n + 2});
-  EXPECT_CONTAINS(MESSAGE_OF(UserError, world.all_gather(gathered, output)),
+  EXPECT_CONTAINS(testing::user_error([&] { world.all_gather(gathered, output); }),
                   strata::str("all_gather on group 'world': output has ", 3 * n + 2, " elements"));
   auto shared = at::zeros({2 * n});
   auto overlapping = shared.narrow(0, 0, 2 * n);
-  EXPECT_CONTAINS(MESSAGE_OF(UserError, world.all_to_all(shared, overlapping)), "share memory");
+  EXPECT_CONTAINS(testing::user_error([&] { world.all_to_all(shared, overlapping); }),
+                  "share memory");
   auto odd = at::zeros({n + 1});
   auto odd_out = at::zeros({n + 1});
   if (n > 1) {
@@ -157,24 +160,27 @@ TEST(Validation, BadArgumentsAreUserErrorsAndSendNothing) {
 
   auto rows_in = at::zeros({2, 4}), rows_out = at::zeros({2, 4});
   std::vector<int64_t> short_counts(n + 1, 0);
-  EXPECT_CONTAINS(
-      MESSAGE_OF(UserError, world.all_to_all_v(rows_out, rows_in, short_counts, short_counts)),
-      strata::str("send_counts has ", n + 1, " entries; the group has ", n, " ranks"));
+  EXPECT_CONTAINS(testing::user_error(
+                      [&] { world.all_to_all_v(rows_out, rows_in, short_counts, short_counts); }),
+                  strata::str("send_counts has ", n + 1, " entries; the group has ", n, " ranks"));
   std::vector<int64_t> counts(n, 0);
   counts[0] = 1;
-  EXPECT_CONTAINS(MESSAGE_OF(UserError, world.all_to_all_v(rows_out, rows_in, counts, counts)),
-                  "send_counts sum to 1 rows but the input has 2");
+  EXPECT_CONTAINS(
+      testing::user_error([&] { world.all_to_all_v(rows_out, rows_in, counts, counts); }),
+      "send_counts sum to 1 rows but the input has 2");
   auto wide_out = at::zeros({2, 5});
-  EXPECT_CONTAINS(MESSAGE_OF(UserError, world.all_to_all_v(wide_out, rows_in, counts, counts)),
-                  "input rows [4] and output rows [5] differ");
+  EXPECT_CONTAINS(
+      testing::user_error([&] { world.all_to_all_v(wide_out, rows_in, counts, counts); }),
+      "input rows [4] and output rows [5] differ");
 
   auto tensor = at::zeros({2});
   EXPECT_CONTAINS(
-      MESSAGE_OF(UserError, world.broadcast(tensor, n)),
+      testing::user_error([&] { world.broadcast(tensor, n); }),
       strata::str("broadcast on group 'world': root ", n, " is not a rank of this group of ", n));
-  EXPECT_CONTAINS(MESSAGE_OF(UserError, world.send(tensor, -1)), "peer -1 is not a rank");
-  EXPECT_CONTAINS(MESSAGE_OF(UserError, world.recv(tensor, 0, -3)), "tag -3 is outside [0, ");
-  EXPECT_CONTAINS(MESSAGE_OF(UserError, world.barrier(CommOptions{0.0})),
+  EXPECT_CONTAINS(testing::user_error([&] { world.send(tensor, -1); }), "peer -1 is not a rank");
+  EXPECT_CONTAINS(testing::user_error([&] { world.recv(tensor, 0, -3); }),
+                  "tag -3 is outside [0, ");
+  EXPECT_CONTAINS(testing::user_error([&] { world.barrier(CommOptions{0.0}); }),
                   "barrier on group 'world': timeout_s (0) must be > 0");
   EXPECT_THROW(world.set_default_timeout_s(-1), UserError);
 

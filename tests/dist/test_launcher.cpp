@@ -4,9 +4,7 @@
 
 #include <ATen/Parallel.h>
 
-#include <cstdlib>
-#include <optional>
-
+#include "expect_error.h"
 #include "strata/core/error.h"
 #include "strata/dist/launcher.h"
 #include "test_support.h"
@@ -14,29 +12,7 @@
 namespace strata {
 namespace {
 
-// Sets (or unsets, for nullopt) an environment variable for one scope.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, std::optional<std::string> value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    if (value) {
-      setenv(name, value->c_str(), 1);
-    } else {
-      unsetenv(name);
-    }
-  }
-  ~ScopedEnv() {
-    if (old_) {
-      setenv(name_, old_->c_str(), 1);
-    } else {
-      unsetenv(name_);
-    }
-  }
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
+using testing::ScopedEnv;
 
 TEST(Launcher, ThreadsPerRank) {
   EXPECT_EQ(threads_per_rank(8, 1), 8);
@@ -78,19 +54,16 @@ TEST(Launcher, CommandRejectsBadRankCounts) {
 
 TEST(Launcher, RelaunchWithoutMpirunIsAUserError) {
   testing::TempDir empty("strata-no-mpirun");
-  ScopedEnv path("PATH", empty.path());
-  try {
-    relaunch_under_mpirun(2, {"strata", "train"});
-    FAIL() << "relaunch returned";
-  } catch (const UserError& error) {
-    EXPECT_NE(std::string(error.what()).find("could not start mpirun"), std::string::npos)
-        << error.what();
-  }
+  ScopedEnv path("PATH", empty.path().c_str());
+  EXPECT_CONTAINS(testing::user_error([] {
+                    relaunch_under_mpirun(2, {"strata", "train"});
+                  }),
+                  "could not start mpirun");
 }
 
 TEST(Launcher, StartedByMpiLauncher) {
-  ScopedEnv a("OMPI_COMM_WORLD_SIZE", std::nullopt), b("PMI_SIZE", std::nullopt),
-      c("PMIX_RANK", std::nullopt), d("SLURM_PROCID", std::nullopt);
+  ScopedEnv a("OMPI_COMM_WORLD_SIZE", nullptr), b("PMI_SIZE", nullptr), c("PMIX_RANK", nullptr),
+      d("SLURM_PROCID", nullptr);
   EXPECT_FALSE(started_by_mpi_launcher());
   {
     ScopedEnv set("OMPI_COMM_WORLD_SIZE", "4");
@@ -104,9 +77,9 @@ TEST(Launcher, StartedByMpiLauncher) {
 
 TEST(Launcher, ConfigureRankThreads) {
   const int before = at::get_num_threads();
-  ScopedEnv local("OMPI_COMM_WORLD_LOCAL_SIZE", std::nullopt);
+  ScopedEnv local("OMPI_COMM_WORLD_LOCAL_SIZE", nullptr);
   {
-    ScopedEnv threads("STRATA_THREADS", std::nullopt);
+    ScopedEnv threads("STRATA_THREADS", nullptr);
     EXPECT_EQ(configure_rank_threads(3), 3);
     EXPECT_EQ(at::get_num_threads(), 3);
     EXPECT_EQ(configure_rank_threads(0), available_cores());  // one local rank
@@ -120,12 +93,8 @@ TEST(Launcher, ConfigureRankThreads) {
   }
   {
     ScopedEnv threads("STRATA_THREADS", "two");
-    try {
-      configure_rank_threads(0);
-      FAIL() << "no error for STRATA_THREADS=two";
-    } catch (const UserError& error) {
-      EXPECT_EQ(std::string(error.what()), "$STRATA_THREADS='two' must be a positive integer");
-    }
+    EXPECT_EQ(testing::user_error([] { configure_rank_threads(0); }),
+              "$STRATA_THREADS='two' must be a positive integer");
   }
   at::set_num_threads(before);
 }

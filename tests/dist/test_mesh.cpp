@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <functional>
 
+#include "expect_error.h"
 #include "strata/core/error.h"
 #include "strata/dist/mesh.h"
 
@@ -170,12 +171,7 @@ TEST(MeshArithmetic, KnownLayout) {
 }
 
 std::string error_of(const MeshShape& shape, int64_t world) {
-  try {
-    check_mesh_shape(shape, world);
-  } catch (const UserError& error) {
-    return error.what();
-  }
-  return "(no error)";
+  return testing::user_error([&] { check_mesh_shape(shape, world); });
 }
 
 TEST(MeshShapeCheck, MessagesQuoteTheNumbers) {

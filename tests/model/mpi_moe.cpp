@@ -9,19 +9,14 @@
 #include <cmath>
 #include <cstring>
 
-#include "strata/dist/mesh.h"
 #include "strata/infer/generate.h"
 #include "strata/model/moe.h"
-#include "strata/train/trainer.h"
+#include "test_configs.h"
 #include "test_support.h"
+#include "train_support.h"
 
 namespace strata {
 namespace {
-
-const testing::TempDir& log_dir() {
-  static testing::TempDir dir("strata-moe-log");
-  return dir;
-}
 
 at::Tensor shared_normal(std::vector<int64_t> shape, uint64_t seed, double std = 1.0) {
   auto generator = at::make_generator<at::CPUGeneratorImpl>(seed);
@@ -181,13 +176,9 @@ struct Layout {
 };
 
 Config training_run(const Model& m) {
-  Config config;
+  Config config = testing::tiny_training_run(20, 8, 2);
   config.model.vocab_size = 64;
-  config.model.d_model = 32;
-  config.model.n_layers = 2;
-  config.model.n_heads = 4;
   config.model.d_ff = 64;
-  config.model.seq_len = 32;
   config.model.moe.num_experts = m.experts;
   config.model.moe.top_k = m.top_k;
   config.model.moe.capacity_factor = m.capacity_factor;
@@ -195,15 +186,6 @@ Config training_run(const Model& m) {
   config.model.moe.aux_loss_coef = 0.01;
   config.model.moe.z_loss_coef = 0.001;
   config.model.init_std = 0.1;  // routing decided by the inputs, not by ties
-  config.train.steps = 20;
-  config.train.global_batch = 8;
-  config.train.micro_batch = 2;
-  config.train.lr = 3e-3;
-  config.train.min_lr = 3e-4;
-  config.train.warmup_steps = 3;
-  config.data.source = DataSource::synthetic;
-  config.log.progress = "none";
-  config.log.dir = log_dir().path();
   return config;
 }
 
@@ -216,10 +198,7 @@ TrainResult train_with(Comm& world, Config config, const Layout& layout) {
   config.parallel.zero = layout.zero;
   config.train.micro_batch = std::min<int64_t>(2, config.train.global_batch / config.parallel.dp);
   config.parallel.microbatches = 0;
-  config = validate_config(config, world.size());
-  Mesh mesh(world, mesh_shape_of(config));
-  Trainer trainer(config, mesh);
-  return trainer.run();
+  return testing::train_on(world, config);
 }
 
 void expect_parity(Comm& world, const Model& model, const Layout& layout) {
@@ -292,27 +271,30 @@ TEST(ExpertParallelCheckpoint, WrittenAtEpLoadsWithEveryExpertOnOneRank) {
   config.parallel.dp = world.size() / tp;
   config.parallel.ep = 2;
   config.train.micro_batch = config.train.global_batch / config.parallel.dp;
-  config = validate_config(config, world.size());
-  Mesh mesh(world, mesh_shape_of(config));
-  Trainer trainer(config, mesh);
-  const TrainResult result = trainer.run();
+  std::vector<Parameter> pieces;  // this rank's, kept past the trainer
+  const TrainResult result = testing::train_on(world, config, [&](const Trainer& trainer) {
+    for (const Parameter* parameter : trainer.parameters()) {
+      pieces.push_back(*parameter);
+      pieces.back().value = parameter->value.clone();
+    }
+  });
   world.barrier();
   ASSERT_FALSE(result.last_checkpoint.empty());
 
   std::unique_ptr<GPT> whole = load_model_from_checkpoint(result.last_checkpoint, nullptr, nullptr);
   int experts_checked = 0;
-  for (const Parameter* parameter : trainer.parameters()) {
-    const at::Tensor& global = whole->parameter(parameter->name).value;
-    for (const auto& slice : parameter->spec.local_slices()) {
-      at::Tensor want = global, got = parameter->value;
+  for (const Parameter& piece : pieces) {
+    const at::Tensor& global = whole->parameter(piece.name).value;
+    for (const auto& slice : piece.spec.local_slices()) {
+      at::Tensor want = global, got = piece.value;
       for (size_t d = 0; d < slice.shape.size(); ++d) {
         want = want.narrow(d, slice.global_offsets[d], slice.shape[d]);
       }
-      const int64_t dim = std::max<int64_t>(0, parameter->spec.split_dim);
+      const int64_t dim = std::max<int64_t>(0, piece.spec.split_dim);
       got = got.narrow(dim, slice.local_start, slice.shape[dim]);
-      EXPECT_TRUE(at::equal(got, want)) << parameter->name;
+      EXPECT_TRUE(at::equal(got, want)) << piece.name;
     }
-    if (parameter->spec.split_axis == ShardAxis::Ep) ++experts_checked;
+    if (piece.spec.split_axis == ShardAxis::Ep) ++experts_checked;
   }
   EXPECT_EQ(experts_checked, 4);  // fc and out of both layers
   world.barrier();                // rank 0 removes the directory after everyone read it

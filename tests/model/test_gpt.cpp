@@ -10,22 +10,13 @@
 
 #include "strata/core/error.h"
 #include "strata/model/gpt.h"
+#include "test_configs.h"
 #include "test_support.h"
 
 namespace strata {
 namespace {
 
-ModelConfig tiny_model() {
-  ModelConfig config;
-  config.vocab_size = 11;
-  config.d_model = 8;
-  config.n_layers = 2;
-  config.n_heads = 2;
-  config.seq_len = 6;
-  config.d_ff = 12;
-  config.init_std = 0.3;  // large enough that every path carries signal
-  return config;
-}
+using testing::tiny_model;
 
 struct Variant {
   PositionEncoding pos;
@@ -129,12 +120,7 @@ TEST(GptShape, ParameterCountInClosedForm) {
 
 TEST(GptShape, FlopsPerTokenFormula) {
   // 6 * (matmul parameters) + 12 * l * h * s for a standard GPT (d_ff = 4h, multi-head).
-  ModelConfig config;
-  config.vocab_size = 1000;
-  config.d_model = 64;
-  config.n_heads = 4;
-  config.n_layers = 2;
-  config.seq_len = 32;
+  const ModelConfig config = testing::gpt_config(1000, 64, 2, 4, 32);
   const double h = 64, l = 2, V = 1000, s = 32;
   EXPECT_DOUBLE_EQ(training_flops_per_token(config), 6 * (12 * l * h * h + V * h) + 12 * l * h * s);
 }

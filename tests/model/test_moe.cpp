@@ -9,20 +9,16 @@
 
 #include "strata/model/gpt.h"
 #include "strata/model/moe.h"
+#include "test_configs.h"
 #include "test_support.h"
 
 namespace strata {
 namespace {
 
 ModelConfig moe_model(int64_t experts, int64_t top_k, double capacity_factor) {
-  ModelConfig config;
+  ModelConfig config = testing::tiny_model();
   config.vocab_size = 13;
-  config.d_model = 8;
-  config.n_layers = 2;
-  config.n_heads = 2;
   config.seq_len = 8;
-  config.d_ff = 12;
-  config.init_std = 0.3;
   config.moe.num_experts = experts;
   config.moe.top_k = top_k;
   config.moe.capacity_factor = capacity_factor;

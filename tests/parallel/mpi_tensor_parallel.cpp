@@ -5,19 +5,14 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 
-#include "strata/dist/mesh.h"
 #include "strata/model/gpt.h"
 #include "strata/parallel/regions.h"
-#include "strata/train/trainer.h"
+#include "test_configs.h"
 #include "test_support.h"
+#include "train_support.h"
 
 namespace strata {
 namespace {
-
-const testing::TempDir& log_dir() {
-  static testing::TempDir dir("strata-log");
-  return dir;
-}
 
 // Same values on every rank.
 at::Tensor shared_randn(std::vector<int64_t> shape, uint64_t seed,
@@ -117,19 +112,15 @@ std::string variant_name(const ::testing::TestParamInfo<Variant>& info) {
 }
 
 ModelConfig model_for(const Variant& v) {
-  ModelConfig config;
-  config.vocab_size = 50;  // padded for tp = 3 and 4
-  config.d_model = 48;
-  config.n_layers = 2;
-  config.n_heads = 12;  // divisible by 2, 3, 4
+  // Vocabulary 50: padded for tp = 3 and 4; 12 heads: divisible by 2, 3, 4.
+  ModelConfig config = testing::gpt_config(50, 48, 2, 12, 12);
   config.n_kv_heads = v.n_kv_heads;
   config.d_ff = 48;
-  config.seq_len = 12;
+  config.tie_embeddings = v.tie;
+  config.init_std = 0.2;
   config.pos = v.pos;
   config.activation = v.activation;
   config.norm = v.activation == Activation::swiglu ? Norm::rmsnorm : Norm::layernorm;
-  config.tie_embeddings = v.tie;
-  config.init_std = 0.2;
   return config;
 }
 
@@ -205,18 +196,9 @@ INSTANTIATE_TEST_SUITE_P(
     variant_name);
 
 Config training_run(const Variant& v) {
-  Config config;
+  Config config = testing::tiny_training_run(20, 4, 2);
   config.model = model_for(v);
   config.model.init_std = 0.02;
-  config.train.steps = 20;
-  config.train.global_batch = 4;
-  config.train.micro_batch = 2;
-  config.train.lr = 3e-3;
-  config.train.min_lr = 3e-4;
-  config.train.warmup_steps = 3;
-  config.data.source = DataSource::synthetic;
-  config.log.progress = "none";
-  config.log.dir = log_dir().path();  // only rank 0 writes metrics there
   return config;
 }
 
@@ -229,16 +211,14 @@ Outcome train_with(Comm& world, Config config, int64_t tp, bool sequence_paralle
   config.parallel.tp = tp;
   config.parallel.dp = world.size() / tp;
   config.parallel.sequence_parallel = sequence_parallel;
-  config = validate_config(config, world.size());
-  Mesh mesh(world, mesh_shape_of(config));
-  Trainer trainer(config, mesh);
-  Outcome outcome{trainer.run()};
   double local_bytes = 0, global_bytes = 0;
-  for (const Parameter* parameter : trainer.parameters()) {
-    if (!parameter->spec.is_split()) continue;
-    local_bytes += parameter->value.nbytes();
-    global_bytes += numel_of(parameter->spec.global_shape) * parameter->value.element_size();
-  }
+  Outcome outcome{testing::train_on(world, config, [&](const Trainer& trainer) {
+    for (const Parameter* parameter : trainer.parameters()) {
+      if (!parameter->spec.is_split()) continue;
+      local_bytes += parameter->value.nbytes();
+      global_bytes += numel_of(parameter->spec.global_shape) * parameter->value.element_size();
+    }
+  })};
   if (global_bytes > 0) outcome.split_bytes_ratio = local_bytes / (global_bytes / tp);
   return outcome;
 }

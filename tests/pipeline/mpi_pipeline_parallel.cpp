@@ -4,39 +4,22 @@
 // parallelism; bad requests fail before training with a message saying what would work.
 #include <gtest/gtest.h>
 
+#include "expect_error.h"
 #include "strata/core/error.h"
-#include "strata/dist/mesh.h"
-#include "strata/train/trainer.h"
-#include "test_support.h"
+#include "test_configs.h"
+#include "train_support.h"
 
 namespace strata {
 namespace {
 
-const testing::TempDir& log_dir() {
-  static testing::TempDir dir("strata-log");
-  return dir;
-}
-
 Config tiny_run(int64_t microbatches) {
-  Config config;
-  config.model.vocab_size = 32;
-  config.model.d_model = 16;
-  config.model.n_layers = 8;  // 2 chunks on each of 4 stages; uneven for 3
-  config.model.n_heads = 4;
-  config.model.seq_len = 8;
+  Config config = testing::tiny_training_run(20, microbatches, 1);
+  // 8 layers: 2 chunks on each of 4 stages; uneven for 3.
+  config.model = testing::gpt_config(32, 16, 8, 4, 8);
+  config.model.tie_embeddings = true;  // the embedding is shared by the first and last stage
   config.model.pos = PositionEncoding::rope;
   config.model.activation = Activation::swiglu;
   config.model.norm = Norm::rmsnorm;
-  config.model.tie_embeddings = true;  // the embedding is shared by the first and last stage
-  config.train.steps = 20;
-  config.train.micro_batch = 1;
-  config.train.global_batch = microbatches;
-  config.train.lr = 3e-3;
-  config.train.min_lr = 3e-4;
-  config.train.warmup_steps = 3;
-  config.data.source = DataSource::synthetic;
-  config.log.progress = "none";
-  config.log.dir = log_dir().path();
   return config;
 }
 
@@ -45,13 +28,9 @@ TrainResult train_with(Comm& world, Config config, int64_t pp, int64_t tp,
   config.parallel.pp = pp;
   config.parallel.tp = tp;
   config.parallel.dp = world.size() / (pp * tp);
-  config.parallel.pp_schedule = schedule;
   config.parallel.vpp = vpp;
-  config = validate_config(config, world.size());
-  check_runnable(config);
-  Mesh mesh(world, mesh_shape_of(config));
-  Trainer trainer(config, mesh);
-  return trainer.run();
+  config.parallel.pp_schedule = schedule;
+  return testing::train_on(world, config);
 }
 
 void expect_same_losses(const TrainResult& got, const TrainResult& want, const std::string& what) {
@@ -111,13 +90,9 @@ TEST(PipelineTraining, ExplicitUnevenSplitEqualsUnsharded) {
   expect_same_losses(train_with(world, config, p, 1, PipelineSchedule::zb_h1, 1), reference,
                      "last-heavy parallel.pp_layers");
   config.parallel.pp_layers.back() += 1;  // one layer too many
-  try {
-    train_with(world, config, p, 1, PipelineSchedule::one_f_one_b, 1);
-    FAIL() << "no error";
-  } catch (const UserError& error) {
-    EXPECT_NE(std::string(error.what()).find("parallel.pp_layers sums to"), std::string::npos)
-        << error.what();
-  }
+  EXPECT_CONTAINS(testing::user_error(
+                      [&] { train_with(world, config, p, 1, PipelineSchedule::one_f_one_b, 1); }),
+                  "parallel.pp_layers sums to");
 }
 
 TEST(PipelineTraining, BadRequestsSayWhatWorks) {
@@ -129,13 +104,9 @@ TEST(PipelineTraining, BadRequestsSayWhatWorks) {
   config.parallel.dp = 1;
   config.parallel.pp_schedule = PipelineSchedule::interleaved_one_f_one_b;
   config.parallel.vpp = 2;
-  try {
-    check_runnable(validate_config(config, world.size()));
-    FAIL() << "no error";
-  } catch (const UserError& error) {
-    EXPECT_NE(std::string(error.what()).find("parallel.microbatches"), std::string::npos)
-        << error.what();
-  }
+  EXPECT_CONTAINS(
+      testing::user_error([&] { check_runnable(validate_config(config, world.size())); }),
+      "parallel.microbatches");
   config = tiny_run(p);
   config.model.n_layers = p - 1;
   config.parallel.pp = p;

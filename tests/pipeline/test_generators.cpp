@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "expect_error.h"
 #include "strata/core/error.h"
 #include "strata/pipeline/generators.h"
 #include "strata/pipeline/validator.h"
@@ -158,16 +159,8 @@ TEST(Generators, ZeroBubbleSplitsBackwardAndDefersWeightGradients) {
 
 void expect_user_error(const ScheduleRequest& request, const ScheduleParameterNames& names,
                        const std::vector<std::string>& fragments) {
-  try {
-    build_schedule(request, names);
-    ADD_FAILURE() << describe(request) << " was accepted";
-  } catch (const UserError& error) {
-    const std::string message = error.what();
-    for (const auto& fragment : fragments) {
-      EXPECT_NE(message.find(fragment), std::string::npos)
-          << describe(request) << ": '" << fragment << "' not in: " << message;
-    }
-  }
+  SCOPED_TRACE(describe(request));
+  testing::expect_user_error([&] { build_schedule(request, names); }, fragments);
 }
 
 TEST(Generators, RejectedRequestsSayWhatWouldWork) {

@@ -1,6 +1,7 @@
 // Stage partition: balanced against the first and last stages' extra work, exact counts.
 #include <gtest/gtest.h>
 
+#include "expect_error.h"
 #include "strata/core/error.h"
 #include "strata/pipeline/partition.h"
 
@@ -21,13 +22,8 @@ TEST(Partition, HeadCostTakesLayersFromTheLastStage) {
 }
 
 TEST(Partition, ErrorsSayWhatWorks) {
-  try {
-    balanced_partition(3, 4, 1.0, 0, 0);
-    FAIL() << "no error";
-  } catch (const UserError& error) {
-    EXPECT_NE(std::string(error.what()).find("parallel.pp * parallel.vpp <= 3"), std::string::npos)
-        << error.what();
-  }
+  EXPECT_CONTAINS(testing::user_error([] { balanced_partition(3, 4, 1.0, 0, 0); }),
+                  "parallel.pp * parallel.vpp <= 3");
   EXPECT_THROW(check_partition({2, 2}, 5, 2), UserError);
   EXPECT_THROW(check_partition({2, 0, 3}, 5, 3), UserError);
   EXPECT_THROW(check_partition({5}, 5, 2), UserError);

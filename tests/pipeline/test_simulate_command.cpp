@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "command_runner.h"
 #include "strata/cli/simulate.h"
 #include "strata/core/error.h"
 #include "strata/pipeline/generators.h"
@@ -17,31 +18,8 @@
 namespace strata {
 namespace {
 
-struct CommandResult {
-  int exit_code = 0;
-  std::string out, err;
-};
-
-// Parses "simulate <args>" as the strata binary would: CLI11_PARSE's exit code included.
-CommandResult run_simulate(const std::vector<std::string>& args) {
-  CLI::App app{"strata"};
-  app.require_subcommand(1);
-  add_simulate_command(app);
-  std::vector<std::string> words = {"strata", "simulate"};
-  words.insert(words.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (auto& word : words) argv.push_back(word.data());
-  CommandResult result;
-  ::testing::internal::CaptureStdout();
-  ::testing::internal::CaptureStderr();
-  try {
-    app.parse(static_cast<int>(argv.size()), argv.data());
-  } catch (const CLI::ParseError& error) {
-    result.exit_code = app.exit(error);
-  }
-  result.out = ::testing::internal::GetCapturedStdout();
-  result.err = ::testing::internal::GetCapturedStderr();
-  return result;
+testing::CommandResult run_simulate(const std::vector<std::string>& args) {
+  return testing::run_subcommand("simulate", add_simulate_command, args);
 }
 
 // A small XML well-formedness check: tags nest and close, attributes are quoted, and the
@@ -148,15 +126,7 @@ TEST(SimulateCommand, SvgOfEverySchedule) {
 
 void expect_usage_error(const std::vector<std::string>& args,
                         const std::vector<std::string>& fragments) {
-  const auto result = run_simulate(args);
-  std::string command;
-  for (const auto& arg : args) command += " " + arg;
-  EXPECT_EQ(result.exit_code, 2) << command << "\n" << result.out << result.err;
-  EXPECT_NE(result.err.find("strata: error: "), std::string::npos) << command << ": " << result.err;
-  for (const auto& fragment : fragments) {
-    EXPECT_NE(result.err.find(fragment), std::string::npos)
-        << command << ": '" << fragment << "' not in: " << result.err;
-  }
+  testing::expect_usage_error(run_simulate(args), fragments);
 }
 
 TEST(SimulateCommand, BadInputExitsTwoNamingTheFlag) {

@@ -53,7 +53,7 @@ TEST(Calibrate, LocalProfileOnRanksMeasuresOnceThenReads) {
   Comm world = Comm::world();
   testing::TempDir local("strata-cache");
   const std::string cache = testing::rank0_path(world, local.path());  // one for every rank
-  setenv("STRATA_CACHE_DIR", cache.c_str(), 1);
+  testing::ScopedEnv cache_dir("STRATA_CACHE_DIR", cache.c_str());
   ASSERT_EQ(local_profile_path(), cache + "/clusters/local.toml");
 
   std::string note;
@@ -67,7 +67,6 @@ TEST(Calibrate, LocalProfileOnRanksMeasuresOnceThenReads) {
   EXPECT_EQ(read.device.peak_tflops, measured.device.peak_tflops);
   EXPECT_EQ(read.network.intra_node_gbs, measured.network.intra_node_gbs);
   world.barrier();
-  unsetenv("STRATA_CACHE_DIR");
 }
 
 }  // namespace

@@ -7,7 +7,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "strata/core/error.h"
+#include "expect_error.h"
 #include "strata/plan/cluster.h"
 #include "test_support.h"
 
@@ -22,12 +22,7 @@ std::string read_text(const std::string& path) {
 }
 
 std::string error_of(const std::string& text) {
-  try {
-    parse_cluster(text, "bad.toml");
-  } catch (const UserError& error) {
-    return error.what();
-  }
-  return "no error";
+  return testing::user_error([&] { parse_cluster(text, "bad.toml"); });
 }
 
 const char* kComplete = R"([cluster]
@@ -86,21 +81,14 @@ TEST(Cluster, OptionalKeysHaveDefaultsAndTomlRoundTrips) {
 
 TEST(Cluster, LocalProfileIsFoundWhereCalibrateWritesIt) {
   testing::TempDir dir;
-  setenv("STRATA_CACHE_DIR", dir.path().c_str(), 1);
+  testing::ScopedEnv cache("STRATA_CACHE_DIR", dir.path().c_str());
   EXPECT_EQ(local_profile_path(), dir.path() + "/clusters/local.toml");
-  try {
-    load_cluster("local");
-    FAIL() << "no local profile yet";
-  } catch (const UserError& error) {
-    EXPECT_NE(std::string(error.what()).find("strata plan calibrate"), std::string::npos)
-        << error.what();
-  }
+  EXPECT_CONTAINS(testing::user_error([] { load_cluster("local"); }), "strata plan calibrate");
   ASSERT_EQ(std::system(("mkdir -p " + dir.path() + "/clusters").c_str()), 0);
   std::ofstream(local_profile_path()) << kComplete;
   const ClusterProfile local = load_cluster("local");
   EXPECT_EQ(local.name, "local");
   EXPECT_EQ(local.devices(), 8);
-  unsetenv("STRATA_CACHE_DIR");
 }
 
 TEST(Cluster, BadFilesSayWhatToChange) {
@@ -110,38 +98,30 @@ TEST(Cluster, BadFilesSayWhatToChange) {
                           "device.memory_gb is missing", "device.memory_bandwidth_gbs is missing",
                           "network.intra_node_gbs is missing", "network.inter_node_gbs is missing",
                           "network.latency_us is missing", "bad.toml"}) {
-    EXPECT_NE(missing.find(key), std::string::npos) << key << " in: " << missing;
+    EXPECT_CONTAINS(missing, key);
   }
-  EXPECT_NE(error_of("[cluster]\n").find("[device] is missing"), std::string::npos);
+  EXPECT_CONTAINS(error_of("[cluster]\n"), "[device] is missing");
   // Unknown keys and sections, wrong types, out-of-range values.
   std::string text = kComplete;
-  EXPECT_NE(error_of(text + "[gpu]\n").find("[gpu] is not a known section"), std::string::npos);
+  EXPECT_CONTAINS(error_of(text + "[gpu]\n"), "[gpu] is not a known section");
   const std::string typo =
       error_of(std::string(kComplete).replace(text.find("peak_tflops"), 11, "peak_tflop"));
-  EXPECT_NE(typo.find("device.peak_tflop is not a known key"), std::string::npos) << typo;
-  EXPECT_NE(typo.find("device.peak_tflops is missing"), std::string::npos) << typo;
+  EXPECT_CONTAINS(typo, "device.peak_tflop is not a known key");
+  EXPECT_CONTAINS(typo, "device.peak_tflops is missing");
   const std::string zero_nodes =
       error_of(std::string(kComplete).replace(text.find("nodes = 2"), 9, "nodes = 0"));
-  EXPECT_NE(zero_nodes.find("cluster.nodes must be a whole number >= 1"), std::string::npos)
-      << zero_nodes;
+  EXPECT_CONTAINS(zero_nodes, "cluster.nodes must be a whole number >= 1");
   const std::string negative =
       error_of(std::string(kComplete).replace(text.find("100.0"), 5, "-1.0"));
-  EXPECT_NE(negative.find("device.peak_tflops (-1) must be > 0"), std::string::npos) << negative;
+  EXPECT_CONTAINS(negative, "device.peak_tflops (-1) must be > 0");
   const std::string precision = error_of(text + "[device.extra]\n");
-  EXPECT_NE(precision.find("device.extra is not a known key"), std::string::npos) << precision;
-  EXPECT_NE(error_of("[cluster\n").find("not valid TOML"), std::string::npos);
+  EXPECT_CONTAINS(precision, "device.extra is not a known key");
+  EXPECT_CONTAINS(error_of("[cluster\n"), "not valid TOML");
   const std::string efficiency = error_of(std::string(kComplete).replace(
       text.find("[network]"), 9, "attention_efficiency = 1.5\n[network]"));
-  EXPECT_NE(efficiency.find("device.attention_efficiency (1.5) must be <= 1"), std::string::npos)
-      << efficiency;
+  EXPECT_CONTAINS(efficiency, "device.attention_efficiency (1.5) must be <= 1");
   // Names that are neither presets nor files.
-  try {
-    load_cluster("a100");
-    FAIL();
-  } catch (const UserError& error) {
-    const std::string message = error.what();
-    EXPECT_NE(message.find("a100-80gb, h100-80gb, h200"), std::string::npos) << message;
-  }
+  EXPECT_CONTAINS(testing::user_error([] { load_cluster("a100"); }), "a100-80gb, h100-80gb, h200");
 }
 
 }  // namespace

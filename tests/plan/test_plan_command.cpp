@@ -6,36 +6,17 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "command_runner.h"
 #include "strata/cli/plan.h"
 #include "test_support.h"
 
 namespace strata {
 namespace {
 
-struct CommandResult {
-  int exit_code = 0;
-  std::string out, err;
-};
+using testing::CommandResult;
 
 CommandResult run_plan(const std::vector<std::string>& args) {
-  CLI::App app{"strata"};
-  app.require_subcommand(1);
-  add_plan_command(app);
-  std::vector<std::string> words = {"strata", "plan"};
-  words.insert(words.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (auto& word : words) argv.push_back(word.data());
-  CommandResult result;
-  ::testing::internal::CaptureStdout();
-  ::testing::internal::CaptureStderr();
-  try {
-    app.parse(static_cast<int>(argv.size()), argv.data());
-  } catch (const CLI::ParseError& error) {
-    result.exit_code = app.exit(error);
-  }
-  result.out = ::testing::internal::GetCapturedStdout();
-  result.err = ::testing::internal::GetCapturedStderr();
-  return result;
+  return testing::run_subcommand("plan", add_plan_command, args);
 }
 
 class PlanCommand : public ::testing::Test {
@@ -52,10 +33,7 @@ class PlanCommand : public ::testing::Test {
 };
 
 void expect_error(const CommandResult& result, const std::string& fragment) {
-  EXPECT_EQ(result.exit_code, 2) << result.out << result.err;
-  EXPECT_NE(result.err.find("strata: error: "), std::string::npos) << result.err;
-  EXPECT_NE(result.err.find(fragment), std::string::npos)
-      << "wanted '" << fragment << "' in: " << result.err;
+  testing::expect_usage_error(result, {fragment});
 }
 
 TEST_F(PlanCommand, LayoutPredictionAsJson) {

@@ -27,6 +27,28 @@ TempDir::~TempDir() {
   std::filesystem::remove_all(path_, ignored);
 }
 
+const std::string& log_dir() {
+  static const TempDir dir("strata-test-log");
+  return dir.path();
+}
+
+ScopedEnv::ScopedEnv(const std::string& name, const char* value) : name_(name) {
+  if (const char* old = std::getenv(name.c_str())) old_ = old;
+  if (value != nullptr) {
+    ::setenv(name.c_str(), value, 1);
+  } else {
+    ::unsetenv(name.c_str());
+  }
+}
+
+ScopedEnv::~ScopedEnv() {
+  if (old_) {
+    ::setenv(name_.c_str(), old_->c_str(), 1);
+  } else {
+    ::unsetenv(name_.c_str());
+  }
+}
+
 std::string compare_tensors(const at::Tensor& actual, const at::Tensor& expected, double rtol,
                             double atol) {
   if (actual.sizes() != expected.sizes()) {

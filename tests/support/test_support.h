@@ -1,8 +1,10 @@
-// Helpers shared by the tests: temporary directories, comparing tensors with messages that
-// name the index and both values, and reading the world communicator in MPI tests.
+// Helpers shared by the tests: temporary directories, environment variables set for a scope,
+// comparing tensors with messages that name the index and both values, sharing rank 0's path
+// in MPI tests, and running a shell command.
 #pragma once
 #include <ATen/ATen.h>
 
+#include <optional>
 #include <string>
 
 namespace strata {
@@ -23,6 +25,23 @@ class TempDir {
 
  private:
   std::string path_;
+};
+
+// The directory tests give the trainer for its logs (log.dir): one per test process, removed
+// when the process exits.
+const std::string& log_dir();
+
+// Sets (or, with nullptr, unsets) an environment variable; restores it on destruction.
+class ScopedEnv {
+ public:
+  ScopedEnv(const std::string& name, const char* value);
+  ~ScopedEnv();
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  std::string name_;
+  std::optional<std::string> old_;
 };
 
 // "" when every element of actual is within rtol*|expected| + atol of expected; otherwise a

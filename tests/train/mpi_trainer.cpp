@@ -1,49 +1,25 @@
 // End-to-end training on the real MPI transport: the loss falls on the real English corpus,
-// data parallelism equals the single-rank run, a resumed run is bit-identical to an
-// uninterrupted one, and a mesh that is not the config's layout is refused.
+// data parallelism with gradient accumulation equals one rank taking the whole batch at once,
+// and a resumed run is bit-identical to an uninterrupted one.
 #include <gtest/gtest.h>
 
 #include <filesystem>
 
 #include "strata/ckpt/checkpoint.h"
-#include "strata/dist/mesh.h"
-#include "strata/train/trainer.h"
+#include "test_configs.h"
 #include "test_support.h"
+#include "train_support.h"
 
 namespace strata {
 namespace {
 
-const testing::TempDir& log_dir() {
-  static testing::TempDir dir("strata-log");
-  return dir;
-}
+using testing::train_on;  // dp = -1: data parallel over every rank of the communicator
 
+// Global batch 12: divisible by dp = 1, 2, 3.
 Config tiny_run(DataSource source, int64_t steps) {
-  Config config;
-  config.model.vocab_size = 256;
-  config.model.d_model = 32;
-  config.model.n_layers = 2;
-  config.model.n_heads = 4;
-  config.model.seq_len = 32;
-  config.train.steps = steps;
-  config.train.global_batch = 12;  // divisible by dp = 1, 2, 3
-  config.train.micro_batch = 2;
-  config.train.lr = 3e-3;
-  config.train.min_lr = 3e-4;
-  config.train.warmup_steps = 3;
+  Config config = testing::tiny_training_run(steps, 12, 2);
   config.data.source = source;
-  config.log.progress = "none";
-  config.log.dir = log_dir().path();  // only rank 0 writes metrics there
   return config;
-}
-
-// Runs on the ranks of `comm` with dp = comm.size().
-TrainResult train_on(Comm& comm, Config config) {
-  config.parallel.dp = -1;
-  config = validate_config(config, comm.size());
-  Mesh mesh(comm, mesh_shape_of(config));
-  Trainer trainer(config, mesh);
-  return trainer.run();
 }
 
 TEST(Trainer, LossFallsOnEnglishCorpus) {
@@ -64,7 +40,11 @@ TEST(Trainer, DataParallelEqualsSingleRank) {
   Comm world = Comm::world(120);
   Config config = tiny_run(DataSource::synthetic, 20);
   Comm self = world.split(world.rank(), 0, "self");
-  TrainResult reference = train_on(self, config);
+  // The reference takes the global batch as one microbatch, so that it differs from the
+  // parallel run on every world size: on one rank that run accumulates six microbatches.
+  Config whole_batch = config;
+  whole_batch.train.micro_batch = whole_batch.train.global_batch;
+  TrainResult reference = train_on(self, whole_batch);
   TrainResult parallel = train_on(world, config);
   ASSERT_EQ(parallel.losses.size(), reference.losses.size());
   for (size_t i = 0; i < reference.losses.size(); ++i) {

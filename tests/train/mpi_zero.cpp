@@ -1,21 +1,15 @@
 // Data parallelism with ZeRO 0-3 on the real MPI transport: every stage, alone and composed
-// with tensor and pipeline parallelism, trains equal to the single-rank run; per-rank memory
-// and communication match the ZeRO formulas; checkpoints move between stages and dp sizes.
+// with tensor and pipeline parallelism, trains equal to one rank taking the whole batch at
+// once; per-rank memory and communication match the ZeRO formulas; checkpoints move between
+// stages and dp sizes.
 #include <gtest/gtest.h>
 
-#include <cstring>
-
-#include "strata/dist/mesh.h"
-#include "strata/train/trainer.h"
+#include "test_configs.h"
 #include "test_support.h"
+#include "train_support.h"
 
 namespace strata {
 namespace {
-
-const testing::TempDir& log_dir() {
-  static testing::TempDir dir("strata-zero-log");
-  return dir;
-}
 
 struct Layout {
   int64_t dp = 1, tp = 1, pp = 1;
@@ -31,24 +25,11 @@ struct Layout {
 
 // Tiny model; microbatches_per_rank microbatches of one sequence on each dp rank.
 Config tiny_run(int64_t steps, int64_t dp, int64_t microbatches_per_rank, int64_t zero) {
-  Config config;
-  config.model.vocab_size = 256;
-  config.model.d_model = 32;
-  config.model.n_layers = 2;
-  config.model.n_heads = 4;
+  Config config = testing::tiny_training_run(steps, dp * microbatches_per_rank, 1);
   config.model.seq_len = 16;
   config.model.tie_embeddings = true;  // shared by the first and last stage under pp
-  config.train.steps = steps;
-  config.train.micro_batch = 1;
-  config.train.global_batch = dp * microbatches_per_rank;
-  config.train.lr = 3e-3;
-  config.train.min_lr = 3e-4;
-  config.train.warmup_steps = std::min<int64_t>(3, steps);
   config.parallel.zero = zero;
   config.parallel.bucket_mb = 0.01;  // several buckets per layer
-  config.data.source = DataSource::synthetic;
-  config.log.progress = "none";
-  config.log.dir = log_dir().path();
   return config;
 }
 
@@ -63,14 +44,12 @@ Outcome train_with(Comm& comm, Config config, const Layout& layout) {
   config.parallel.pp = layout.pp;
   config.parallel.sequence_parallel = layout.sequence_parallel;
   config.parallel.pp_schedule = layout.schedule;
-  config = validate_config(config, comm.size());
-  check_runnable(config);
-  Mesh mesh(comm, mesh_shape_of(config));
-  Trainer trainer(config, mesh);
-  Outcome run{trainer.run()};
-  for (const Parameter* parameter : trainer.parameters()) {
-    run.local_parameters += parameter->value.numel();
-  }
+  Outcome run;
+  run.result = testing::train_on(comm, config, [&](const Trainer& trainer) {
+    for (const Parameter* parameter : trainer.parameters()) {
+      run.local_parameters += parameter->value.numel();
+    }
+  });
   return run;
 }
 
@@ -101,7 +80,12 @@ TEST(Zero, EveryStageAndLayoutEqualsSingleRank) {
       config.train.eval_batches = 1;
       return config;
     };
-    const Outcome reference = train_with(self, with_eval(0), Layout{});
+    // The reference takes the global batch as one microbatch on one rank, without ZeRO: no
+    // run below is the reference itself, not even ZeRO 0 on a world of one rank, where the
+    // run still accumulates two microbatches.
+    Config whole_batch = with_eval(0);
+    whole_batch.train.micro_batch = whole_batch.train.global_batch;
+    const Outcome reference = train_with(self, whole_batch, Layout{});
     for (int64_t zero = 0; zero <= 3; ++zero) {
       const std::string what = layout.name() + " zero " + std::to_string(zero);
       const Outcome run = train_with(world, with_eval(zero), layout);

@@ -38,23 +38,26 @@ TEST(Timeout, LateRankIsNamedAndTheGroupRecovers) {
     const std::string missing =
         strata::str("ranks that had not arrived: [1] (world ranks [", late_world, "])");
 
-    std::string error = MESSAGE_OF(CommError, group.barrier(quick));
+    std::string error = testing::message_of<CommError>([&] { group.barrier(quick); });
     EXPECT_CONTAINS(error, "barrier on group 'late_test' timed out after 0.5 s " + where);
     EXPECT_CONTAINS(error, missing);
 
-    error = MESSAGE_OF(CommError, group.all_reduce(contribution, ReduceOp::Sum, quick));
+    error = testing::message_of<CommError>(
+        [&] { group.all_reduce(contribution, ReduceOp::Sum, quick); });
     EXPECT_CONTAINS(
         error, "all_reduce on group 'late_test' timed out after 0.5 s " + where + "; " + missing);
 
     Work average = group.iall_reduce(buried_average, ReduceOp::Avg, quick);
-    error = MESSAGE_OF(CommError, average.wait());
+    error = testing::message_of<CommError>([&] { average.wait(); });
     EXPECT_CONTAINS(error, "all_reduce on group 'late_test' timed out");
     EXPECT_CONTAINS(error, missing);
-    EXPECT_EQ(MESSAGE_OF(CommError, average.wait()), error);  // a failed Work stays failed
+    EXPECT_EQ(testing::message_of<CommError>([&] { average.wait(); }),
+              error);  // a failed Work stays failed
 
     if (r == 0) {
       auto incoming = at::zeros({3}, at::kInt);
-      error = MESSAGE_OF(CommError, group.recv(incoming, late, 9, CommOptions{0.3}));
+      error =
+          testing::message_of<CommError>([&] { group.recv(incoming, late, 9, CommOptions{0.3}); });
       EXPECT_CONTAINS(error, strata::str("recv from rank 1 (world rank ", late_world,
                                          ") (tag 9) on group 'late_test' timed out after 0.3 s ",
                                          where, "; the peer had not sent a matching message"));
