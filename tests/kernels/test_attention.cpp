@@ -17,6 +17,7 @@ namespace strata {
 namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr int64_t kQ = kAttentionQueryTile, kK = kAttentionKeyTile;
 
 struct Shape {
   int64_t B, H, K, Tq, Tk, D;
@@ -93,18 +94,20 @@ void expect_close(const Shape& s, at::ScalarType dtype, double tolerance) {
 
 std::vector<Shape> shapes() {
   return {
-      {1, 1, 1, 1, 1, 4, 0, 0},       // one token, one head
-      {2, 2, 2, 5, 5, 3, 0, 0},       // tiny, odd head dim
-      {1, 4, 2, 70, 70, 8, 0, 0},     // GQA 2, past one query tile
-      {2, 4, 1, 33, 33, 8, 0, 0},     // GQA 4 (multi-query)
-      {1, 2, 2, 300, 300, 16, 0, 0},  // several query and key tiles, neither a multiple
-      {1, 4, 2, 1, 77, 8, 76, 0},     // decoding one token after a 76-token cache
-      {1, 2, 1, 20, 97, 8, 77, 0},    // a block of queries after a cache
-      {1, 2, 2, 65, 260, 8, 195, 0},  // the last query tile crosses a key-tile edge
-      {2, 2, 2, 24, 24, 8, 24, 0},    // every key before every query (no mask)
-      {1, 2, 2, 24, 24, 8, 0, 24},    // every key after every query: nothing seen
-      {1, 4, 4, 40, 40, 8, 10, 0},    // queries shifted: the first rows see more keys
-      {1, 2, 1, 40, 40, 8, 0, 10},    // keys shifted: the first 10 rows see none
+      {1, 1, 1, 1, 1, 4, 0, 0},            // one token, one head
+      {2, 2, 2, 5, 5, 3, 0, 0},            // tiny, odd head dim
+      {1, 4, 2, kQ + 6, kQ + 6, 8, 0, 0},  // GQA 2, past one query tile
+      {2, 4, 1, 33, 33, 8, 0, 0},          // GQA 4 (multi-query)
+      {1, 2, 2, 2 * kK + 44, 2 * kK + 44, 16, 0,
+       0},                          // several query and key tiles, neither a multiple
+      {1, 4, 2, 1, 77, 8, 76, 0},   // decoding one token after a 76-token cache
+      {1, 2, 1, 20, 97, 8, 77, 0},  // a block of queries after a cache
+      {1, 2, 2, kQ + 1, kK + 4, 8, kK + 4 - (kQ + 1),
+       0},                          // the last query tile crosses a key-tile edge
+      {2, 2, 2, 24, 24, 8, 24, 0},  // every key before every query (no mask)
+      {1, 2, 2, 24, 24, 8, 0, 24},  // every key after every query: nothing seen
+      {1, 4, 4, 40, 40, 8, 10, 0},  // queries shifted: the first rows see more keys
+      {1, 2, 1, 40, 40, 8, 0, 10},  // keys shifted: the first 10 rows see none
   };
 }
 
@@ -117,7 +120,8 @@ TEST(BlockwiseAttention, EqualsEagerInFloat32) {
 }
 
 TEST(BlockwiseAttention, LogSumExpOfEachRow) {
-  const Shape s{1, 2, 1, 70, 70, 8, 0, 5};
+  const int64_t T = kQ + 6;
+  const Shape s{1, 2, 1, T, T, 8, 0, 5};
   const Inputs in = make_inputs(s, at::kDouble, 3);
   const double scale = 0.5;
   at::NoGradGuard no_grad;
@@ -125,10 +129,10 @@ TEST(BlockwiseAttention, LogSumExpOfEachRow) {
       blockwise_attention_forward(in.q, in.k, in.v, scale, AttentionPositions{0, 5});
   at::Tensor scores = at::matmul(in.q, in.k.repeat_interleave(2, 1).transpose(-2, -1)) * scale;
   at::Tensor future =
-      (at::arange(70, at::kLong) + 5).unsqueeze(0) > at::arange(70, at::kLong).unsqueeze(1);
+      (at::arange(T, at::kLong) + 5).unsqueeze(0) > at::arange(T, at::kLong).unsqueeze(1);
   at::Tensor want = at::logsumexp(scores.masked_fill(future, -kInf), -1);  // -inf: no key seen
   ASSERT_EQ(result.lse.sizes(), want.sizes());
-  for (int64_t row = 0; row < 70; ++row) {
+  for (int64_t row = 0; row < T; ++row) {
     const double got = result.lse[0][1][row].item<double>(),
                  expected = want[0][1][row].item<double>();
     if (row < 5) {
@@ -173,7 +177,7 @@ TEST(BlockwiseAttention, GradientsMatchFiniteDifferences) {
 }
 
 TEST(BlockwiseAttention, BFloat16AccumulatesInFloat32) {
-  const Shape s{1, 4, 2, 70, 70, 16, 0, 0};
+  const Shape s{1, 4, 2, kQ + 6, kQ + 6, 16, 0, 0};
   const Inputs in = make_inputs(s, at::kBFloat16, 5);
   const double scale = 0.25;
   at::NoGradGuard no_grad;

@@ -9,6 +9,7 @@
 #include <cmath>
 
 #include "strata/core/error.h"
+#include "strata/kernels/attention.h"
 #include "strata/model/gpt.h"
 #include "test_configs.h"
 #include "test_support.h"
@@ -157,7 +158,7 @@ TEST(GptAttention, BlockwiseEqualsEager) {
       config.pos = pos;
       config.n_heads = 4;
       config.n_kv_heads = kv_heads;
-      config.seq_len = 70;
+      config.seq_len = kAttentionQueryTile + 6;
       const std::string what = str(name_of(pos), " kv heads ", kv_heads);
       ModelConfig eager_config = config;
       eager_config.attention = AttentionKernel::eager;
@@ -182,7 +183,9 @@ TEST(GptAttention, BlockwiseEqualsEager) {
 
       at::NoGradGuard no_grad;
       KVCache blockwise_cache, eager_cache;
-      for (const auto& [first, length] : {std::pair<int64_t, int64_t>{0, 66}, {66, 1}, {67, 3}}) {
+      const int64_t T = config.seq_len;
+      for (const auto& [first, length] :
+           {std::pair<int64_t, int64_t>{0, T - 4}, {T - 4, 1}, {T - 3, 3}}) {
         at::Tensor piece = tokens.narrow(1, first, length);
         EXPECT_EQ(testing::compare_tensors(blockwise.logits(piece, &blockwise_cache),
                                            eager.logits(piece, &eager_cache), 1e-10, 1e-12),

@@ -9,9 +9,8 @@
 // Backward (Dao 2023, Algorithm 2), with delta = rowsum(dout * out): a tile's probabilities
 // are p = exp(s - lse), dv_j += p^T dout, dp = dout v_j^T, ds = p * (dp - delta),
 // dq += ds k_j * scale, dk_j += ds^T q * scale. dq is summed over key tiles and dk, dv over
-// query tiles and the query heads sharing a kv head: two passes, one parallel over query
-// tiles (dq) and one over key tiles (dk, dv), so that no two tasks write the same rows. Each
-// pass recomputes the scores it needs (7 tile products per tile pair instead of 5).
+// query tiles and the query heads sharing a kv head, so the backward runs one task per
+// (batch, kv head), which owns all of those rows: B * K tasks, enough for a few cores.
 #include "strata/kernels/attention.h"
 
 #include <ATen/Parallel.h>
@@ -31,7 +30,7 @@ struct Problem {
   int64_t B, H, K, group, Tq, Tk, D;
   AttentionPositions positions;
   at::ScalarType accumulate;  // float64 for float64 inputs, else float32
-  int64_t query_tiles, key_tiles;
+  int64_t query_tiles;
 };
 
 int64_t tiles(int64_t rows, int64_t tile) { return (rows + tile - 1) / tile; }
@@ -56,18 +55,12 @@ Problem describe(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
   p.positions = positions ? *positions : AttentionPositions{p.Tk - p.Tq, 0};
   p.accumulate = q.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
   p.query_tiles = tiles(p.Tq, kAttentionQueryTile);
-  p.key_tiles = tiles(p.Tk, kAttentionKeyTile);
   return p;
 }
 
 // How many leading keys query row `row` sees.
 int64_t keys_seen_by(const Problem& p, int64_t row) {
   return std::clamp<int64_t>(p.positions.query + row - p.positions.key + 1, 0, p.Tk);
-}
-
-// The first query row that sees key `key_row`.
-int64_t first_row_seeing(const Problem& p, int64_t key_row) {
-  return std::clamp<int64_t>(p.positions.key + key_row - p.positions.query, 0, p.Tq);
 }
 
 // Sets to -inf, in place, the scores of query rows [r0, r0 + rows) against key rows
@@ -148,61 +141,34 @@ AttentionGradients blockwise_attention_backward(const at::Tensor& dout, const at
   const at::Tensor lse_safe = lse.to(p.accumulate).masked_fill(at::isneginf(lse), kInf);
   at::Tensor dq = at::zeros_like(qa), dk = at::zeros_like(ka), dv = at::zeros_like(va);
 
-  // The probabilities of query rows [r0, r0 + rows) of head (b, h) against key rows
-  // [j0, j0 + cols) of its kv head, recomputed from lse.
-  auto probabilities = [&](int64_t b, int64_t h, int64_t r0, int64_t rows, int64_t j0,
-                           int64_t cols) {
-    at::Tensor s = at::mm(qa[b][h].narrow(0, r0, rows), ka[b][h / p.group].narrow(0, j0, cols).t());
-    mask_future(s, p, r0, j0);
-    return s.sub_(lse_safe[b][h].narrow(0, r0, rows).unsqueeze(1)).exp_();
-  };
-  // ds = p * (dout v^T - delta), in place of p.
-  auto score_gradient = [&](at::Tensor& probs, const at::Tensor& douti, int64_t b, int64_t h,
-                            int64_t r0, int64_t rows, const at::Tensor& values) {
-    at::Tensor dp = at::mm(douti, values.t());
-    return probs.mul_(dp.sub_(delta[b][h].narrow(0, r0, rows).unsqueeze(1)));
-  };
-
-  // Pass 1: dq, per (batch, head, query tile), over the key tiles the tile sees.
-  at::parallel_for(0, p.B * p.H * p.query_tiles, 1, [&](int64_t begin, int64_t end) {
+  // One task per (batch, kv head): it owns the dq rows of the query heads sharing the kv
+  // head and the kv head's dk and dv rows, so no two tasks write the same rows and each tile
+  // pair costs five products.
+  at::parallel_for(0, p.B * p.K, 1, [&](int64_t begin, int64_t end) {
     for (int64_t task = begin; task < end; ++task) {
-      const int64_t tile = task % p.query_tiles, b = task / p.query_tiles / p.H,
-                    h = task / p.query_tiles % p.H;
-      const int64_t r0 = tile * kAttentionQueryTile;
-      const int64_t rows = std::min(kAttentionQueryTile, p.Tq - r0);
-      const at::Tensor douti = douta[b][h].narrow(0, r0, rows);
-      const at::Tensor keys = ka[b][h / p.group], values = va[b][h / p.group];
-      at::Tensor dqi = dq[b][h].narrow(0, r0, rows);
-      const int64_t visible = keys_seen_by(p, r0 + rows - 1);
-      for (int64_t j0 = 0; j0 < visible; j0 += kAttentionKeyTile) {
-        const int64_t cols = std::min(kAttentionKeyTile, visible - j0);
-        at::Tensor probs = probabilities(b, h, r0, rows, j0, cols);
-        const at::Tensor ds =
-            score_gradient(probs, douti, b, h, r0, rows, values.narrow(0, j0, cols));
-        dqi.addmm_(ds, keys.narrow(0, j0, cols), 1.0, scale);
-      }
-    }
-  });
-
-  // Pass 2: dk and dv, per (batch, kv head, key tile), over the query heads sharing the kv
-  // head and the query tiles that see the key tile.
-  at::parallel_for(0, p.B * p.K * p.key_tiles, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t task = begin; task < end; ++task) {
-      const int64_t tile = task % p.key_tiles, b = task / p.key_tiles / p.K,
-                    g = task / p.key_tiles % p.K;
-      const int64_t j0 = tile * kAttentionKeyTile;
-      const int64_t cols = std::min(kAttentionKeyTile, p.Tk - j0);
-      const at::Tensor values = va[b][g].narrow(0, j0, cols);
-      at::Tensor dkj = dk[b][g].narrow(0, j0, cols), dvj = dv[b][g].narrow(0, j0, cols);
-      const int64_t first_tile = first_row_seeing(p, j0) / kAttentionQueryTile;
+      const int64_t b = task / p.K, g = task % p.K;
+      const at::Tensor keys = ka[b][g], values = va[b][g];
+      at::Tensor dkg = dk[b][g], dvg = dv[b][g];
       for (int64_t h = g * p.group; h < (g + 1) * p.group; ++h) {
-        for (int64_t r0 = first_tile * kAttentionQueryTile; r0 < p.Tq; r0 += kAttentionQueryTile) {
+        for (int64_t r0 = 0; r0 < p.Tq; r0 += kAttentionQueryTile) {
           const int64_t rows = std::min(kAttentionQueryTile, p.Tq - r0);
-          const at::Tensor douti = douta[b][h].narrow(0, r0, rows);
-          at::Tensor probs = probabilities(b, h, r0, rows, j0, cols);
-          dvj.addmm_(probs.t(), douti);
-          const at::Tensor ds = score_gradient(probs, douti, b, h, r0, rows, values);
-          dkj.addmm_(ds.t(), qa[b][h].narrow(0, r0, rows));
+          const at::Tensor qi = qa[b][h].narrow(0, r0, rows),
+                           douti = douta[b][h].narrow(0, r0, rows);
+          const at::Tensor lse_i = lse_safe[b][h].narrow(0, r0, rows).unsqueeze(1);
+          const at::Tensor delta_i = delta[b][h].narrow(0, r0, rows).unsqueeze(1);
+          at::Tensor dqi = dq[b][h].narrow(0, r0, rows);
+          const int64_t visible = keys_seen_by(p, r0 + rows - 1);
+          for (int64_t j0 = 0; j0 < visible; j0 += kAttentionKeyTile) {
+            const int64_t cols = std::min(kAttentionKeyTile, visible - j0);
+            const at::Tensor kj = keys.narrow(0, j0, cols), vj = values.narrow(0, j0, cols);
+            at::Tensor probs = at::mm(qi, kj.t());  // scaled scores (rows, cols)
+            mask_future(probs, p, r0, j0);
+            probs.sub_(lse_i).exp_();
+            dvg.narrow(0, j0, cols).addmm_(probs.t(), douti);
+            at::Tensor ds = probs.mul_(at::mm(douti, vj.t()).sub_(delta_i));  // in place of p
+            dqi.addmm_(ds, kj, 1.0, scale);
+            dkg.narrow(0, j0, cols).addmm_(ds.t(), qi);
+          }
         }
       }
     }

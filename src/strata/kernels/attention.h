@@ -31,9 +31,11 @@ struct AttentionForward {
                    // for float64 inputs); -inf for a row that sees no key (its out row is 0)
 };
 
-// Tiles: a 64-row query tile against 256-row key/value tiles. With D <= 128 a task touches
-// ~64 KiB of scores and <= 160 KiB of q, k, v tiles: within a core's L2 (1-2 MiB).
-constexpr int64_t kAttentionQueryTile = 64;
+// Tiles: a 128-row query tile against 256-row key/value tiles. With D <= 128 a tile pair
+// touches 128 KiB of scores and <= 256 KiB of q, k, v tiles (float32): within a core's L2
+// (1-2 MiB). Larger tiles amortize the per-operation cost of ATen calls; measured choices in
+// docs/performance.md ("Attention kernel").
+constexpr int64_t kAttentionQueryTile = 128;
 constexpr int64_t kAttentionKeyTile = 256;
 
 // No autograd: the pieces ring context parallelism merges by their log-sum-exp.
