@@ -1,8 +1,9 @@
 // Causal attention alone, forward + backward: the blockwise kernel (kernels/attention.h)
 // against eager attention as the model's eager path computes it (matmul, mask, softmax,
-// matmul, GQA by repeating kv heads), alternating, on this process's threads. Prints one
-// JSON object per sequence length: median seconds of each over the rounds, their ratio, and
-// the bytes each holds for the backward (counted by the strata allocator).
+// matmul, GQA by repeating kv heads), alternating (order swapped every round), on this
+// process's threads. Prints one JSON object per sequence length: median seconds of each over
+// the rounds, the median and range of the per-round speedups (eager time / blockwise time),
+// and the bytes each holds between forward and backward (counted by the strata allocator).
 //
 //   attention_kernel [--threads 2] [--batch 8] [--heads 12] [--kv-heads 12] [--head-dim 64]
 //                    [--seq 256,1024,4096] [--rounds 5] [--dtype float32|bfloat16]
@@ -125,15 +126,20 @@ int main(int argc, char** argv) {
       std::sort(x.begin(), x.end());
       return x[x.size() / 2];
     };
+    std::vector<double> ratios;  // per round: eager time / blockwise time
+    for (size_t r = 0; r < eager_s.size(); ++r) ratios.push_back(eager_s[r] / blockwise_s[r]);
     const double mb = median(blockwise_s), me = median(eager_s);
     std::printf(
         "{\"seq\": %lld, \"batch\": %lld, \"heads\": %lld, \"kv_heads\": %lld, \"head_dim\": %lld, "
         "\"threads\": %d, \"dtype\": \"%s\", \"blockwise_s\": %.4f, \"eager_s\": %.4f, "
-        "\"speedup\": %.3f, \"blockwise_saved_bytes\": %lld, \"eager_saved_bytes\": %lld}\n",
+        "\"speedup_median\": %.3f, \"speedup_min\": %.3f, \"speedup_max\": %.3f, "
+        "\"blockwise_saved_bytes\": %lld, \"eager_saved_bytes\": %lld}\n",
         static_cast<long long>(T), static_cast<long long>(o.batch), static_cast<long long>(o.heads),
         static_cast<long long>(o.kv_heads), static_cast<long long>(o.head_dim), o.threads,
-        o.dtype == at::kFloat ? "float32" : "bfloat16", mb, me, me / mb,
-        static_cast<long long>(b.saved_bytes), static_cast<long long>(e.saved_bytes));
+        o.dtype == at::kFloat ? "float32" : "bfloat16", mb, me, median(ratios),
+        *std::min_element(ratios.begin(), ratios.end()),
+        *std::max_element(ratios.begin(), ratios.end()), static_cast<long long>(b.saved_bytes),
+        static_cast<long long>(e.saved_bytes));
     std::fflush(stdout);
   }
   return 0;
