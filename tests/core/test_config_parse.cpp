@@ -32,7 +32,7 @@ TEST(ConfigParse, EmptyFileGivesTheDefaults) {
   EXPECT_EQ(config.train.seed, 1234u);
   EXPECT_EQ(config.data.source, DataSource::corpus);
   EXPECT_EQ(config.checkpoint.resume, "auto");
-  EXPECT_EQ(config.log.progress, "auto");
+  EXPECT_EQ(config.log.progress, ProgressDisplay::automatic);
 }
 
 TEST(ConfigParse, ReadsEveryType) {
@@ -221,7 +221,7 @@ Config unusual_config() {
   config.data = {DataSource::shards, "dir with \"quotes\"\\back\tslash\nline\x01 caf\xc3\xa9",
                  "bpe", 0.25};
   config.checkpoint = {"ckpt", 18, "none", 0};
-  config.log = {"", true, "lines", 19};
+  config.log = {"", true, ProgressDisplay::lines, 19};
   return config;
 }
 

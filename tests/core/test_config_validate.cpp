@@ -275,12 +275,12 @@ TEST(ConfigValidate, RulesBetweenSections) {
 
 TEST(ConfigValidate, EveryProblemIsReportedAtOnce) {
   const std::string message =
-      validate_error({"model.vocab_size=1", "train.steps=0", "log.progress=fancy"});
+      validate_error({"model.vocab_size=1", "train.steps=0", "log.every=0"});
   EXPECT_CONTAINS(message, "the config has 4 problems:");
   EXPECT_CONTAINS(message, "\n  - model.vocab_size (1) must be >= 2");
   EXPECT_CONTAINS(message, "\n  - train.steps (0) must be >= 1");
   EXPECT_CONTAINS(message, "\n  - train.warmup_steps (10) must be <= train.steps (0)");
-  EXPECT_CONTAINS(message, "\n  - log.progress must be");
+  EXPECT_CONTAINS(message, "\n  - log.every (0) must be >= 1");
   EXPECT_THROW(validate_config(Config{}, 0), InternalError);
 }
 

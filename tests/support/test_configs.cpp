@@ -35,7 +35,7 @@ Config tiny_training_run(int64_t steps, int64_t global_batch, int64_t micro_batc
   config.train.min_lr = 3e-4;
   config.train.warmup_steps = std::min<int64_t>(3, steps);
   config.data.source = DataSource::synthetic;
-  config.log.progress = "none";
+  config.log.progress = ProgressDisplay::none;
   config.log.dir = log_dir();
   return config;
 }

@@ -107,8 +107,8 @@ struct CheckpointConfig {
 struct LogConfig {
   std::string dir = "runs/default";
   bool trace = false;
-  std::string progress = "auto";  // "auto" | "bar" | "lines" | "none"
-  int64_t every = 1;              // plain progress line every N steps
+  ProgressDisplay progress = ProgressDisplay::automatic;
+  int64_t every = 1;  // plain progress line every N steps
 };
 
 struct Config {

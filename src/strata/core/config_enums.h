@@ -19,6 +19,12 @@ enum class AttentionKernel { blockwise, eager };  // model.attention
 enum class PipelineSchedule { gpipe, one_f_one_b, interleaved_one_f_one_b, zb_h1 };
 enum class DType { float32, float64 };                // train.dtype
 enum class DataSource { corpus, synthetic, shards };  // data.source
+enum class ProgressDisplay {
+  automatic,
+  bar,
+  lines,
+  none
+};  // log.progress ("auto": bar on a terminal)
 
 template <typename E>
 struct Spelling {
@@ -68,6 +74,15 @@ struct Spellings<DataSource> {
   static constexpr std::array<Spelling<DataSource>, 3> table{{{DataSource::corpus, "corpus"},
                                                               {DataSource::synthetic, "synthetic"},
                                                               {DataSource::shards, "shards"}}};
+};
+
+template <>
+struct Spellings<ProgressDisplay> {
+  static constexpr std::array<Spelling<ProgressDisplay>, 4> table{
+      {{ProgressDisplay::automatic, "auto"},
+       {ProgressDisplay::bar, "bar"},
+       {ProgressDisplay::lines, "lines"},
+       {ProgressDisplay::none, "none"}}};
 };
 
 // The TOML spelling: name_of(PipelineSchedule::one_f_one_b) == "1f1b".

@@ -51,16 +51,6 @@ void require_fraction(Problems& problems, const char* key, double value) {
   }
 }
 
-void require_one_of(Problems& problems, const char* key, const std::string& value,
-                    const std::vector<std::string>& allowed) {
-  if (std::find(allowed.begin(), allowed.end(), value) != allowed.end()) return;
-  std::string list;
-  for (size_t i = 0; i < allowed.size(); ++i) {
-    list += (i == 0 ? "" : i + 1 == allowed.size() ? " or " : ", ") + quote(allowed[i]);
-  }
-  problems.push_back(str(key, " must be ", list, ", got ", quote(value)));
-}
-
 void check_moe(const ModelConfig& model, Problems& problems) {
   const MoeConfig& moe = model.moe;
   require_at_least<int64_t>(problems, "model.moe.num_experts", moe.num_experts, 0,
@@ -171,7 +161,6 @@ void check_checkpoint_and_log(const Config& config, Problems& problems) {
   }
   const LogConfig& log = config.log;
   if (log.dir.empty()) problems.push_back("log.dir must not be empty");
-  require_one_of(problems, "log.progress", log.progress, {"auto", "bar", "lines", "none"});
   require_at_least<int64_t>(problems, "log.every", log.every, 1);
 }
 

@@ -90,9 +90,10 @@ bool stdout_is_terminal() {
 }
 }  // namespace
 
-Progress::Progress(const std::string& mode, int64_t total_steps, int64_t line_every, bool active)
-    : active_(active && mode != "none"),
-      bar_(mode == "bar" || (mode == "auto" && stdout_is_terminal())),
+Progress::Progress(ProgressDisplay mode, int64_t total_steps, int64_t line_every, bool active)
+    : active_(active && mode != ProgressDisplay::none),
+      bar_(mode == ProgressDisplay::bar ||
+           (mode == ProgressDisplay::automatic && stdout_is_terminal())),
       total_steps_(total_steps),
       line_every_(std::max<int64_t>(1, line_every)) {}
 

@@ -44,8 +44,8 @@ class MetricsLog {
 
 class Progress {
  public:
-  // mode: "auto" (bar on a terminal, else lines), "bar", "lines", "none".
-  Progress(const std::string& mode, int64_t total_steps, int64_t line_every, bool active);
+  // automatic: a bar on a terminal, else lines.
+  Progress(ProgressDisplay mode, int64_t total_steps, int64_t line_every, bool active);
   void update(const StepMetrics& metrics);
   void eval(int64_t step, double eval_loss);
   void message(const std::string& text);
