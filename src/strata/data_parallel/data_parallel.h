@@ -1,5 +1,5 @@
 // Data parallelism with ZeRO (Rajbhandari et al. 2020, arXiv 1910.02054), attached to the
-// model chunks from outside. Three parts, each in its own file:
+// model chunks from outside. The shared buffers and three parts, each in its own file:
 //   buckets.h             the flat, sharded buffers the parameters and gradients live in
 //   gradient_reduction.h  bucket reductions started during the last backward, and the sums
 //                         the data-parallel average does not cover

@@ -2,7 +2,7 @@
 // none on parameters marked weight_decay = false (norms, biases). Its state (step count and
 // the two moments per parameter) is exposed for checkpoints. It updates "slots": a value with
 // its gradient and moments, either one per parameter (moments owned here) or views the
-// caller owns (ZeRO's shards of flat buffers, train/data_parallel.h).
+// caller owns (ZeRO's shards of flat buffers, data_parallel/sharded_optimizer.h).
 #pragma once
 #include <ATen/ATen.h>
 
