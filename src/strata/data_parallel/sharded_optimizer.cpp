@@ -17,7 +17,7 @@ ShardedOptimizer::ShardedOptimizer(FlatBuckets& buckets, Mesh& mesh, const Train
   std::vector<AdamW::Slot> slots;
   for (const Segment& segment : buckets_.segments()) {
     const Bucket& bucket = buckets_.buckets()[segment.bucket];
-    const FullMoments& moments = shards_[segment.bucket];
+    const Moments& moments = shards_[segment.bucket];
     auto piece = [&](const at::Tensor& shard) {
       return shard.narrow(0, segment.start, segment.length);
     };
@@ -83,26 +83,25 @@ void ShardedOptimizer::step(double lr) {
 
 int64_t ShardedOptimizer::state_bytes() const {
   int64_t bytes = 0;
-  for (const FullMoments& moments : shards_) {
+  for (const Moments& moments : shards_) {
     bytes += storage_bytes(moments.exp_avg) + storage_bytes(moments.exp_avg_sq);
   }
   return bytes;
 }
 
-const std::vector<ShardedOptimizer::FullMoments>& ShardedOptimizer::begin_full_moments(
-    bool for_load) {
+const std::vector<ShardedOptimizer::Moments>& ShardedOptimizer::begin_full_moments(bool for_load) {
   at::NoGradGuard no_grad;
   full_.clear();
   const auto& buckets = buckets_.buckets();
   for (size_t b = 0; b < buckets.size(); ++b) {
     const Bucket& bucket = buckets[b];
-    const FullMoments& own = shards_[b];
+    const Moments& own = shards_[b];
     if (bucket.shards == 1) {  // the own shard is the whole bucket
       full_.push_back(own);
       continue;
     }
-    FullMoments full{at::empty({bucket.numel}, own.exp_avg.options()),
-                     at::empty({bucket.numel}, own.exp_avg.options())};
+    Moments full{at::empty({bucket.numel}, own.exp_avg.options()),
+                 at::empty({bucket.numel}, own.exp_avg.options())};
     if (!for_load) {
       bucket.group->all_gather(full.exp_avg, own.exp_avg);
       bucket.group->all_gather(full.exp_avg_sq, own.exp_avg_sq);

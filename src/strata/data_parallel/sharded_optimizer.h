@@ -26,20 +26,21 @@ class ShardedOptimizer {
   AdamW& adamw() { return *adamw_; }
   int64_t state_bytes() const;  // storage of the moments this rank holds
 
+  // A bucket's two AdamW moments: its own shard (shard_numel) or the whole bucket (numel).
+  struct Moments {
+    at::Tensor exp_avg, exp_avg_sq;
+  };
   // Each bucket's moments at full size: gathered from the shards, or (for_load) allocated
   // to be filled. end_full_moments copies the own shards out of what was filled (loaded)
   // and drops the full tensors.
-  struct FullMoments {
-    at::Tensor exp_avg, exp_avg_sq;  // (numel) of the bucket
-  };
-  const std::vector<FullMoments>& begin_full_moments(bool for_load);
+  const std::vector<Moments>& begin_full_moments(bool for_load);
   void end_full_moments(bool loaded);
 
  private:
   FlatBuckets& buckets_;
   Mesh& mesh_;
-  std::vector<FullMoments> shards_;  // [bucket] (shard_numel) each
-  std::vector<FullMoments> full_;    // [bucket], between begin_ and end_full_moments
+  std::vector<Moments> shards_;  // [bucket], the own shards (shard_numel)
+  std::vector<Moments> full_;    // [bucket] (numel), between begin_ and end_full_moments
   std::unique_ptr<AdamW> adamw_;
 };
 
