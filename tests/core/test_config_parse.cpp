@@ -193,6 +193,7 @@ Config unusual_config() {
   config.parallel.pp = 3;
   config.parallel.dp = 4;
   config.parallel.cp = 5;
+  config.parallel.cp_comm = ContextParallelComm::all_to_all;
   config.parallel.ep = 6;
   config.parallel.zero = 2;
   config.parallel.bucket_mb = 0.75;
@@ -280,7 +281,7 @@ TEST(ConfigParse, ToTomlPrintsEverySectionAndKeyInOrder) {
   EXPECT_CONTAINS(text, "\ndir = \"\"\n");
   const std::vector<std::string> keys = config_keys();
   EXPECT_CONTAINS(text, "[model.moe]\nnum_experts = 0\n");
-  EXPECT_EQ(keys.size(), 64u);
+  EXPECT_EQ(keys.size(), 65u);
   EXPECT_EQ(keys.front(), "model.vocab_size");
   EXPECT_EQ(keys.back(), "log.every");
   EXPECT_EQ(std::set<std::string>(keys.begin(), keys.end()).size(), keys.size());

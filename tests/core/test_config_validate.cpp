@@ -1,5 +1,5 @@
 // validate_config: every cross-key rule, with the keys and numbers each message must quote;
-// resolution of dp = -1 and microbatches = 0; and the features this release rejects.
+// resolution of dp = -1 and microbatches = 0.
 #include <gtest/gtest.h>
 
 #include "expect_error.h"
@@ -16,11 +16,6 @@ Config with(const std::vector<std::string>& overrides) {
 
 std::string validate_error(const std::vector<std::string>& overrides, int64_t world_size = 1) {
   return user_error([&] { validate_config(with(overrides), world_size); });
-}
-
-// Errors of the consistency rules alone, for layouts this release cannot run yet.
-std::string resolve_error(const std::vector<std::string>& overrides, int64_t world_size) {
-  return user_error([&] { resolve_config(with(overrides), world_size); });
 }
 
 TEST(ConfigValidate, DefaultsAreValidOnOneRank) {
@@ -49,14 +44,14 @@ TEST(ConfigValidate, DataParallelSize) {
     EXPECT_EQ(config.parallel.dp, world);
     EXPECT_EQ(config.parallel.microbatches, 24 / world) << "world " << world;
   }
-  const Config layout = resolve_config(
+  const Config layout = validate_config(
       with({"parallel.tp=2", "parallel.pp=2", "train.global_batch=6", "train.micro_batch=2"}), 12);
   EXPECT_EQ(layout.parallel.dp, 3);
   EXPECT_EQ(layout.parallel.microbatches, 1);
-  EXPECT_CONTAINS(resolve_error({"parallel.tp=2"}, 3),
+  EXPECT_CONTAINS(validate_error({"parallel.tp=2"}, 3),
                   "parallel.tp*pp*cp = 2*1*1 = 2 does not divide 3 ranks: parallel.dp = -1 takes "
                   "the ranks left over");
-  EXPECT_CONTAINS(resolve_error({"parallel.tp=2", "parallel.dp=3"}, 4),
+  EXPECT_CONTAINS(validate_error({"parallel.tp=2", "parallel.dp=3"}, 4),
                   "parallel.tp*pp*dp*cp = 2*1*3*1 = 6 does not match 4 ranks");
   EXPECT_CONTAINS(validate_error({"parallel.dp=2", "train.micro_batch=4"}, 3),
                   "parallel.tp*pp*dp*cp = 1*1*2*1 = 2 does not match 3 ranks");
@@ -78,54 +73,80 @@ TEST(ConfigValidate, ModelShapeRules) {
 }
 
 TEST(ConfigValidate, ModelParallelRules) {
-  EXPECT_CONTAINS(resolve_error({"model.d_model=120", "model.n_heads=12", "parallel.tp=5"}, 5),
+  EXPECT_CONTAINS(validate_error({"model.d_model=120", "model.n_heads=12", "parallel.tp=5"}, 5),
                   "parallel.tp (5) must divide model.n_heads (12)");
   // kv heads not divisible by tp are replicated over tp: a valid layout.
-  resolve_config(with({"model.n_kv_heads=2", "parallel.tp=4"}), 4);
-  EXPECT_CONTAINS(resolve_error({"model.d_ff=30", "parallel.tp=4"}, 4),
+  validate_config(with({"model.n_kv_heads=2", "parallel.tp=4"}), 4);
+  EXPECT_CONTAINS(validate_error({"model.d_ff=30", "parallel.tp=4"}, 4),
                   "parallel.tp (4) must divide the MLP width 30");
   EXPECT_CONTAINS(
-      resolve_error({"model.seq_len=63", "parallel.tp=2", "parallel.sequence_parallel=true"}, 2),
+      validate_error({"model.seq_len=63", "parallel.tp=2", "parallel.sequence_parallel=true"}, 2),
       "parallel.sequence_parallel = true needs parallel.tp (2) to divide "
       "model.seq_len (63)");
   EXPECT_CONTAINS(validate_error({"parallel.sequence_parallel=true"}),
                   "parallel.sequence_parallel = true needs parallel.tp > 1");
   // With context parallelism the sequence is split over cp, then each piece over tp.
-  EXPECT_CONTAINS(resolve_error({"model.seq_len=6", "parallel.tp=2", "parallel.cp=2",
-                                 "parallel.sequence_parallel=true"},
-                                4),
+  EXPECT_CONTAINS(validate_error({"model.seq_len=6", "parallel.tp=2", "parallel.cp=2",
+                                  "parallel.sequence_parallel=true"},
+                                 4),
                   "parallel.sequence_parallel = true needs parallel.tp * parallel.cp = 2 * 2 = 4 "
                   "to divide model.seq_len (6)");
-  resolve_config(with({"model.seq_len=8", "parallel.tp=2", "parallel.cp=2",
-                       "parallel.sequence_parallel=true"}),
-                 4);
-  EXPECT_CONTAINS(resolve_error({"model.seq_len=100", "parallel.cp=3"}, 3),
-                  "parallel.cp (3) must divide model.seq_len (100)");
-  EXPECT_CONTAINS(resolve_error({"parallel.pp=4"}, 4),
+  validate_config(with({"model.seq_len=8", "parallel.tp=2", "parallel.cp=2",
+                        "parallel.sequence_parallel=true"}),
+                  4);
+  // Context parallelism cuts the sequence into 2 * cp chunks (load balance).
+  EXPECT_CONTAINS(validate_error({"model.seq_len=100", "parallel.cp=3"}, 3),
+                  "parallel.cp (3) needs model.seq_len (100) divisible by 2 * parallel.cp = 6");
+  EXPECT_CONTAINS(validate_error({"model.seq_len=100", "parallel.cp=3"}, 3),
+                  "parallel.cp = 1, 2, 5 or 10, or model.seq_len = 96 or 102 would work");
+  EXPECT_CONTAINS(validate_error({"model.seq_len=10", "parallel.cp=2"}, 2),
+                  "divisible by 2 * parallel.cp = 4");
+  validate_config(with({"model.seq_len=12", "parallel.cp=3"}), 3);
+  // all-to-all re-shards heads over cp: 4 heads over tp 2 leave 2 per rank, not divisible by 4.
+  EXPECT_CONTAINS(
+      validate_error({"parallel.tp=2", "parallel.cp=4", "parallel.cp_comm=all-to-all"}, 8),
+      "parallel.cp_comm = \"all-to-all\" re-shards each tp rank's 2 query heads and 2 kv heads "
+      "(model.n_heads = 4, model.n_kv_heads = 4, over parallel.tp = 2) over parallel.cp (4)");
+  EXPECT_CONTAINS(
+      validate_error({"parallel.tp=2", "parallel.cp=4", "parallel.cp_comm=all-to-all"}, 8),
+      "parallel.cp = 1 or 2 or parallel.cp_comm = \"ring\" would work");
+  // Fewer kv heads than cp: replicated, when cp is a multiple of them.
+  validate_config(with({"model.n_heads=8", "model.n_kv_heads=2", "model.d_model=64",
+                        "parallel.cp=4", "parallel.cp_comm=all-to-all"}),
+                  4);
+  EXPECT_CONTAINS(
+      validate_error({"model.n_heads=12", "model.n_kv_heads=4", "model.d_model=96",
+                      "model.seq_len=96", "parallel.cp=6", "parallel.cp_comm=all-to-all"},
+                     6),
+      "cp and the kv heads must divide one another");
+  validate_config(with({"parallel.cp=4", "parallel.cp_comm=all-gather"}), 4);
+  EXPECT_CONTAINS(validate_error({"parallel.cp=2", "model.attention=eager"}, 2),
+                  "parallel.cp = 2 needs model.attention = \"blockwise\"");
+  EXPECT_CONTAINS(validate_error({"parallel.pp=4"}, 4),
                   "model.n_layers (2) must be >= parallel.pp * parallel.vpp = 4 * 1 = 4");
-  EXPECT_CONTAINS(resolve_error({"parallel.pp=2", "parallel.vpp=2"}, 2),
+  EXPECT_CONTAINS(validate_error({"parallel.pp=2", "parallel.vpp=2"}, 2),
                   "parallel.vpp (2) > 1 needs parallel.pp_schedule = \"interleaved-1f1b\"");
-  EXPECT_CONTAINS(resolve_error({"parallel.pp=2", "parallel.pp_schedule=interleaved-1f1b"}, 2),
+  EXPECT_CONTAINS(validate_error({"parallel.pp=2", "parallel.pp_schedule=interleaved-1f1b"}, 2),
                   "parallel.pp_schedule = \"interleaved-1f1b\" needs parallel.vpp >= 2");
   EXPECT_CONTAINS(validate_error({"parallel.pp_schedule=interleaved-1f1b", "parallel.vpp=2"}),
                   "parallel.pp_schedule = \"interleaved-1f1b\" needs parallel.pp > 1");
   EXPECT_CONTAINS(validate_error({"parallel.vpp=2"}), "parallel.vpp (2) > 1 needs parallel.pp > 1");
   EXPECT_CONTAINS(
-      resolve_error(
+      validate_error(
           {"model.n_layers=4", "parallel.pp=2", "parallel.vpp=2",
            "parallel.pp_schedule=interleaved-1f1b", "train.global_batch=3", "train.micro_batch=1"},
           2),
       "parallel.pp_schedule = \"interleaved-1f1b\" needs parallel.microbatches (3) to be a "
       "multiple of parallel.pp (2)");
-  EXPECT_CONTAINS(resolve_error({"parallel.ep=3", "train.micro_batch=2"}, 4),
+  EXPECT_CONTAINS(validate_error({"parallel.ep=3", "train.micro_batch=2"}, 4),
                   "parallel.ep (3) must divide parallel.dp*cp = 4*1 = 4");
-  EXPECT_CONTAINS(resolve_error({"parallel.ep=2", "train.micro_batch=2"}, 4),
+  EXPECT_CONTAINS(validate_error({"parallel.ep=2", "train.micro_batch=2"}, 4),
                   "parallel.ep (2) > 1 needs a mixture-of-experts model: set "
                   "model.moe.num_experts");
   EXPECT_CONTAINS(
-      resolve_error({"parallel.ep=4", "model.moe.num_experts=6", "train.micro_batch=2"}, 4),
+      validate_error({"parallel.ep=4", "model.moe.num_experts=6", "train.micro_batch=2"}, 4),
       "parallel.ep (4) must divide model.moe.num_experts (6)");
-  resolve_config(with({"parallel.ep=2", "model.moe.num_experts=4", "train.micro_batch=2"}), 4);
+  validate_config(with({"parallel.ep=2", "model.moe.num_experts=4", "train.micro_batch=2"}), 4);
   validate_config(with({"parallel.ep=2", "model.moe.num_experts=4", "train.micro_batch=2"}), 4);
 }
 
@@ -282,32 +303,6 @@ TEST(ConfigValidate, EveryProblemIsReportedAtOnce) {
   EXPECT_CONTAINS(message, "\n  - train.warmup_steps (10) must be <= train.steps (0)");
   EXPECT_CONTAINS(message, "\n  - log.every (0) must be >= 1");
   EXPECT_THROW(validate_config(Config{}, 0), InternalError);
-}
-
-// Each feature not implemented yet: the layout is consistent (resolve_config accepts it),
-// yet validate_config refuses it with a message saying what to set.
-TEST(ConfigValidate, FeaturesNotImplementedYetAreRejected) {
-  struct Case {
-    std::vector<std::string> settings;
-    int64_t world_size;
-    std::string expected;
-  };
-  const std::vector<Case> cases = {
-      {{"parallel.cp=2"},
-       2,
-       "parallel.cp = 2: context parallelism is not implemented yet; set parallel.cp = 1"},
-  };
-  for (const Case& c : cases) {
-    const Config config = with(c.settings);
-    EXPECT_NO_THROW(resolve_config(config, c.world_size)) << c.expected;
-    EXPECT_CONTAINS(user_error([&] { check_implemented(config); }), c.expected);
-    EXPECT_CONTAINS(user_error([&] { validate_config(config, c.world_size); }), c.expected);
-  }
-  EXPECT_NO_THROW(check_implemented(Config{}));
-  EXPECT_NO_THROW(check_implemented(with({"parallel.dp=4", "parallel.pp_schedule=gpipe"})));
-  for (const char* zero : {"parallel.zero=1", "parallel.zero=2", "parallel.zero=3"}) {
-    EXPECT_NO_THROW(check_implemented(with({"parallel.dp=2", zero}))) << zero;
-  }
 }
 
 TEST(ConfigValidate, ValidatedConfigRoundTrips) {

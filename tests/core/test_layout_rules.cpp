@@ -73,7 +73,8 @@ TEST(LayoutRules, EachCallerReadsItsOwnKeys) {
                   "whose product is 8, or dp=-1 for the devices left over");
 }
 
-// The sequence is split over cp, then each rank's piece over tp: tp * cp must divide it.
+// The sequence is cut into 2 * cp chunks (cp > 1), then each rank's piece split over tp: tp * cp
+// must divide it.
 TEST(LayoutRules, SequenceParallelSplitsWhatContextParallelismLeaves) {
   for (int64_t seq_len : {4, 6, 8, 12, 24, 30}) {
     for (int64_t tp : {1, 2, 3, 4}) {
@@ -84,7 +85,8 @@ TEST(LayoutRules, SequenceParallelSplitsWhatContextParallelismLeaves) {
         layout.tp = tp;
         layout.cp = cp;
         layout.sequence_parallel = true;
-        const bool expected = tp > 1 && seq_len % (tp * cp) == 0 && 12 % tp == 0;
+        const bool expected = tp > 1 && seq_len % (tp * cp) == 0 && 12 % tp == 0 &&
+                              (cp == 1 || seq_len % (2 * cp) == 0);
         const LayoutVerdict verdict =
             check_layout(layout, shape, tp * cp, 1, LayoutVocabulary::config());
         EXPECT_EQ(verdict.valid(), expected)

@@ -45,7 +45,7 @@ Config config_of(const Case& c, const PlanLayout& unresolved) {
 // "" when valid, else the problems.
 std::string config_verdict(const Config& config, int64_t devices) {
   try {
-    resolve_config(config, devices);  // context parallelism is planned, not yet run
+    validate_config(config, devices);
     return "";
   } catch (const UserError& error) {
     return error.what();

@@ -47,7 +47,7 @@ TransformerSpec load_model(const std::string& path) {
   Config model_only;
   model_only.model = load_config(path).model;
   try {
-    resolve_config(model_only, 1);
+    validate_config(model_only, 1);
   } catch (const UserError& error) {
     throw UserError(str("--model ", path, ": ", error.what()));
   }

@@ -57,7 +57,8 @@ struct ParallelConfig {
   int64_t tp = 1;
   int64_t pp = 1;
   int64_t dp = -1;  // -1 = the remaining ranks: world / (tp * pp * cp)
-  int64_t cp = 1;
+  int64_t cp = 1;   // context parallelism: each sequence split over cp ranks
+  ContextParallelComm cp_comm = ContextParallelComm::ring;
   int64_t ep = 1;
   int64_t zero = 0;         // 0..3
   double bucket_mb = 25.0;  // gradient reduction bucket size, MiB (zero 3: one layer each)
@@ -132,17 +133,9 @@ Config parse_config(const std::string& toml_text, const std::string& origin,
 
 // Checks every cross-key constraint for a run on world_size ranks, resolves dp = -1 and
 // microbatches = 0, and throws UserError naming the keys and numbers
-// (e.g. "parallel.tp (5) must divide model.n_heads (12)"). Also rejects parallel features
-// that are not implemented yet, saying so. Every problem found is reported in one message.
+// (e.g. "parallel.tp (5) must divide model.n_heads (12)"). Every problem found is reported
+// in one message.
 Config validate_config(Config config, int64_t world_size);
-
-// validate_config without check_implemented: for planning and simulating layouts that this
-// release cannot run yet.
-Config resolve_config(Config config, int64_t world_size);
-
-// Throws UserError for every parallel feature the config asks for that this release cannot
-// run yet ("parallel.tp = 2: tensor parallelism is not implemented yet; set parallel.tp = 1").
-void check_implemented(const Config& config);
 
 // The effective config as TOML, every key present (what `strata config` prints);
 // parse_config(to_toml(c), ...) == c.

@@ -17,6 +17,8 @@ enum class Activation { gelu, swiglu };           // model.activation, model.moe
 enum class AttentionKernel { blockwise, eager };  // model.attention
 // parallel.pp_schedule; also the schedules the pipeline generators build.
 enum class PipelineSchedule { gpipe, one_f_one_b, interleaved_one_f_one_b, zb_h1 };
+// parallel.cp_comm: how context-parallel attention moves keys and values between the cp ranks.
+enum class ContextParallelComm { ring, all_gather, all_to_all };
 enum class DType { float32, float64 };                // train.dtype
 enum class DataSource { corpus, synthetic, shards };  // data.source
 enum class ProgressDisplay {
@@ -63,6 +65,13 @@ struct Spellings<PipelineSchedule> {
        {PipelineSchedule::one_f_one_b, "1f1b"},
        {PipelineSchedule::interleaved_one_f_one_b, "interleaved-1f1b"},
        {PipelineSchedule::zb_h1, "zb-h1"}}};
+};
+template <>
+struct Spellings<ContextParallelComm> {
+  static constexpr std::array<Spelling<ContextParallelComm>, 3> table{
+      {{ContextParallelComm::ring, "ring"},
+       {ContextParallelComm::all_gather, "all-gather"},
+       {ContextParallelComm::all_to_all, "all-to-all"}}};
 };
 template <>
 struct Spellings<DType> {

@@ -55,6 +55,7 @@ const std::vector<Key>& keys() {
       STRATA_CONFIG_KEY(parallel, pp),
       STRATA_CONFIG_KEY(parallel, dp),
       STRATA_CONFIG_KEY(parallel, cp),
+      STRATA_CONFIG_KEY(parallel, cp_comm),
       STRATA_CONFIG_KEY(parallel, ep),
       STRATA_CONFIG_KEY(parallel, zero),
       STRATA_CONFIG_KEY(parallel, bucket_mb),

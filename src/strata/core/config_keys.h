@@ -15,8 +15,8 @@ namespace strata::config_detail {
 // written in TOML as a string, one of its Spellings.
 using FieldRef =
     std::variant<int64_t*, uint64_t*, double*, bool*, std::string*, std::vector<int64_t>*,
-                 PositionEncoding*, Norm*, Activation*, AttentionKernel*, PipelineSchedule*, DType*,
-                 DataSource*, ProgressDisplay*>;
+                 PositionEncoding*, Norm*, Activation*, AttentionKernel*, PipelineSchedule*,
+                 ContextParallelComm*, DType*, DataSource*, ProgressDisplay*>;
 
 struct Key {
   const char* section;

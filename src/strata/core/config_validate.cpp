@@ -170,6 +170,17 @@ void check_parallel_settings(const ParallelConfig& parallel, Problems& problems)
   require_positive(problems, "parallel.bucket_mb", parallel.bucket_mb);
 }
 
+// Context parallelism merges attention over key blocks by their log-sum-exp, which only the
+// blockwise kernel returns.
+void check_context_parallel(const Config& config, Problems& problems) {
+  if (config.parallel.cp > 1 && config.model.attention != AttentionKernel::blockwise) {
+    problems.push_back(str("parallel.cp = ", config.parallel.cp,
+                           " needs model.attention = \"blockwise\" (context-parallel attention ",
+                           "is computed by the blockwise kernel); got \"",
+                           name_of(config.model.attention), "\""));
+  }
+}
+
 // The layout against the model, the ranks and the batch (core/layout_rules.h); leaves dp and
 // microbatches resolved.
 void check_parallel_layout(Config& config, int64_t world_size, Problems& problems) {
@@ -185,6 +196,7 @@ void check_parallel_layout(Config& config, int64_t world_size, Problems& problem
   layout.micro_batch = config.train.micro_batch;
   layout.microbatches = parallel.microbatches;
   layout.sequence_parallel = parallel.sequence_parallel;
+  layout.cp_comm = parallel.cp_comm;
   layout.schedule = parallel.pp_schedule;
   const LayoutVerdict verdict =
       check_layout(layout, layout_model_shape_of(config.model), world_size,
@@ -193,24 +205,6 @@ void check_parallel_layout(Config& config, int64_t world_size, Problems& problem
   parallel.dp = verdict.dp;
   if (verdict.microbatches > 0) parallel.microbatches = verdict.microbatches;
 }
-
-// ---------------------------------------------------------------------------------------
-// Features this release cannot run yet. Each line goes away when its feature lands; until
-// then a config that asks for one is rejected, never silently run without it. Values that
-// are invalid anyway (tp = 0) are left to the consistency checks.
-void collect_unimplemented(const Config& config, Problems& problems) {
-  const ParallelConfig& parallel = config.parallel;
-  auto reject = [&](bool asked, const char* setting, const std::string& value, const char* feature,
-                    const char* fix) {
-    if (asked) {
-      problems.push_back(
-          str(setting, " = ", value, ": ", feature, " is not implemented yet; set ", fix));
-    }
-  };
-  reject(parallel.cp > 1, "parallel.cp", number(parallel.cp), "context parallelism",
-         "parallel.cp = 1");
-}
-// ---------------------------------------------------------------------------------------
 
 [[noreturn]] void throw_problems(const Problems& problems) {
   if (problems.size() == 1) throw UserError(problems.front());
@@ -261,27 +255,15 @@ Problems collect_consistency(Config& config, int64_t world_size) {
     return problems;
   }
   check_parallel_settings(config.parallel, problems);
+  check_context_parallel(config, problems);
   check_parallel_layout(config, world_size, problems);
   return problems;
 }
 
 }  // namespace
 
-Config resolve_config(Config config, int64_t world_size) {
-  const Problems problems = collect_consistency(config, world_size);
-  if (!problems.empty()) throw_problems(problems);
-  return config;
-}
-
-void check_implemented(const Config& config) {
-  Problems problems;
-  collect_unimplemented(config, problems);
-  if (!problems.empty()) throw_problems(problems);
-}
-
 Config validate_config(Config config, int64_t world_size) {
-  Problems problems = collect_consistency(config, world_size);
-  collect_unimplemented(config, problems);
+  const Problems problems = collect_consistency(config, world_size);
   if (!problems.empty()) throw_problems(problems);
   return config;
 }

@@ -131,6 +131,64 @@ int64_t check_ranks(const LayoutSizes& layout, int64_t ranks, const LayoutVocabu
   return dp;
 }
 
+// Context parallelism: the sequence in 2 * cp chunks; all-to-all re-shards heads over cp.
+void check_context_split(const LayoutSizes& layout, const LayoutModelShape& model,
+                         const LayoutVocabulary& names, Findings& found) {
+  const int64_t tp = layout.tp, cp = layout.cp, seq = model.seq_len;
+  if (cp <= 1 || tp < 1 || seq < 1) return;
+  // cp values up to 64 that split the sequence, nearest first.
+  auto working_cp = [&](auto&& works) {
+    std::vector<int64_t> values;
+    for (int64_t c = 1; c <= 64; ++c) {
+      if (works(c)) values.push_back(c);
+    }
+    std::stable_sort(values.begin(), values.end(), [cp](int64_t a, int64_t b) {
+      return std::llabs(a - cp) < std::llabs(b - cp);
+    });
+    values.resize(std::min<size_t>(values.size(), 4));
+    std::sort(values.begin(), values.end());
+    return values;
+  };
+  if (seq % (2 * cp) != 0) {
+    found.add([&] {
+      const int64_t lower = seq / (2 * cp) * (2 * cp);
+      return str(names.cp, " (", cp, ") needs model.seq_len (", seq, ") divisible by 2 * ",
+                 names.cp, " = ", 2 * cp,
+                 ": the sequence is cut into 2 * cp chunks and rank r holds chunks r and ",
+                 "2 * cp - 1 - r, so every rank does the same causal work; ",
+                 setting(names, names.cp,
+                         list_or(working_cp([&](int64_t c) { return seq % (2 * c) == 0; }))),
+                 ", or model.seq_len = ",
+                 list_or(lower > 0 ? std::vector<int64_t>{lower, lower + 2 * cp}
+                                   : std::vector<int64_t>{2 * cp}),
+                 " would work");
+    });
+  }
+  if (layout.cp_comm != ContextParallelComm::all_to_all || model.heads < 1 || model.kv_heads < 1 ||
+      model.heads % tp != 0) {
+    return;
+  }
+  const int64_t heads = model.heads / tp;
+  // kv heads that tp does not divide are replicated and expanded to the query heads.
+  const int64_t kv_heads = model.kv_heads % tp == 0 ? model.kv_heads / tp : heads;
+  auto heads_split = [&](int64_t c) {
+    return heads % c == 0 && (kv_heads % c == 0 || c % kv_heads == 0);
+  };
+  if (heads_split(cp)) return;
+  found.add([&] {
+    const std::string all_to_all =
+        setting(names, names.cp_comm, name_of(ContextParallelComm::all_to_all), true);
+    return str(all_to_all, " re-shards each tp rank's ", heads, " query heads and ", kv_heads,
+               " kv heads (model.n_heads = ", model.heads, ", model.n_kv_heads = ", model.kv_heads,
+               ", over ", names.tp, " = ", tp, ") over ", names.cp, " (", cp,
+               "): cp must divide the query heads, and cp and the kv heads must divide one ",
+               "another (kv heads are replicated when fewer than cp); ",
+               setting(names, names.cp, list_or(working_cp(heads_split))), " or ",
+               setting(names, names.cp_comm, name_of(ContextParallelComm::ring), true),
+               " would work");
+  });
+}
+
 void check_model_split(const LayoutSizes& layout, const LayoutModelShape& model,
                        const LayoutVocabulary& names, Findings& found) {
   const int64_t tp = layout.tp, cp = layout.cp;
@@ -160,11 +218,7 @@ void check_model_split(const LayoutSizes& layout, const LayoutModelShape& model,
                  cp == 1 ? "" : ": the sequence is split over cp, then each piece over tp");
     });
   }
-  if (cp >= 1 && model.seq_len >= 1 && model.seq_len % cp != 0) {
-    found.add([&] {
-      return str(names.cp, " (", cp, ") must divide model.seq_len (", model.seq_len, ")");
-    });
-  }
+  check_context_split(layout, model, names, found);
   const int64_t pp = layout.pp, vpp = layout.vpp;
   if (pp >= 1 && vpp >= 1 && model.layers >= 1 && model.layers < pp * vpp) {
     found.add([&] {
@@ -283,6 +337,7 @@ Derived apply_rules(const LayoutSizes& layout, const LayoutModelShape& model, in
 LayoutModelShape layout_model_shape_of(const ModelConfig& model) {
   LayoutModelShape shape;
   shape.heads = model.n_heads;
+  shape.kv_heads = model.n_heads >= 1 ? model.kv_heads() : 0;
   shape.mlp_width = model.d_model >= 1 && model.d_ff >= 0 ? model.ff_dim() : 0;
   shape.seq_len = model.seq_len;
   shape.layers = model.n_layers;
@@ -296,6 +351,7 @@ LayoutVocabulary LayoutVocabulary::config() {
   names.pp = "parallel.pp";
   names.dp = "parallel.dp";
   names.cp = "parallel.cp";
+  names.cp_comm = "parallel.cp_comm";
   names.ep = "parallel.ep";
   names.vpp = "parallel.vpp";
   names.zero = "parallel.zero";
@@ -316,6 +372,7 @@ LayoutVocabulary LayoutVocabulary::layout_flag() {
   names.pp = "pp";
   names.dp = "dp";
   names.cp = "cp";
+  names.cp_comm = "cp_comm";
   names.ep = "ep";
   names.vpp = "vpp";
   names.zero = "zero";

@@ -24,6 +24,7 @@ struct LayoutSizes {
   int64_t micro_batch = 1;
   int64_t microbatches = 0;  // 0: derived, global_batch / (dp * micro_batch); else must equal it
   bool sequence_parallel = false;
+  ContextParallelComm cp_comm = ContextParallelComm::ring;
   // Unset: no schedule given, as in the planner without a pipeline (pp = 1).
   std::optional<PipelineSchedule> schedule;
 };
@@ -31,6 +32,7 @@ struct LayoutSizes {
 // What of the model the layout rules look at.
 struct LayoutModelShape {
   int64_t heads = 1;      // model.n_heads
+  int64_t kv_heads = 1;   // model.n_kv_heads (n_heads when unset)
   int64_t mlp_width = 1;  // model.d_ff, or 4 * model.d_model when 0
   int64_t seq_len = 1;
   int64_t layers = 1;
@@ -40,8 +42,8 @@ LayoutModelShape layout_model_shape_of(const ModelConfig& model);
 
 // How the user writes each key and the ranks: messages name what to change in those words.
 struct LayoutVocabulary {
-  std::string tp, pp, dp, cp, ep, vpp, zero, micro_batch, microbatches, sequence_parallel, schedule,
-      global_batch;
+  std::string tp, pp, dp, cp, cp_comm, ep, vpp, zero, micro_batch, microbatches, sequence_parallel,
+      schedule, global_batch;
   // What the layout is laid over: ranks_owner + count + " " + ranks_noun, "4 ranks".
   std::string ranks_owner, ranks_noun;
   // true: settings read `parallel.pp_schedule = "zb-h1"` (TOML); false: `schedule=zb-h1`.
@@ -66,9 +68,13 @@ struct LayoutVerdict {
 //  - sizes: tp, pp, cp, ep, vpp, micro_batch, global_batch >= 1; dp >= 1 or -1; zero in 0..3;
 //    microbatches >= 0;
 //  - ranks: tp * pp * dp * cp equals them (dp = -1: tp * pp * cp divides them);
-//  - model: tp divides the heads and the MLP width, cp the sequence, and with sequence
+//  - model: tp divides the heads and the MLP width; with cp > 1, 2 * cp divides the sequence
+//    (cut into 2 * cp chunks, rank r holding chunks r and 2 * cp - 1 - r); with sequence
 //    parallelism (which needs tp > 1) tp * cp divides it too: the sequence is split over cp,
 //    then each piece over tp; layers >= pp * vpp;
+//  - cp_comm all-to-all: cp divides each tp rank's query heads (heads / tp), and its kv heads
+//    (kv_heads / tp; when tp does not divide them they are expanded to the query heads) and
+//    cp divide one another;
 //  - pipeline: vpp > 1 needs pp > 1 and the interleaved-1f1b schedule, which needs vpp >= 2,
 //    pp > 1 and microbatches a multiple of pp;
 //  - experts: ep divides dp * cp and the experts; ep > 1 needs experts;

@@ -28,7 +28,7 @@ inline bool operator!=(const MeshShape& a, const MeshShape& b) { return !(a == b
 std::string to_string(const MeshShape& shape);
 
 // The mesh a config runs on: the one place a shape is made from [parallel]. The config must be
-// validated (validate_config or resolve_config: dp resolved).
+// validated (validate_config: dp resolved).
 MeshShape mesh_shape_of(const Config& validated);
 
 struct MeshCoords {

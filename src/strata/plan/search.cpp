@@ -347,13 +347,9 @@ AutoLayout choose_layout(const Config& config, int64_t world, const ClusterProfi
   SearchOptions options;
   options.top = 2;
   options.allowed = [&config](const PlanLayout& layout) {
-    if (layout.recompute != Recompute::none) return false;  // the runtime has no recomputation
-    try {
-      check_implemented(with_layout(config, layout));
-    } catch (const UserError&) {
-      return false;
-    }
-    return true;
+    // The runtime has no recomputation; its context parallelism runs the blockwise kernel.
+    return layout.recompute == Recompute::none &&
+           (layout.cp == 1 || config.model.attention == AttentionKernel::blockwise);
   };
   const SearchResult result = search_layouts(inputs, options);
   AutoLayout choice;
