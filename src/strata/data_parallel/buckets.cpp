@@ -10,7 +10,7 @@
 namespace strata {
 
 Comm& data_parallel_group(const Parameter& parameter, Mesh& mesh) {
-  return parameter.spec.split_axis == ShardAxis::Ep ? mesh.expert_dp() : mesh.dp();
+  return parameter.spec.split_axis == ShardAxis::Ep ? mesh.expert_dp() : mesh.dp_cp();
 }
 
 void free_storage(const at::Tensor& flat) {

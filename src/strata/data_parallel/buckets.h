@@ -32,7 +32,8 @@
 namespace strata {
 
 // The group a parameter's gradient is averaged over and its training state sharded over:
-// expert weights (split over ep) over expert_dp, every other parameter over dp.
+// expert weights (split over ep) over expert_dp, every other parameter over dp x cp (the cp
+// ranks hold the same parameters and see different tokens).
 Comm& data_parallel_group(const Parameter& parameter, Mesh& mesh);
 
 // A flat buffer's storage comes and goes; tensors viewing it keep their sizes throughout.

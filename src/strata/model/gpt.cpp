@@ -16,13 +16,14 @@
 
 namespace strata {
 GPT::GPT(const ModelConfig& config, uint64_t seed, at::ScalarType dtype, TensorParallel tp,
-         StageSpec stage, Comm* ep)
+         StageSpec stage, Comm* ep, ContextParallel cp)
     : config_(config),
       seed_(seed),
       dtype_(dtype),
       tp_comm_(tp.comm && tp.comm->size() > 1 ? tp.comm : nullptr),
       sequence_parallel_(tp.sequence_parallel && tp_comm_ != nullptr),
       ep_comm_(ep && ep->size() > 1 ? ep : nullptr),
+      cp_{cp.comm && cp.comm->size() > 1 ? cp.comm : nullptr, cp.exchange},
       stage_(stage) {
   if (stage_.num_layers < 0) stage_.num_layers = config.n_layers - stage_.first_layer;
   STRATA_CHECK(stage_.first_layer >= 0 && stage_.first_layer + stage_.num_layers <= config.n_layers,
@@ -45,6 +46,11 @@ GPT::GPT(const ModelConfig& config, uint64_t seed, at::ScalarType dtype, TensorP
   }
   STRATA_REQUIRE(config.moe.num_experts % ep_size_ == 0, "parallel.ep (", ep_size_,
                  ") must divide model.moe.num_experts (", config.moe.num_experts, ")");
+  if (cp_.comm) {
+    STRATA_REQUIRE(config.attention == AttentionKernel::blockwise,
+                   "context parallelism needs model.attention = \"blockwise\"");
+    context_positions_ = context_positions(T, cp_.comm->rank(), cp_.comm->size());
+  }
   local_heads_ = H / tp_size_;
   kv_replicated_ = K % tp_size_ != 0;
   local_kv_heads_ = kv_replicated_ ? K : K / tp_size_;
@@ -194,11 +200,23 @@ at::Tensor GPT::norm(const at::Tensor& x, size_t weight_index, size_t bias_index
   return x * scale * weight(weight_index);
 }
 
-at::Tensor GPT::rotate(const at::Tensor& x, int64_t first_position) const {
+at::Tensor GPT::token_positions(int64_t T, int64_t past) const {
+  if (!cp_.comm) return at::Tensor();
+  STRATA_CHECK(past == 0 && T <= context_positions_.size(0),
+               "context parallelism runs whole training sequences, not a cache");
+  if (T == context_positions_.size(0)) return context_positions_;
+  // Under sequence parallelism: this tp rank's part of the rank's tokens.
+  return context_positions_.narrow(0, tp_rank_ * T, T);
+}
+
+at::Tensor GPT::rotate(const at::Tensor& x, int64_t first_position,
+                       const at::Tensor& positions) const {
   // x (B, heads, T, D): rotate the pairs (x[..., i], x[..., i + D/2]) by position * frequency_i.
   const int64_t T = x.size(2), half = x.size(3) / 2;
-  auto cos = rope_cos_.narrow(0, first_position, T);  // (T, D/2)
-  auto sin = rope_sin_.narrow(0, first_position, T);
+  auto cos = positions.defined() ? rope_cos_.index_select(0, positions)
+                                 : rope_cos_.narrow(0, first_position, T);  // (T, D/2)
+  auto sin = positions.defined() ? rope_sin_.index_select(0, positions)
+                                 : rope_sin_.narrow(0, first_position, T);
   auto x1 = x.narrow(-1, 0, half), x2 = x.narrow(-1, half, half);
   return at::cat({x1 * cos - x2 * sin, x1 * sin + x2 * cos}, -1);
 }
@@ -224,8 +242,9 @@ at::Tensor GPT::attention(const at::Tensor& x, const BlockParams& block, int64_t
   auto k = kv.narrow(-1, 0, K_l * D).view({B, T, K_l, D}).transpose(1, 2);  // (B, K_l, T, D)
   auto v = kv.narrow(-1, K_l * D, K_l * D).view({B, T, K_l, D}).transpose(1, 2);
   if (config_.pos == PositionEncoding::rope) {
-    q = rotate(q, past);
-    k = rotate(k, past);
+    const at::Tensor positions = token_positions(T, past);
+    q = rotate(q, past, positions);
+    k = rotate(k, past, positions);
   }
   if (cache) {
     if (past > 0) {
@@ -250,7 +269,9 @@ at::Tensor GPT::attention(const at::Tensor& x, const BlockParams& block, int64_t
   }
   const double scale = 1.0 / std::sqrt(static_cast<double>(D));
   at::Tensor y;  // (B, H_l, T, D)
-  if (blockwise) {
+  if (cp_.comm) {
+    y = context_parallel_attention(q, k, v, scale, *cp_.comm, cp_.exchange);
+  } else if (blockwise) {
     y = blockwise_attention(q, k, v, scale, AttentionPositions{past, 0});
   } else {
     auto scores = at::matmul(q, k.transpose(-2, -1)) * scale;
@@ -315,8 +336,10 @@ at::Tensor GPT::embed(const at::Tensor& tokens, int64_t past, bool sequence_para
   }
   if (position_embedding_ != kNone) {
     const int64_t T_l = x.size(1);
+    const at::Tensor positions = token_positions(T_l, past);
     const int64_t first = past + (sequence_parallel ? tp_rank_ * T_l : 0);
-    x = x + weight(position_embedding_).narrow(0, first, T_l);
+    x = x + (positions.defined() ? weight(position_embedding_).index_select(0, positions)
+                                 : weight(position_embedding_).narrow(0, first, T_l));
   }
   return x;
 }
@@ -367,7 +390,8 @@ UnitOrder GPT::unit_order() const {
 }
 
 at::Tensor GPT::logits(const at::Tensor& tokens, KVCache* cache) {
-  STRATA_CHECK(stage_.first && stage_.last, "logits() needs the whole model on this rank");
+  STRATA_CHECK(stage_.first && stage_.last && !cp_.comm,
+               "logits() needs the whole model and whole sequences on this rank");
   // Generation runs without sequence parallelism (one new token cannot be split); the
   // weights are the same either way.
   at::Tensor local = strata::linear(hidden(tokens, cache, false), weight(head_weight_));

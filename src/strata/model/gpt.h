@@ -11,6 +11,11 @@
 // expert FFNs behind a router. The experts are split over the ep group (expert weights carry
 // ShardAxis::Ep) and replicated over tp: under tensor parallelism every tp rank runs the
 // same MoE layer on the whole sequence (gathered first under sequence parallelism).
+//
+// Context parallelism (parallel/context_parallel.h) over the cp group: the model sees this
+// rank's tokens of each sequence (two chunks, at their original positions) and attention
+// reaches the other ranks' keys. Under tensor parallelism each tp rank holds the same tokens
+// (split again over tp with sequence parallelism).
 #pragma once
 #include <ATen/ATen.h>
 
@@ -21,6 +26,7 @@
 #include "strata/core/config.h"
 #include "strata/model/moe.h"
 #include "strata/model/parameter.h"
+#include "strata/parallel/context_parallel.h"
 
 namespace strata {
 
@@ -72,9 +78,10 @@ struct StageSpec {
 
 class GPT {
  public:
-  // ep: the expert-parallel group (nullptr or size 1: every expert on this rank).
+  // ep: the expert-parallel group (nullptr or size 1: every expert on this rank); cp: the
+  // context-parallel group (comm nullptr or size 1: whole sequences).
   GPT(const ModelConfig& config, uint64_t seed, at::ScalarType dtype, TensorParallel tp = {},
-      StageSpec stage = {}, Comm* ep = nullptr);
+      StageSpec stage = {}, Comm* ep = nullptr, ContextParallel cp = {});
 
   const ModelConfig& config() const { return config_; }
   std::vector<Parameter>& parameters() { return parameters_; }
@@ -90,7 +97,8 @@ class GPT {
 
   // One pipeline stage's forward: input is token ids (B, T) on the first stage, else the
   // previous stage's output (B, T or T / tp under sequence parallelism, C). Returns that
-  // output shape on all but the last stage, and the mean loss of targets (B, T) there.
+  // output shape on all but the last stage, and the mean loss of targets (B, T) there. Under
+  // context parallelism T is this rank's T / cp tokens (context_shard of the sequence).
   // objective_scale: the factor the objective enters the backward with (the executor's
   // 1 / microbatches); the MoE auxiliary losses join the backward with it from inside the
   // layers, the returned language-model loss is unscaled.
@@ -145,9 +153,13 @@ class GPT {
   // Every parameter enters here: initialized, and recorded in the layer unit being built.
   size_t add_parameter(const std::string& name, const ShardSpec& spec, InitKind kind, double std,
                        bool weight_decay);
-  at::Tensor enter_tp(const at::Tensor& x, bool sequence_parallel);      // before a column split
-  at::Tensor leave_tp(const at::Tensor& x, bool sequence_parallel);      // after a row split
-  at::Tensor rotate(const at::Tensor& x, int64_t first_position) const;  // RoPE
+  at::Tensor enter_tp(const at::Tensor& x, bool sequence_parallel);  // before a column split
+  at::Tensor leave_tp(const at::Tensor& x, bool sequence_parallel);  // after a row split
+  // The positions of the tokens this rank holds, T of them from `past` on: (T) int64 under
+  // context parallelism, undefined otherwise (positions past, past + 1, ...).
+  at::Tensor token_positions(int64_t T, int64_t past) const;
+  // RoPE at the given positions (undefined: first_position on).
+  at::Tensor rotate(const at::Tensor& x, int64_t first_position, const at::Tensor& positions) const;
   const at::Tensor& causal_mask(int64_t query_len, int64_t key_len);
 
   ModelConfig config_;
@@ -157,6 +169,8 @@ class GPT {
   bool sequence_parallel_;
   Comm* ep_comm_;  // nullptr when every expert is on this rank
   int64_t ep_size_ = 1, ep_rank_ = 0;
+  ContextParallel cp_;            // comm nullptr without context parallelism
+  at::Tensor context_positions_;  // (seq_len / cp) int64: this rank's tokens' positions
   double objective_scale_ = 1.0;  // of the forward_stage() running now
   std::vector<MoeLayerStats> moe_stats_;
   int64_t tp_size_ = 1, tp_rank_ = 0;

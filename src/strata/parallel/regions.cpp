@@ -1,24 +1,18 @@
-// Autograd functions for the tensor-parallel regions. The Comm travels through the autograd
-// context as an integer (autograd contexts hold IValues only); the Comm outlives every graph.
+// Autograd functions for the tensor-parallel regions (the Comm travels through the autograd
+// context: parallel/autograd_comm.h).
 #include "strata/parallel/regions.h"
 
 #include <torch/csrc/autograd/custom_function.h>
 
 #include "strata/core/error.h"
 #include "strata/dist/comm.h"
+#include "strata/parallel/autograd_comm.h"
 
 namespace strata {
 namespace {
 
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
-
-void remember(AutogradContext* ctx, Comm& comm) {
-  ctx->saved_data["comm"] = static_cast<int64_t>(reinterpret_cast<intptr_t>(&comm));
-}
-Comm& recall(AutogradContext* ctx) {
-  return *reinterpret_cast<Comm*>(static_cast<intptr_t>(ctx->saved_data["comm"].toInt()));
-}
 
 at::Tensor all_reduced(const at::Tensor& x, Comm& comm) {
   at::Tensor out = x.contiguous().clone();
@@ -55,11 +49,11 @@ at::Tensor own_chunk_along_tokens(const at::Tensor& x, Comm& comm) {
 
 struct CopyToRegion : torch::autograd::Function<CopyToRegion> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, Comm* comm) {
-    remember(ctx, *comm);
+    remember_comm(ctx, *comm);
     return x.view_as(x);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    return {all_reduced(grads[0], recall(ctx)), at::Tensor()};
+    return {all_reduced(grads[0], recall_comm(ctx)), at::Tensor()};
   }
 };
 
@@ -74,41 +68,41 @@ struct ReduceFromRegion : torch::autograd::Function<ReduceFromRegion> {
 
 struct GatherFromSequence : torch::autograd::Function<GatherFromSequence> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, Comm* comm) {
-    remember(ctx, *comm);
+    remember_comm(ctx, *comm);
     return all_gathered_along_tokens(x, *comm);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    return {reduce_scattered_along_tokens(grads[0], recall(ctx)), at::Tensor()};
+    return {reduce_scattered_along_tokens(grads[0], recall_comm(ctx)), at::Tensor()};
   }
 };
 
 struct ReduceScatterToSequence : torch::autograd::Function<ReduceScatterToSequence> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, Comm* comm) {
-    remember(ctx, *comm);
+    remember_comm(ctx, *comm);
     return reduce_scattered_along_tokens(x, *comm);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    return {all_gathered_along_tokens(grads[0], recall(ctx)), at::Tensor()};
+    return {all_gathered_along_tokens(grads[0], recall_comm(ctx)), at::Tensor()};
   }
 };
 
 struct SplitToSequence : torch::autograd::Function<SplitToSequence> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, Comm* comm) {
-    remember(ctx, *comm);
+    remember_comm(ctx, *comm);
     return own_chunk_along_tokens(x, *comm);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    return {all_gathered_along_tokens(grads[0], recall(ctx)), at::Tensor()};
+    return {all_gathered_along_tokens(grads[0], recall_comm(ctx)), at::Tensor()};
   }
 };
 
 struct GatherSequenceToReplica : torch::autograd::Function<GatherSequenceToReplica> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, Comm* comm) {
-    remember(ctx, *comm);
+    remember_comm(ctx, *comm);
     return all_gathered_along_tokens(x, *comm);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    return {own_chunk_along_tokens(grads[0], recall(ctx)), at::Tensor()};
+    return {own_chunk_along_tokens(grads[0], recall_comm(ctx)), at::Tensor()};
   }
 };
 

@@ -49,16 +49,14 @@ void PipelineExecutor::release(Slot& slot) {
   slot.holds_activations = false;
 }
 
-void PipelineExecutor::forward(const Action& action, const std::function<at::Tensor(int64_t)>& rows,
+void PipelineExecutor::forward(const Action& action, const MicrobatchSource& microbatches,
                                PipelineStepStats& stats) {
   Slot& s = slot(action.microbatch, action.chunk);
   GPT& chunk = *chunks_[action.chunk];
-  const int64_t seq_len = chunk.config().seq_len;
-  at::Tensor batch = rows(action.microbatch);
-  at::Tensor targets = batch.narrow(1, 1, seq_len);
-  at::Tensor input = chunk.stage().first ? batch.narrow(1, 0, seq_len) : s.input;
+  const Microbatch batch = microbatches(action.microbatch);
+  at::Tensor input = chunk.stage().first ? batch.input : s.input;
   STRATA_CHECK(input.defined(), "forward of ", to_string(action), " before its input arrived");
-  s.output = chunk.forward_stage(input, targets, objective_scale_);
+  s.output = chunk.forward_stage(input, batch.targets, objective_scale_);
   if (chunk.stage().last) {
     stats.loss += s.output.item<double>() * objective_scale_;
     s.output = s.output * objective_scale_;
@@ -91,8 +89,7 @@ void PipelineExecutor::backward(const Action& action, bool defer_weight_grads) {
   if (!defer_weight_grads) release(s);
 }
 
-PipelineStepStats PipelineExecutor::run(const std::function<at::Tensor(int64_t)>& rows,
-                                        int64_t step) {
+PipelineStepStats PipelineExecutor::run(const MicrobatchSource& microbatches, int64_t step) {
   using Clock = std::chrono::steady_clock;
   PipelineStepStats stats;
   slots_.clear();
@@ -148,7 +145,7 @@ PipelineStepStats PipelineExecutor::run(const std::function<at::Tensor(int64_t)>
         break;
       }
       case ActionKind::Forward:
-        forward(action, rows, stats);
+        forward(action, microbatches, stats);
         break;
       case ActionKind::Backward:
         if (listener_ && last_gradient_work) listener_->last_backward_begins(action.chunk);

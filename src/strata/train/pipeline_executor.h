@@ -32,6 +32,13 @@ struct PipelineStepStats {
   double wait_s = 0;          // time blocked in receives (this rank's bubble)
 };
 
+// One microbatch's tokens as this rank's chunks see them (micro_batch, tokens) int64 each:
+// the first stage's input ids and the last stage's targets.
+struct Microbatch {
+  at::Tensor input, targets;
+};
+using MicrobatchSource = std::function<Microbatch(int64_t microbatch)>;
+
 class PipelineExecutor {
  public:
   // chunks[c] is this rank's chunk c (virtual stage c * p + pp rank). activation_shape is
@@ -41,11 +48,11 @@ class PipelineExecutor {
   PipelineExecutor(Schedule schedule, std::vector<GPT*> chunks, Comm& pp,
                    std::vector<int64_t> activation_shape, at::ScalarType dtype, Trace* trace);
 
-  // Runs one step. rows(mb) returns microbatch mb's token rows (micro_batch, seq_len + 1).
+  // Runs one step; microbatches(mb) returns microbatch mb's tokens.
   // The objective of each microbatch (its loss, and the MoE auxiliary losses) enters the
   // backward scaled by 1 / microbatches, so the gradients are those of the mean; this is the
   // one place that scaling happens. `step` only labels trace events.
-  PipelineStepStats run(const std::function<at::Tensor(int64_t)>& rows, int64_t step);
+  PipelineStepStats run(const MicrobatchSource& microbatches, int64_t step);
   void set_listener(BackwardListener* listener) { listener_ = listener; }  // may be null
 
  private:
@@ -58,7 +65,7 @@ class PipelineExecutor {
     bool holds_activations = false;
   };
   Slot& slot(int microbatch, int chunk);
-  void forward(const Action& action, const std::function<at::Tensor(int64_t)>& rows,
+  void forward(const Action& action, const MicrobatchSource& microbatches,
                PipelineStepStats& stats);
   void backward(const Action& action, bool defer_weight_grads);
   void release(Slot& slot);

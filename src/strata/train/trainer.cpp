@@ -11,6 +11,7 @@
 #include "strata/core/memory.h"
 #include "strata/data/dataset.h"
 #include "strata/data_parallel/data_parallel.h"
+#include "strata/parallel/context_parallel.h"
 #include "strata/pipeline/generators.h"
 #include "strata/pipeline/partition.h"
 #include "strata/train/metrics.h"
@@ -103,6 +104,7 @@ Trainer::Trainer(const Config& config, Mesh& mesh)
   const std::vector<int64_t> layers = stage_layers(config_);
 
   const TensorParallel tp{&mesh_.tp(), config_.parallel.sequence_parallel};
+  const ContextParallel cp{&mesh_.cp(), config_.parallel.cp_comm};
   for (int64_t chunk = 0; chunk < v; ++chunk) {
     const int64_t virtual_stage = chunk * p + pp_rank;
     int64_t first_layer = 0;
@@ -110,7 +112,7 @@ Trainer::Trainer(const Config& config, Mesh& mesh)
     StageSpec stage{first_layer, layers[virtual_stage], virtual_stage == 0,
                     virtual_stage == stages - 1};
     chunks_.push_back(
-        std::make_unique<GPT>(model, config_.train.seed, dtype_, tp, stage, &mesh_.ep()));
+        std::make_unique<GPT>(model, config_.train.seed, dtype_, tp, stage, &mesh_.ep(), cp));
   }
   for (auto& chunk : chunks_) {
     for (auto& parameter : chunk->parameters()) parameters_.push_back(&parameter);
@@ -121,8 +123,8 @@ Trainer::Trainer(const Config& config, Mesh& mesh)
   const int64_t microbatches = rows_per_dp_rank_ / config_.train.micro_batch;
   STRATA_CHECK(microbatches == config_.parallel.microbatches, "config not validated");
   Schedule schedule = build_schedule(schedule_request(config_), kScheduleKeys);
-  const int64_t tokens_per_rank =
-      config_.parallel.sequence_parallel ? model.seq_len / mesh_.shape().tp : model.seq_len;
+  const int64_t tokens_per_rank = model.seq_len / mesh_.shape().cp /
+                                  (config_.parallel.sequence_parallel ? mesh_.shape().tp : 1);
   const std::vector<int64_t> activation_shape{config_.train.micro_batch, tokens_per_rank,
                                               model.d_model};
   std::vector<GPT*> chunk_pointers;
@@ -160,20 +162,28 @@ int64_t Trainer::num_parameters() const {
   return count.item<int64_t>();
 }
 
-std::function<at::Tensor(int64_t)> Trainer::microbatches_of(Split split, int64_t batch) const {
-  // This dp rank's rows of the global batch, micro_batch rows at a time.
+MicrobatchSource Trainer::microbatches_of(Split split, int64_t batch) const {
+  // This dp rank's rows of the global batch, micro_batch rows at a time; under context
+  // parallelism this cp rank's tokens of them.
   return [this, split, batch](int64_t microbatch) {
-    const int64_t micro_batch = config_.train.micro_batch;
+    const int64_t micro_batch = config_.train.micro_batch, T = config_.model.seq_len;
     const int64_t first_row = mesh_.coords().dp * rows_per_dp_rank_ + microbatch * micro_batch;
-    return dataset_->rows(split, batch, first_row, micro_batch, config_.model.seq_len);
+    const at::Tensor rows = dataset_->rows(split, batch, first_row, micro_batch, T);
+    Microbatch out{rows.narrow(1, 0, T), rows.narrow(1, 1, T)};
+    if (mesh_.shape().cp > 1) {
+      out.input = context_shard(out.input, mesh_.coords().cp, mesh_.shape().cp);
+      out.targets = context_shard(out.targets, mesh_.coords().cp, mesh_.shape().cp);
+    }
+    return out;
   };
 }
 
 double Trainer::global_mean_loss(double last_stage_mean) {
-  // The loss lives on the last stage (zero elsewhere): sum over pp, mean over dp.
+  // The loss lives on the last stage (zero elsewhere): sum over pp, mean over dp and cp
+  // (each cp rank's mean is over the same number of tokens).
   at::Tensor loss = at::tensor({last_stage_mean}, at::kDouble);
   mesh_.pp().all_reduce(loss, ReduceOp::Sum);
-  mesh_.dp().all_reduce(loss, ReduceOp::Avg);
+  mesh_.dp_cp().all_reduce(loss, ReduceOp::Avg);
   return loss.item<double>();
 }
 
@@ -204,7 +214,7 @@ Trainer::StepResult Trainer::train_step(int64_t step) {
 
 MoeStepStats Trainer::collect_moe_stats() {
   // Per global layer: load (E), assignments, dropped, sequences, aux * sequences,
-  // z * sequences; summed over this step's forwards, then over dp (different rows) and pp
+  // z * sequences; summed over this step's forwards, then over dp and cp (different tokens) and pp
   // (different layers). tp ranks hold replicas: not summed.
   const ModelConfig& model = config_.model;
   MoeStepStats out;
@@ -224,7 +234,7 @@ MoeStepStats Trainer::collect_moe_stats() {
     }
   }
   at::Tensor sums = at::tensor(local, at::kDouble);
-  mesh_.dp().all_reduce(sums, ReduceOp::Sum);
+  mesh_.dp_cp().all_reduce(sums, ReduceOp::Sum);
   mesh_.pp().all_reduce(sums, ReduceOp::Sum);
   const double* total = sums.data_ptr<double>();
   double assignments = 0, dropped = 0;

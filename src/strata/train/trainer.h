@@ -12,6 +12,7 @@
 #include "strata/model/gpt.h"
 #include "strata/optim/adamw.h"
 #include "strata/train/metrics.h"
+#include "strata/train/pipeline_executor.h"
 
 namespace strata {
 
@@ -74,7 +75,7 @@ class Trainer {
   StepMetrics step_metrics(int64_t step, const StepResult& result, double step_time_s,
                            int64_t live_bytes_before) const;
   double global_mean_loss(double last_stage_mean);  // collective over pp and dp
-  std::function<at::Tensor(int64_t)> microbatches_of(Split split, int64_t batch) const;
+  MicrobatchSource microbatches_of(Split split, int64_t batch) const;
   double evaluate();
   MoeStepStats collect_moe_stats();  // collective over dp and pp
   void save(int64_t steps_done, TrainResult& result);

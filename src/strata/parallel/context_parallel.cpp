@@ -1,0 +1,282 @@
+// Context-parallel attention: the three exchanges of context_parallel.h. Shapes: B batch, H query
+// heads, K key/value heads, D head_dim, n = cp ranks, T_l = T / n tokens per rank in two chunks
+// of c = T / (2n); "rank order" lists rank 0's chunks, then rank 1's, ...; "natural order" is
+// the sequence's own.
+#include "strata/parallel/context_parallel.h"
+
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "strata/core/error.h"
+#include "strata/dist/comm.h"
+#include "strata/kernels/attention.h"
+#include "strata/parallel/autograd_comm.h"
+#include "strata/parallel/regions.h"
+
+namespace strata {
+
+std::array<int64_t, 2> context_chunks(int64_t rank, int64_t size) {
+  return {rank, 2 * size - 1 - rank};
+}
+
+at::Tensor context_positions(int64_t seq_len, int64_t rank, int64_t size) {
+  STRATA_CHECK(seq_len % (2 * size) == 0, "seq_len ", seq_len, " is not split in 2 * ", size,
+               " chunks");
+  const int64_t c = seq_len / (2 * size);
+  std::vector<at::Tensor> parts;
+  for (int64_t chunk : context_chunks(rank, size)) {
+    parts.push_back(at::arange(chunk * c, (chunk + 1) * c, at::kLong));
+  }
+  return at::cat(parts);
+}
+
+at::Tensor context_shard(const at::Tensor& x, int64_t rank, int64_t size) {
+  STRATA_CHECK(x.size(1) % (2 * size) == 0, "a sequence of ", x.size(1),
+               " tokens is not split in 2 * ", size, " chunks");
+  const int64_t c = x.size(1) / (2 * size);
+  std::vector<at::Tensor> parts;
+  for (int64_t chunk : context_chunks(rank, size)) parts.push_back(x.narrow(1, chunk * c, c));
+  return at::cat(parts, 1);
+}
+
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// The chunks of every rank along `dim`, from rank order to natural order, and back.
+at::Tensor rank_order_to_natural(const at::Tensor& x, int64_t n, int64_t dim) {
+  const int64_t c = x.size(dim) / (2 * n);
+  std::vector<at::Tensor> chunks(static_cast<size_t>(2 * n));
+  for (int64_t rank = 0; rank < n; ++rank) {
+    const auto global = context_chunks(rank, n);
+    for (int64_t i = 0; i < 2; ++i) chunks[global[i]] = x.narrow(dim, (2 * rank + i) * c, c);
+  }
+  return at::cat(chunks, dim);
+}
+
+at::Tensor natural_to_rank_order(const at::Tensor& x, int64_t n, int64_t dim) {
+  const int64_t c = x.size(dim) / (2 * n);
+  std::vector<at::Tensor> chunks;
+  for (int64_t rank = 0; rank < n; ++rank) {
+    for (int64_t chunk : context_chunks(rank, n)) chunks.push_back(x.narrow(dim, chunk * c, c));
+  }
+  return at::cat(chunks, dim);
+}
+
+// ---- all-gather (Llama 3) ----------------------------------------------------------------
+
+at::Tensor all_gather_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                double scale, Comm& cp) {
+  const int64_t n = cp.size(), B = k.size(0), K = k.size(1), T_l = k.size(2), D = k.size(3);
+  const int64_t c = T_l / 2;
+  // Keys then values of each token as one (B, T_l, 2 K D) row, gathered along the tokens (the
+  // backward reduce-scatters their gradients home), then put in the sequence's order.
+  at::Tensor rows = at::cat({k, v}, 1).permute({0, 2, 1, 3}).reshape({B, T_l, 2 * K * D});
+  at::Tensor all = rank_order_to_natural(gather_from_sequence(rows, cp), n, 1);
+  all = all.view({B, n * T_l, 2 * K, D}).permute({0, 2, 1, 3});  // (B, 2K, T, D)
+  const at::Tensor keys = all.narrow(1, 0, K), values = all.narrow(1, K, K);
+  // Each query chunk attends to the keys up to its own end.
+  const auto chunks = context_chunks(cp.rank(), n);
+  std::vector<at::Tensor> out;
+  for (int64_t i = 0; i < 2; ++i) {
+    const int64_t end = (chunks[i] + 1) * c;
+    out.push_back(blockwise_attention(q.narrow(2, i * c, c), keys.narrow(2, 0, end),
+                                      values.narrow(2, 0, end), scale,
+                                      AttentionPositions{chunks[i] * c, 0}));
+  }
+  return at::cat(out, 2);
+}
+
+// ---- all-to-all (DeepSpeed-Ulysses) ------------------------------------------------------
+
+at::Tensor exchanged(const at::Tensor& x, Comm& comm) {
+  at::Tensor in = x.contiguous();
+  at::Tensor out = at::empty_like(in);
+  comm.all_to_all(out, in);
+  return out;
+}
+
+// (n, ...): row j goes to rank j, row i of the result came from rank i. Its own transpose, so
+// the backward is the same exchange.
+struct AllToAllRows : torch::autograd::Function<AllToAllRows> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, Comm* comm) {
+    remember_comm(ctx, *comm);
+    return exchanged(x, *comm);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    return {exchanged(grads[0], recall_comm(ctx)), at::Tensor()};
+  }
+};
+
+// (B, N, T_l, D) this rank's tokens of every head -> (B, N / n, T, D) every token of this
+// rank's heads (head group r), in natural order.
+at::Tensor sequence_to_heads(const at::Tensor& x, Comm& cp) {
+  const int64_t n = cp.size(), B = x.size(0), N = x.size(1), T_l = x.size(2), D = x.size(3);
+  at::Tensor rows = x.reshape({B, n, N / n, T_l, D}).transpose(0, 1);  // row j: head group j
+  at::Tensor got = AllToAllRows::apply(rows, &cp);                     // row j: rank j's tokens
+  return rank_order_to_natural(got.permute({1, 2, 0, 3, 4}).reshape({B, N / n, n * T_l, D}), n, 2);
+}
+
+// The inverse: (B, N / n, T, D) -> (B, N, T_l, D).
+at::Tensor heads_to_sequence(const at::Tensor& y, Comm& cp) {
+  const int64_t n = cp.size(), B = y.size(0), G = y.size(1), T = y.size(2), D = y.size(3);
+  at::Tensor rows =
+      natural_to_rank_order(y, n, 2).view({B, G, n, T / n, D}).permute({2, 0, 1, 3, 4});
+  at::Tensor got = AllToAllRows::apply(rows, &cp);  // row j: head group j of this rank's tokens
+  return got.transpose(0, 1).reshape({B, n * G, T / n, D});
+}
+
+at::Tensor all_to_all_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                double scale, Comm& cp) {
+  const int64_t n = cp.size(), H = q.size(1), K = k.size(1);
+  STRATA_REQUIRE(H % n == 0 && (K % n == 0 || n % K == 0), "all-to-all context parallelism: ", H,
+                 " query and ", K, " kv heads per rank do not split over cp = ", n);
+  at::Tensor keys = k, values = v;
+  if (K % n != 0) {  // fewer kv heads than ranks: each rank gets a copy of the one it needs
+    keys = k.repeat_interleave(n / K, 1);
+    values = v.repeat_interleave(n / K, 1);
+  }
+  at::Tensor y = blockwise_attention(sequence_to_heads(q, cp), sequence_to_heads(keys, cp),
+                                     sequence_to_heads(values, cp), scale);
+  return heads_to_sequence(y, cp);
+}
+
+// ---- ring --------------------------------------------------------------------------------
+
+constexpr int kKeysValuesTag = 71, kKeyValueGradsTag = 72;
+
+// One exchange step's blocks: the pairs (query chunk i, key chunk j) of this rank's queries
+// and the keys of rank `source`, skipping pairs whose keys all come after the queries.
+template <typename Visit>
+void visible_pairs(int64_t rank, int64_t source, int64_t n, int64_t c, Visit&& visit) {
+  const auto queries = context_chunks(rank, n), keys = context_chunks(source, n);
+  for (int64_t i = 0; i < 2; ++i) {
+    for (int64_t j = 0; j < 2; ++j) {
+      if (keys[j] <= queries[i]) visit(i, j, AttentionPositions{queries[i] * c, keys[j] * c});
+    }
+  }
+}
+
+// Merges a block's (out, lse) into a query chunk's running result: the softmax over the union
+// of their keys (both see at least one key, so every lse is finite).
+void merge(std::optional<AttentionForward>& into, AttentionForward piece) {
+  piece.out = piece.out.to(piece.lse.scalar_type());
+  if (!into) {
+    into = std::move(piece);
+    return;
+  }
+  const at::Tensor lse = at::logaddexp(into->lse, piece.lse);
+  into->out = into->out * (into->lse - lse).exp().unsqueeze(-1) +
+              piece.out * (piece.lse - lse).exp().unsqueeze(-1);
+  into->lse = lse;
+}
+
+// Posts the next hop around the ring: `buffer` to the next rank, `incoming` from the previous.
+std::pair<Work, Work> pass_on(Comm& cp, const at::Tensor& buffer, at::Tensor& incoming, int tag) {
+  const int n = cp.size(), r = cp.rank();
+  Work send = cp.isend(buffer, (r + 1) % n, tag);
+  Work receive = cp.irecv(incoming, (r + n - 1) % n, tag);
+  return {std::move(send), std::move(receive)};
+}
+
+struct RingAttention : torch::autograd::Function<RingAttention> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k,
+                            const at::Tensor& v, double scale, Comm* comm) {
+    Comm& cp = *comm;
+    const int64_t n = cp.size(), r = cp.rank(), c = q.size(2) / 2;
+    at::Tensor kv = at::stack({k, v}).contiguous();  // (2, B, K, T_l, D): the block that travels
+    at::Tensor next = at::empty_like(kv);
+    std::array<std::optional<AttentionForward>, 2> result;  // per query chunk
+    for (int64_t step = 0; step < n; ++step) {
+      std::pair<Work, Work> hop;
+      if (step + 1 < n) hop = pass_on(cp, kv, next, kKeysValuesTag);
+      visible_pairs(r, (r + n - step) % n, n, c, [&](int64_t i, int64_t j, AttentionPositions at) {
+        merge(result[i],
+              blockwise_attention_forward(q.narrow(2, i * c, c), kv[0].narrow(2, j * c, c),
+                                          kv[1].narrow(2, j * c, c), scale, at));
+      });
+      if (step + 1 < n) {
+        hop.first.wait();
+        hop.second.wait();
+        std::swap(kv, next);
+      }
+    }
+    const at::Tensor out = at::cat({result[0]->out, result[1]->out}, 2);
+    const at::Tensor lse = at::cat({result[0]->lse, result[1]->lse}, 2);
+    ctx->save_for_backward({q, k, v, out, lse});
+    ctx->saved_data["scale"] = scale;
+    remember_comm(ctx, cp);
+    return out.to(q.scalar_type());
+  }
+
+  // Every block's gradients from the final out and lse (blockwise_attention_backward's delta
+  // and probabilities are those of the whole row). dQ stays here; each rank's K/V go around
+  // the ring again and their dK/dV, accumulated hop by hop, follow them and come home last.
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor &q = saved[0], &k = saved[1], &v = saved[2], &out = saved[3], &lse = saved[4];
+    const double scale = ctx->saved_data["scale"].toDouble();
+    Comm& cp = recall_comm(ctx);
+    const int64_t n = cp.size(), r = cp.rank(), c = q.size(2) / 2;
+    const at::Tensor dout = grads[0];
+    const auto accumulate = lse.scalar_type();
+    at::Tensor dq = at::zeros(q.sizes(), q.options().dtype(accumulate));
+    at::Tensor kv = at::stack({k, v}).contiguous();
+    at::Tensor next = at::empty_like(kv);
+    std::pair<Work, Work> grads_hop;  // the previous step's dK/dV on their way
+    at::Tensor sent, incoming;
+    for (int64_t step = 0; step < n; ++step) {
+      std::pair<Work, Work> hop;
+      if (step + 1 < n) hop = pass_on(cp, kv, next, kKeysValuesTag);
+      at::Tensor dkv = at::zeros(kv.sizes(), kv.options().dtype(accumulate));
+      visible_pairs(r, (r + n - step) % n, n, c, [&](int64_t i, int64_t j, AttentionPositions at) {
+        AttentionGradients g = blockwise_attention_backward(
+            dout.narrow(2, i * c, c), q.narrow(2, i * c, c), kv[0].narrow(2, j * c, c),
+            kv[1].narrow(2, j * c, c), out.narrow(2, i * c, c), lse.narrow(2, i * c, c), scale, at);
+        dq.narrow(2, i * c, c).add_(g.dq);
+        dkv[0].narrow(2, j * c, c).add_(g.dk);
+        dkv[1].narrow(2, j * c, c).add_(g.dv);
+      });
+      if (step > 0) {  // what the ranks before added to this block's gradients
+        grads_hop.first.wait();
+        grads_hop.second.wait();
+        dkv.add_(incoming);
+      }
+      // On to the rank that holds this block next; after the last step that is its owner.
+      sent = dkv;
+      incoming = at::empty_like(dkv);
+      grads_hop = pass_on(cp, sent, incoming, kKeyValueGradsTag);
+      if (step + 1 < n) {
+        hop.first.wait();
+        hop.second.wait();
+        std::swap(kv, next);
+      }
+    }
+    grads_hop.first.wait();
+    grads_hop.second.wait();  // incoming: this rank's own dK/dV, from every rank
+    return {dq.to(q.scalar_type()), incoming[0].to(k.scalar_type()),
+            incoming[1].to(v.scalar_type()), at::Tensor(), at::Tensor()};
+  }
+};
+
+}  // namespace
+
+at::Tensor context_parallel_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                      double scale, Comm& cp, ContextParallelComm exchange) {
+  STRATA_CHECK(q.size(2) % 2 == 0 && k.size(2) == q.size(2), "context-parallel attention wants ",
+               "two equal chunks of queries and keys per rank, got q ", q.sizes(), ", k ",
+               k.sizes());
+  switch (exchange) {
+    case ContextParallelComm::ring:
+      return RingAttention::apply(q, k, v, scale, &cp);
+    case ContextParallelComm::all_gather:
+      return all_gather_attention(q, k, v, scale, cp);
+    case ContextParallelComm::all_to_all:
+      return all_to_all_attention(q, k, v, scale, cp);
+  }
+  STRATA_CHECK(false, "unknown context-parallel exchange");
+}
+
+}  // namespace strata
