@@ -126,15 +126,16 @@ std::vector<ShardedTensor> DataParallel::checkpoint_tensors(bool for_load) {
   at::NoGradGuard no_grad;
   gather_.begin_full_values(for_load);
   const auto& moments = optimizer_.begin_full_moments(for_load);
-  // Replicas are written once: by rank 0 of the data-parallel group (and of cp), by tp rank
-  // 0 unless split over tp, and the tied embedding by the first pipeline stage.
+  // Replicas are written once: by rank 0 of the parameter's data-parallel group (dp x cp, or
+  // expert_dp for experts), by tp rank 0 unless split over tp, and the tied embedding by the
+  // first pipeline stage.
   std::vector<ShardedTensor> tensors;
   const auto& buckets = buckets_.buckets();
   for (size_t b = 0; b < buckets.size(); ++b) {
     const Bucket& bucket = buckets[b];
     for (size_t i = 0; i < bucket.parameters.size(); ++i) {
       const Parameter& parameter = *bucket.parameters[i];
-      const bool writer = bucket.group->rank() == 0 && mesh_.coords().cp == 0 &&
+      const bool writer = bucket.group->rank() == 0 &&
                           (parameter.spec.is_split_over(ShardAxis::Tp) || mesh_.coords().tp == 0) &&
                           (!parameter.pp_tied || mesh_.pp_is_first_stage());
       const int64_t n = parameter.value.numel();

@@ -298,10 +298,11 @@ at::Tensor GPT::moe(const at::Tensor& x, const BlockParams& block, int64_t layer
   // Replicated over tp: each tp rank routes the whole sequence (capacity is per sequence).
   at::Tensor input = sequence_parallel ? gather_sequence_to_replica(x, *tp_comm_) : x;
   if (cache && cache->expert_counts.empty()) cache->expert_counts.resize(config_.n_layers);
-  MoeOutput out = moe_forward(input,
-                              {weight(block.router_weight), weight(block.expert_fc_weight),
-                               weight(block.expert_out_weight)},
-                              config_, ep_comm_, cache ? &cache->expert_counts[layer] : nullptr);
+  MoeOutput out =
+      moe_forward(input,
+                  {weight(block.router_weight), weight(block.expert_fc_weight),
+                   weight(block.expert_out_weight)},
+                  config_, ep_comm_, cache ? &cache->expert_counts[layer] : nullptr, cp_.comm);
   if (!cache) {
     out.stats.layer = stage_.first_layer + layer;
     moe_stats_.push_back(std::move(out.stats));

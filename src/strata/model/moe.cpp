@@ -27,6 +27,7 @@
 
 #include "strata/core/error.h"
 #include "strata/dist/comm.h"
+#include "strata/parallel/context_parallel.h"
 #include "strata/parallel/experts.h"
 
 namespace strata {
@@ -79,8 +80,41 @@ int64_t moe_capacity(const ModelConfig& config) {
                                         static_cast<double>(moe.num_experts)));
 }
 
+namespace {
+
+struct SequenceCounts {
+  at::Tensor total;   // (B, E) assignments per expert in the whole sequence
+  at::Tensor before;  // (B, T, E) at earlier tokens of the sequence; undefined: cumsum here
+  int64_t sequence_tokens;
+};
+
+// chosen (B, T, E) of this cp rank's two chunks: the counts over the whole sequence, from every
+// rank's per-chunk counts.
+SequenceCounts sequence_counts(const at::Tensor& chosen, Comm& cp) {
+  const int64_t n = cp.size(), B = chosen.size(0), T = chosen.size(1), E = chosen.size(2);
+  const int64_t c = T / 2;
+  const at::Tensor per_chunk = chosen.view({B, 2, c, E});
+  at::Tensor all = at::empty({n, B, 2, E}, at::kLong);
+  cp.all_gather(all, per_chunk.sum(2).contiguous());
+  std::vector<at::Tensor> by_chunk(static_cast<size_t>(2 * n));  // natural order
+  for (int64_t rank = 0; rank < n; ++rank) {
+    const auto chunks = context_chunks(rank, n);
+    for (int64_t i = 0; i < 2; ++i) by_chunk[chunks[i]] = all[rank].select(1, i);
+  }
+  const at::Tensor counts = at::stack(by_chunk, 1);            // (B, 2n, E)
+  const at::Tensor chunks_before = counts.cumsum(1) - counts;  // earlier chunks, per chunk
+  const auto mine = context_chunks(cp.rank(), n);
+  const at::Tensor offset =
+      at::stack({chunks_before.select(1, mine[0]), chunks_before.select(1, mine[1])}, 1);
+  const at::Tensor before = per_chunk.cumsum(2) - per_chunk + offset.unsqueeze(2);
+  return {counts.sum(1), before.view({B, T, E}), T * n};
+}
+
+}  // namespace
+
 MoeOutput moe_forward(const at::Tensor& x, const MoeWeights& weights, const ModelConfig& config,
-                      Comm* ep, at::Tensor* expert_counts) {
+                      Comm* ep, at::Tensor* expert_counts, Comm* cp) {
+  STRATA_CHECK(!(cp && expert_counts), "context parallelism runs whole sequences, not a cache");
   const MoeConfig& moe = config.moe;
   const int64_t B = x.size(0), T = x.size(1), C = x.size(2), N = B * T;
   const int64_t E = moe.num_experts, k = moe.top_k;
@@ -107,15 +141,21 @@ MoeOutput moe_forward(const at::Tensor& x, const MoeWeights& weights, const Mode
   if (k > 1) gate = gate / gate.sum(-1, /*keepdim=*/true);
 
   // Switch load balancing per sequence: E * sum_e (share of assignments to e) * (mean prob).
+  // Under context parallelism the shares count the whole sequence's assignments; the mean
+  // probability is this rank's, so the mean of the ranks' losses is the sequence's.
   at::Tensor chosen = at::zeros({B, T, E}, at::kLong).scatter_(-1, expert_index, 1);
-  at::Tensor share = chosen.sum(1).to(probs.scalar_type()) / static_cast<double>(T * k);
+  SequenceCounts sequence =
+      cp ? sequence_counts(chosen, *cp) : SequenceCounts{chosen.sum(1), {}, T};
+  at::Tensor share =
+      sequence.total.to(probs.scalar_type()) / static_cast<double>(sequence.sequence_tokens * k);
   result.aux_loss = (share * probs.mean(1)).sum(-1).mean() * static_cast<double>(E);
 
   // 2. Capacity, per sequence in token order (continuing the cached counts when decoding).
   const int64_t capacity = moe_capacity(config);
   at::Tensor keep = at::ones({B, T, k}, at::kBool);
   if (capacity > 0 || expert_counts) {
-    at::Tensor earlier = chosen.cumsum(1) - chosen;  // (B, T, E) assignments at earlier tokens
+    // (B, T, E) assignments at earlier tokens
+    at::Tensor earlier = sequence.before.defined() ? sequence.before : chosen.cumsum(1) - chosen;
     const bool cached = expert_counts && expert_counts->defined();
     if (cached) earlier = earlier + expert_counts->unsqueeze(1);
     if (capacity > 0) keep = earlier.gather(-1, expert_index) < capacity;

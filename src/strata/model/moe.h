@@ -50,8 +50,11 @@ struct MoeOutput {
 // each sequence's assignments per expert so far, (B, E) int64, and are advanced).
 // ep: the expert-parallel group (nullptr = all experts here); this rank holds experts
 // [ep_rank * E_l, (ep_rank + 1) * E_l). Every rank of the ep group must call it together.
+// cp: the context-parallel group (nullptr = none): x is this rank's tokens of each sequence
+// (parallel/context_parallel.h), and the load-balancing shares and the capacity positions
+// count the whole sequence's assignments (one all-gather of per-chunk counts over cp).
 MoeOutput moe_forward(const at::Tensor& x, const MoeWeights& weights, const ModelConfig& config,
-                      Comm* ep, at::Tensor* expert_counts = nullptr);
+                      Comm* ep, at::Tensor* expert_counts = nullptr, Comm* cp = nullptr);
 
 // Returns x unchanged; its backward also sends gradient `scale` into `loss` (a scalar). This
 // is how a layer's auxiliary loss reaches the objective from inside a pipeline stage, whose
