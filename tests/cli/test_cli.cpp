@@ -130,6 +130,27 @@ TEST(Cli, TensorParallelCheckpointServesSplitOrWhole) {
   EXPECT_EQ(split, whole) << "greedy decoding of the tp=2 checkpoint on 2 ranks and on 1";
 }
 
+// A context-parallel checkpoint holds the same global tensors: one rank generates from it.
+TEST(Cli, ContextParallelCheckpointGenerates) {
+  testing::TempDir dir;
+  std::string output;
+  ASSERT_EQ(testing::run_command(kStrata + " train " + write_config(dir) +
+                                     " --nproc 2 --set parallel.cp=2 --set parallel.cp_comm=ring"
+                                     " --set log.trace=false",
+                                 &output),
+            0)
+      << output;
+  EXPECT_NE(output.find("CP(2)"), std::string::npos) << output;
+  ASSERT_EQ(
+      testing::run_command(kStrata + " generate --checkpoint " + dir.file("ckpt/step_00000006") +
+                               " --prompt 'The ' --max-new-tokens 16 --temperature 0",
+                           &output),
+      0)
+      << output;
+  EXPECT_EQ(output.rfind("The ", 0), 0u) << output;
+  EXPECT_GT(output.size(), 4u + 12u) << output;
+}
+
 TEST(Cli, TrainTwoRanksThenGenerateAndRefuseCorruption) {
   testing::TempDir dir;
   std::string output;
