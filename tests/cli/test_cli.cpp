@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -135,12 +136,23 @@ TEST(Cli, ContextParallelCheckpointGenerates) {
   testing::TempDir dir;
   std::string output;
   ASSERT_EQ(testing::run_command(kStrata + " train " + write_config(dir) +
-                                     " --nproc 2 --set parallel.cp=2 --set parallel.cp_comm=ring"
-                                     " --set log.trace=false",
+                                     " --nproc 2 --set parallel.cp=2 --set parallel.cp_comm=ring",
                                  &output),
             0)
       << output;
   EXPECT_NE(output.find("CP(2)"), std::string::npos) << output;
+  // The trace shows each rank's ring steps: block compute, and waits for the next hop.
+  std::ifstream trace_file(dir.file("log/trace.json"));
+  ASSERT_TRUE(trace_file.good());
+  std::map<std::string, std::set<int>> ranks_with;
+  const nlohmann::json trace = nlohmann::json::parse(trace_file);
+  for (const auto& event : trace["traceEvents"]) {
+    if (event["ph"] == "X") {
+      ranks_with[event["name"].get<std::string>()].insert(event["tid"].get<int>());
+    }
+  }
+  EXPECT_EQ(ranks_with["cp_ring_compute"], (std::set<int>{0, 1}));
+  EXPECT_EQ(ranks_with["cp_ring_wait"], (std::set<int>{0, 1}));
   ASSERT_EQ(
       testing::run_command(kStrata + " generate --checkpoint " + dir.file("ckpt/step_00000006") +
                                " --prompt 'The ' --max-new-tokens 16 --temperature 0",

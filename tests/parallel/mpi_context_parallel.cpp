@@ -41,7 +41,7 @@ Result attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, con
               double scale, Comm* cp, ContextParallelComm exchange) {
   at::Tensor ql = q.clone().set_requires_grad(true), kl = k.clone().set_requires_grad(true),
              vl = v.clone().set_requires_grad(true);
-  at::Tensor out = cp ? context_parallel_attention(ql, kl, vl, scale, *cp, exchange)
+  at::Tensor out = cp ? context_parallel_attention(ql, kl, vl, scale, ContextParallel{cp, exchange})
                       : blockwise_attention(ql, kl, vl, scale);
   out.backward(dout);
   return {out.detach(), ql.grad(), kl.grad(), vl.grad()};
@@ -120,7 +120,7 @@ TEST(ContextParallel, BytesSentEqualTheFormulas) {
       cp.counters().reset();
       at::Tensor ql = q.clone().set_requires_grad(true), kl = k.clone().set_requires_grad(true),
                  vl = v.clone().set_requires_grad(true);
-      at::Tensor out = context_parallel_attention(ql, kl, vl, 0.3, cp, exchange);
+      at::Tensor out = context_parallel_attention(ql, kl, vl, 0.3, ContextParallel{&cp, exchange});
       const double forward = sent();
       out.backward(dout);
       const double backward = sent() - forward;

@@ -23,7 +23,7 @@ GPT::GPT(const ModelConfig& config, uint64_t seed, at::ScalarType dtype, TensorP
       tp_comm_(tp.comm && tp.comm->size() > 1 ? tp.comm : nullptr),
       sequence_parallel_(tp.sequence_parallel && tp_comm_ != nullptr),
       ep_comm_(ep && ep->size() > 1 ? ep : nullptr),
-      cp_{cp.comm && cp.comm->size() > 1 ? cp.comm : nullptr, cp.exchange},
+      cp_{cp.comm && cp.comm->size() > 1 ? cp.comm : nullptr, cp.exchange, cp.trace},
       stage_(stage) {
   if (stage_.num_layers < 0) stage_.num_layers = config.n_layers - stage_.first_layer;
   STRATA_CHECK(stage_.first_layer >= 0 && stage_.first_layer + stage_.num_layers <= config.n_layers,
@@ -270,7 +270,7 @@ at::Tensor GPT::attention(const at::Tensor& x, const BlockParams& block, int64_t
   const double scale = 1.0 / std::sqrt(static_cast<double>(D));
   at::Tensor y;  // (B, H_l, T, D)
   if (cp_.comm) {
-    y = context_parallel_attention(q, k, v, scale, *cp_.comm, cp_.exchange);
+    y = context_parallel_attention(q, k, v, scale, cp_);
   } else if (blockwise) {
     y = blockwise_attention(q, k, v, scale, AttentionPositions{past, 0});
   } else {

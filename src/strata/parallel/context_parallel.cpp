@@ -10,6 +10,7 @@
 
 #include "strata/core/error.h"
 #include "strata/dist/comm.h"
+#include "strata/dist/trace.h"
 #include "strata/kernels/attention.h"
 #include "strata/parallel/autograd_comm.h"
 #include "strata/parallel/regions.h"
@@ -181,9 +182,20 @@ std::pair<Work, Work> pass_on(Comm& cp, const at::Tensor& buffer, at::Tensor& in
   return {std::move(send), std::move(receive)};
 }
 
+// A trace event for [construction, destruction), when there is a trace.
+class RingEvent {
+ public:
+  RingEvent(Trace* trace, const char* name) {
+    if (trace) scope_.emplace(*trace, name, -1);
+  }
+
+ private:
+  std::optional<Trace::Scope> scope_;
+};
+
 struct RingAttention : torch::autograd::Function<RingAttention> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k,
-                            const at::Tensor& v, double scale, Comm* comm) {
+                            const at::Tensor& v, double scale, Comm* comm, Trace* trace) {
     Comm& cp = *comm;
     const int64_t n = cp.size(), r = cp.rank(), c = q.size(2) / 2;
     at::Tensor kv = at::stack({k, v}).contiguous();  // (2, B, K, T_l, D): the block that travels
@@ -192,12 +204,17 @@ struct RingAttention : torch::autograd::Function<RingAttention> {
     for (int64_t step = 0; step < n; ++step) {
       std::pair<Work, Work> hop;
       if (step + 1 < n) hop = pass_on(cp, kv, next, kKeysValuesTag);
-      visible_pairs(r, (r + n - step) % n, n, c, [&](int64_t i, int64_t j, AttentionPositions at) {
-        merge(result[i],
-              blockwise_attention_forward(q.narrow(2, i * c, c), kv[0].narrow(2, j * c, c),
-                                          kv[1].narrow(2, j * c, c), scale, at));
-      });
+      {
+        RingEvent compute(trace, "cp_ring_compute");
+        visible_pairs(
+            r, (r + n - step) % n, n, c, [&](int64_t i, int64_t j, AttentionPositions at) {
+              merge(result[i],
+                    blockwise_attention_forward(q.narrow(2, i * c, c), kv[0].narrow(2, j * c, c),
+                                                kv[1].narrow(2, j * c, c), scale, at));
+            });
+      }
       if (step + 1 < n) {
+        RingEvent wait(trace, "cp_ring_wait");
         hop.first.wait();
         hop.second.wait();
         std::swap(kv, next);
@@ -207,6 +224,7 @@ struct RingAttention : torch::autograd::Function<RingAttention> {
     const at::Tensor lse = at::cat({result[0]->lse, result[1]->lse}, 2);
     ctx->save_for_backward({q, k, v, out, lse});
     ctx->saved_data["scale"] = scale;
+    ctx->saved_data["trace"] = static_cast<int64_t>(reinterpret_cast<intptr_t>(trace));
     remember_comm(ctx, cp);
     return out.to(q.scalar_type());
   }
@@ -219,6 +237,7 @@ struct RingAttention : torch::autograd::Function<RingAttention> {
     const at::Tensor &q = saved[0], &k = saved[1], &v = saved[2], &out = saved[3], &lse = saved[4];
     const double scale = ctx->saved_data["scale"].toDouble();
     Comm& cp = recall_comm(ctx);
+    auto* trace = reinterpret_cast<Trace*>(static_cast<intptr_t>(ctx->saved_data["trace"].toInt()));
     const int64_t n = cp.size(), r = cp.rank(), c = q.size(2) / 2;
     const at::Tensor dout = grads[0];
     const auto accumulate = lse.scalar_type();
@@ -231,6 +250,7 @@ struct RingAttention : torch::autograd::Function<RingAttention> {
       std::pair<Work, Work> hop;
       if (step + 1 < n) hop = pass_on(cp, kv, next, kKeysValuesTag);
       at::Tensor dkv = at::zeros(kv.sizes(), kv.options().dtype(accumulate));
+      std::optional<RingEvent> compute(std::in_place, trace, "cp_ring_compute");
       visible_pairs(r, (r + n - step) % n, n, c, [&](int64_t i, int64_t j, AttentionPositions at) {
         AttentionGradients g = blockwise_attention_backward(
             dout.narrow(2, i * c, c), q.narrow(2, i * c, c), kv[0].narrow(2, j * c, c),
@@ -239,6 +259,8 @@ struct RingAttention : torch::autograd::Function<RingAttention> {
         dkv[0].narrow(2, j * c, c).add_(g.dk);
         dkv[1].narrow(2, j * c, c).add_(g.dv);
       });
+      compute.reset();
+      RingEvent wait(trace, "cp_ring_wait");
       if (step > 0) {  // what the ranks before added to this block's gradients
         grads_hop.first.wait();
         grads_hop.second.wait();
@@ -254,27 +276,34 @@ struct RingAttention : torch::autograd::Function<RingAttention> {
         std::swap(kv, next);
       }
     }
-    grads_hop.first.wait();
-    grads_hop.second.wait();  // incoming: this rank's own dK/dV, from every rank
-    return {dq.to(q.scalar_type()), incoming[0].to(k.scalar_type()),
-            incoming[1].to(v.scalar_type()), at::Tensor(), at::Tensor()};
+    {
+      RingEvent wait(trace, "cp_ring_wait");
+      grads_hop.first.wait();
+      grads_hop.second.wait();  // incoming: this rank's own dK/dV, from every rank
+    }
+    return {dq.to(q.scalar_type()),
+            incoming[0].to(k.scalar_type()),
+            incoming[1].to(v.scalar_type()),
+            at::Tensor(),
+            at::Tensor(),
+            at::Tensor()};
   }
 };
 
 }  // namespace
 
 at::Tensor context_parallel_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                      double scale, Comm& cp, ContextParallelComm exchange) {
-  STRATA_CHECK(q.size(2) % 2 == 0 && k.size(2) == q.size(2), "context-parallel attention wants ",
-               "two equal chunks of queries and keys per rank, got q ", q.sizes(), ", k ",
-               k.sizes());
-  switch (exchange) {
+                                      double scale, const ContextParallel& cp) {
+  STRATA_CHECK(cp.comm && q.size(2) % 2 == 0 && k.size(2) == q.size(2),
+               "context-parallel attention wants a cp group and two equal chunks of queries and ",
+               "keys per rank, got q ", q.sizes(), ", k ", k.sizes());
+  switch (cp.exchange) {
     case ContextParallelComm::ring:
-      return RingAttention::apply(q, k, v, scale, &cp);
+      return RingAttention::apply(q, k, v, scale, cp.comm, cp.trace);
     case ContextParallelComm::all_gather:
-      return all_gather_attention(q, k, v, scale, cp);
+      return all_gather_attention(q, k, v, scale, *cp.comm);
     case ContextParallelComm::all_to_all:
-      return all_to_all_attention(q, k, v, scale, cp);
+      return all_to_all_attention(q, k, v, scale, *cp.comm);
   }
   STRATA_CHECK(false, "unknown context-parallel exchange");
 }

@@ -27,10 +27,14 @@
 namespace strata {
 
 class Comm;
+class Trace;
 
 struct ContextParallel {
   Comm* comm = nullptr;  // the cp group; nullptr = no context parallelism
   ContextParallelComm exchange = ContextParallelComm::ring;
+  // Records the ring's steps (cp_ring_compute: a step's blocks; cp_ring_wait: waiting for the
+  // next hop, i.e. the transfer time not hidden by the compute). nullptr = not traced.
+  Trace* trace = nullptr;
 };
 
 // The global chunk index of each of rank `rank`'s two chunks: {rank, 2 * size - 1 - rank}.
@@ -43,8 +47,8 @@ at::Tensor context_shard(const at::Tensor& x, int64_t rank, int64_t size);
 // softmax(q k^T * scale, causal over the original positions) v for this rank's queries.
 // q (B, H, T_l, D), k and v (B, K, T_l, D), K dividing H (grouped-query attention): this rank's
 // tokens, in its chunk order. Differentiable; the backward crosses the cp ranks as the forward
-// did. Every rank of `cp` calls it with the same shapes and exchange.
+// did. Every rank of cp.comm calls it with the same shapes and exchange.
 at::Tensor context_parallel_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                      double scale, Comm& cp, ContextParallelComm exchange);
+                                      double scale, const ContextParallel& cp);
 
 }  // namespace strata

@@ -5,7 +5,7 @@
 
 #include "strata/core/error.h"
 #include "strata/dist/comm.h"
-#include "strata/train/trace.h"
+#include "strata/dist/trace.h"
 
 namespace strata {
 namespace {

@@ -11,12 +11,12 @@
 #include "strata/core/memory.h"
 #include "strata/data/dataset.h"
 #include "strata/data_parallel/data_parallel.h"
+#include "strata/dist/trace.h"
 #include "strata/parallel/context_parallel.h"
 #include "strata/pipeline/generators.h"
 #include "strata/pipeline/partition.h"
 #include "strata/train/metrics.h"
 #include "strata/train/pipeline_executor.h"
-#include "strata/train/trace.h"
 
 namespace strata {
 namespace {
@@ -103,8 +103,9 @@ Trainer::Trainer(const Config& config, Mesh& mesh)
   // Stage partition: contiguous layers per virtual stage.
   const std::vector<int64_t> layers = stage_layers(config_);
 
+  trace_ = std::make_unique<Trace>(config_.log.trace && !config_.log.dir.empty(), mesh_.rank());
   const TensorParallel tp{&mesh_.tp(), config_.parallel.sequence_parallel};
-  const ContextParallel cp{&mesh_.cp(), config_.parallel.cp_comm};
+  const ContextParallel cp{&mesh_.cp(), config_.parallel.cp_comm, trace_.get()};
   for (int64_t chunk = 0; chunk < v; ++chunk) {
     const int64_t virtual_stage = chunk * p + pp_rank;
     int64_t first_layer = 0;
@@ -129,7 +130,6 @@ Trainer::Trainer(const Config& config, Mesh& mesh)
                                               model.d_model};
   std::vector<GPT*> chunk_pointers;
   for (auto& chunk : chunks_) chunk_pointers.push_back(chunk.get());
-  trace_ = std::make_unique<Trace>(config_.log.trace && !config_.log.dir.empty(), mesh_.rank());
   executor_ = std::make_unique<PipelineExecutor>(std::move(schedule), chunk_pointers, mesh_.pp(),
                                                  activation_shape, dtype_, trace_.get());
   eval_executor_ = std::make_unique<PipelineExecutor>(

@@ -1,5 +1,6 @@
 // Chrome-trace timeline of a real run (log.trace = true): every rank records complete events
-// ("X" phase) for its steps, microbatch forward/backward, gradient reduction and optimizer;
+// ("X" phase) for its steps, microbatch forward/backward, gradient reduction and optimizer,
+// and the context-parallel ring's compute and waits (parallel/context_parallel.h);
 // at the end the ranks' events are merged into <log.dir>/trace.json, one track per rank,
 // which opens in Perfetto (ui.perfetto.dev) or chrome://tracing.
 #pragma once
@@ -17,7 +18,8 @@ class Trace {
   explicit Trace(bool enabled, int rank);
   bool enabled() const { return enabled_; }
 
-  // RAII: records [construction, destruction) as one event named `name`.
+  // RAII: records [construction, destruction) as one event named `name`; step and microbatch
+  // label it when >= 0.
   class Scope {
    public:
     Scope(Trace& trace, const char* name, int64_t step, int64_t microbatch = -1);

@@ -1,5 +1,5 @@
 // Trace events and their merge on rank 0 (each rank's events travel as JSON text).
-#include "strata/train/trace.h"
+#include "strata/dist/trace.h"
 
 #include <filesystem>
 #include <fstream>
@@ -34,7 +34,8 @@ void Trace::write(const std::string& dir, Comm& world) const {
   if (!enabled_) return;
   nlohmann::json events = nlohmann::json::array();
   for (const auto& event : events_) {
-    nlohmann::json args = {{"step", event.step}};
+    nlohmann::json args = nlohmann::json::object();
+    if (event.step >= 0) args["step"] = event.step;
     if (event.microbatch >= 0) args["microbatch"] = event.microbatch;
     events.push_back({{"name", event.name},
                       {"ph", "X"},
