@@ -54,6 +54,7 @@ TEST_F(PlanCommand, LayoutPredictionAsJson) {
   EXPECT_EQ(json["layout"]["tp"], 4);
   EXPECT_EQ(json["layout"]["schedule"], "1f1b");
   EXPECT_EQ(json["layout"]["recompute"], "selective");
+  EXPECT_EQ(json["layout"]["cp_comm"], "ring");
   EXPECT_EQ(json["fits"], true);
 }
 
@@ -113,6 +114,8 @@ TEST_F(PlanCommand, BadInputSaysWhatToChange) {
   expect_error(with({"--layout", "pp=2,schedule=zb-v"}),
                "schedule=zb-v must be gpipe, 1f1b, interleaved-1f1b, zb-h1");
   expect_error(with({"--layout", "tp=two"}), "tp=two is not a whole number");
+  expect_error(with({"--layout", "cp=2,cp_comm=ulysses"}),
+               "cp_comm=ulysses must be ring, all-gather, all-to-all");
   expect_error(with({"--layout", "recompute=some"}),
                "recompute=some must be none, selective or full");
   // A model that fits nowhere.
