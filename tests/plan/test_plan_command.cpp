@@ -45,9 +45,9 @@ TEST_F(PlanCommand, LayoutPredictionAsJson) {
   for (const char* key : {"params", "grads", "optimizer", "activations", "buffers", "total"}) {
     EXPECT_TRUE(json["memory_per_device_bytes"].contains(key)) << key;
   }
-  for (const char* key :
-       {"step_time_s", "model_tflops_per_device", "hardware_tflops_per_device", "mfu",
-        "bubble_fraction", "fits", "layout", "step_time_breakdown_s", "tokens_per_s"}) {
+  for (const char* key : {"step_time_s", "model_tflops_per_device", "hardware_tflops_per_device",
+                          "mfu", "bubble_fraction", "fits", "layout", "step_time_breakdown_s",
+                          "tokens_per_s", "context_parallel_bytes"}) {
     EXPECT_TRUE(json.contains(key)) << key;
   }
   EXPECT_EQ(json["layout"]["dp"], 4);
