@@ -1,6 +1,7 @@
 // What the planner charges for context parallelism: each exchange's bytes against its closed
 // form (docs/planner.md), the ring's overlap with the attention blocks (hidden on a fast link,
-// exposed on a slow one), the all-gather's gathered K/V in memory, and cp_comm in --layout.
+// exposed on a slow one), the all-gather's gathered K/V in memory, the search choosing cp for a
+// sequence too long for one rank, and cp_comm in --layout.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 #include "strata/plan/collectives.h"
 #include "strata/plan/context_parallel.h"
 #include "strata/plan/cost_model.h"
+#include "strata/plan/search.h"
 
 namespace strata {
 namespace {
@@ -206,6 +208,44 @@ TEST(ContextParallelExchange, AllGatherKeepsTheGatheredKeysAndValues) {
   const Prediction gather_full =
       predict_layout(inputs, layout_of("tp=2,cp=4,cp_comm=all-gather,recompute=full"));
   EXPECT_DOUBLE_EQ(gather_full.memory.activations - ring_full.memory.activations, gathered);
+}
+
+// A 160k-token sequence: one layer's attention scores alone outgrow a device at cp = 1 (even
+// tp = 8 with recomputation holds 107 GB of them), so only context parallelism fits it.
+TEST(ContextParallelSearch, ChoosesContextParallelismForALongSequence) {
+  TransformerSpec spec;
+  spec.layers = 4;
+  spec.hidden = 2048;
+  spec.heads = 16;
+  spec.kv_heads = 16;
+  spec.ffn = 8192;
+  spec.vocab = 32000;
+  spec.seq = 163840;
+  spec.learned_positions = false;
+  ClusterProfile cluster = load_cluster("h100-80gb");
+  cluster.nodes = 2;
+  const PlanInputs inputs = plan_inputs(spec, cluster, 1);
+
+  SearchOptions without_cp;
+  without_cp.allowed = [](const PlanLayout& layout) { return layout.cp == 1; };
+  testing::expect_user_error([&] { search_layouts(inputs, without_cp); }, {"no layout fits"});
+
+  const SearchResult result = search_layouts(inputs);
+  ASSERT_FALSE(result.top.empty());
+  const Prediction& best = result.top.front().prediction;
+  EXPECT_GT(best.layout.cp, 1) << layout_to_string(best.layout);
+  EXPECT_TRUE(best.fits);
+  EXPECT_GT(best.context_parallel_bytes, 0.0);
+  // Its exchange is the cheapest of those the rules allow for its sizes.
+  for (ContextParallelComm comm : kAllComms) {
+    PlanLayout other = best.layout;
+    other.cp_comm = comm;
+    if (!layout_problems(spec, other, cluster.devices(), 1).empty()) continue;
+    CostModel model(inputs);
+    const Prediction prediction = model.predict(other);
+    if (!prediction.fits) continue;
+    EXPECT_LE(best.step_time_s, prediction.step_time_s) << name_of(comm);
+  }
 }
 
 TEST(ContextParallelLayout, CpCommRoundTripsThroughTheLayoutString) {
