@@ -21,9 +21,10 @@
 // does; then the optimizer step, memory-bound. Collective times: collectives.h.
 //
 // Memory. Model state from model_state.h per ZeRO stage over the dp*cp replicas (expert
-// weights over dp*cp/ep); activations from transformer.h times the schedule's in-flight
-// microbatches of each stage, plus the output layer's logits on the last stage and the
-// recomputation working set; buffers for the gradient reduction and pipeline messages.
+// weights over dp*cp/ep); activations from transformer.h (and the all-gather's gathered K/V,
+// context_parallel.h) times the schedule's in-flight microbatches of each stage, plus the
+// output layer's logits on the last stage and the recomputation working set; buffers for the
+// gradient reduction and pipeline messages.
 #pragma once
 #include <cstdint>
 #include <map>
