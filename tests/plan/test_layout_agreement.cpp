@@ -1,6 +1,7 @@
 // Config validation and the planner judge layouts by the same rules: for every layout of a
-// table (sequence parallelism with cp, experts, interleaving, batch divisibility, ...) both give
-// the same verdict, and the planner refuses more only where its cost model cannot predict.
+// table (sequence parallelism with cp, the heads an all-to-all cp exchange splits, experts,
+// interleaving, batch divisibility, ...) both give the same verdict, and the planner refuses
+// more only where its cost model cannot predict.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -32,6 +33,7 @@ Config config_of(const Case& c, const PlanLayout& unresolved) {
   config.parallel.pp = layout.pp;
   config.parallel.dp = layout.dp;
   config.parallel.cp = layout.cp;
+  config.parallel.cp_comm = layout.cp_comm;
   config.parallel.ep = layout.ep;
   config.parallel.vpp = layout.vpp;
   config.parallel.zero = layout.zero;
@@ -76,28 +78,34 @@ TEST(LayoutAgreement, ConfigValidationAndThePlannerGiveTheSameVerdict) {
       {{"model.seq_len=8"}, "tp=2,cp=2,sequence_parallel=true"},  //
       {{"model.seq_len=12"}, "cp=8"},                             // cp must divide the sequence
       {{}, "cp=2"},                                               //
-      {{}, "pp=8"},                                               // more stages than layers
-      {{}, "pp=2,schedule=gpipe"},                                //
-      {{}, "pp=2,schedule=zb-h1"},                                //
-      {{}, "pp=2,vpp=2"},                                         // interleaved-1f1b by default
-      {{}, "pp=2,vpp=2,schedule=1f1b"},                           // chunks need interleaving
-      {{}, "pp=2,schedule=interleaved-1f1b"},                     // interleaving needs chunks
-      {{}, "pp=4,vpp=2"},                                         // 8 chunks of 4 layers
-      {{}, "pp=2,vpp=2", 8, 12},                                  // 3 microbatches over 2 stages
-      {{}, "vpp=2"},                                              // chunks without a pipeline
-      {{}, "micro_batch=3"},                                      // 8 * 3 does not divide 16
-      {{}, "micro_batch=2"},                                      //
-      {{}, "tp=2", 8, 6},                                         // 4 replicas, 6 sequences
-      {{}, "ep=2"},                                               // a dense model
-      {{"model.moe.num_experts=4"}, "ep=2"},                      //
-      {{"model.moe.num_experts=4"}, "ep=8"},                      // 8 does not divide 4 experts
-      {{"model.moe.num_experts=6"}, "tp=2,ep=4"},                 // 4 does not divide 6 experts
-      {{"model.moe.num_experts=8"}, "tp=4,ep=4"},                 // 4 does not divide dp*cp = 2
-      {{"model.moe.num_experts=8"}, "tp=2,cp=2,ep=4"},            //
-      {{}, "zero=4"},                                             //
-      {{}, "zero=3"},                                             //
-      {{}, "tp=2,pp=2,zero=2", 4, 8},                             //
-      {{}, "tp=2", 6, 12},                                        // an odd number of devices
+      {{}, "cp=2,cp_comm=all-gather"},                            //
+      {{}, "cp=2,cp_comm=all-to-all"},                            // 4 heads over 2
+      {{}, "tp=2,cp=4,cp_comm=all-to-all"},                       // 2 heads per tp rank over 4
+      {{"model.n_kv_heads=2"}, "tp=2,cp=2,cp_comm=all-to-all"},   // 1 kv head, copied to 2
+      {{"model.n_heads=6", "model.d_model=48", "model.n_kv_heads=3", "model.d_ff=48"},
+       "cp=2,cp_comm=all-to-all"},                 // 3 kv heads and cp 2 do not divide one another
+      {{}, "pp=8"},                                // more stages than layers
+      {{}, "pp=2,schedule=gpipe"},                 //
+      {{}, "pp=2,schedule=zb-h1"},                 //
+      {{}, "pp=2,vpp=2"},                          // interleaved-1f1b by default
+      {{}, "pp=2,vpp=2,schedule=1f1b"},            // chunks need interleaving
+      {{}, "pp=2,schedule=interleaved-1f1b"},      // interleaving needs chunks
+      {{}, "pp=4,vpp=2"},                          // 8 chunks of 4 layers
+      {{}, "pp=2,vpp=2", 8, 12},                   // 3 microbatches over 2 stages
+      {{}, "vpp=2"},                               // chunks without a pipeline
+      {{}, "micro_batch=3"},                       // 8 * 3 does not divide 16
+      {{}, "micro_batch=2"},                       //
+      {{}, "tp=2", 8, 6},                          // 4 replicas, 6 sequences
+      {{}, "ep=2"},                                // a dense model
+      {{"model.moe.num_experts=4"}, "ep=2"},       //
+      {{"model.moe.num_experts=4"}, "ep=8"},       // 8 does not divide 4 experts
+      {{"model.moe.num_experts=6"}, "tp=2,ep=4"},  // 4 does not divide 6 experts
+      {{"model.moe.num_experts=8"}, "tp=4,ep=4"},  // 4 does not divide dp*cp = 2
+      {{"model.moe.num_experts=8"}, "tp=2,cp=2,ep=4"},  //
+      {{}, "zero=4"},                                   //
+      {{}, "zero=3"},                                   //
+      {{}, "tp=2,pp=2,zero=2", 4, 8},                   //
+      {{}, "tp=2", 6, 12},                              // an odd number of devices
   };
   int valid = 0;
   for (const Case& c : cases) {

@@ -45,15 +45,16 @@ TEST_F(PlanCommand, LayoutPredictionAsJson) {
   for (const char* key : {"params", "grads", "optimizer", "activations", "buffers", "total"}) {
     EXPECT_TRUE(json["memory_per_device_bytes"].contains(key)) << key;
   }
-  for (const char* key :
-       {"step_time_s", "model_tflops_per_device", "hardware_tflops_per_device", "mfu",
-        "bubble_fraction", "fits", "layout", "step_time_breakdown_s", "tokens_per_s"}) {
+  for (const char* key : {"step_time_s", "model_tflops_per_device", "hardware_tflops_per_device",
+                          "mfu", "bubble_fraction", "fits", "layout", "step_time_breakdown_s",
+                          "tokens_per_s", "context_parallel_bytes"}) {
     EXPECT_TRUE(json.contains(key)) << key;
   }
   EXPECT_EQ(json["layout"]["dp"], 4);
   EXPECT_EQ(json["layout"]["tp"], 4);
   EXPECT_EQ(json["layout"]["schedule"], "1f1b");
   EXPECT_EQ(json["layout"]["recompute"], "selective");
+  EXPECT_EQ(json["layout"]["cp_comm"], "ring");
   EXPECT_EQ(json["fits"], true);
 }
 
@@ -113,6 +114,8 @@ TEST_F(PlanCommand, BadInputSaysWhatToChange) {
   expect_error(with({"--layout", "pp=2,schedule=zb-v"}),
                "schedule=zb-v must be gpipe, 1f1b, interleaved-1f1b, zb-h1");
   expect_error(with({"--layout", "tp=two"}), "tp=two is not a whole number");
+  expect_error(with({"--layout", "cp=2,cp_comm=ulysses"}),
+               "cp_comm=ulysses must be ring, all-gather, all-to-all");
   expect_error(with({"--layout", "recompute=some"}),
                "recompute=some must be none, selective or full");
   // A model that fits nowhere.

@@ -141,9 +141,9 @@ CLI::App* add_plan_command(CLI::App& app) {
   plan->add_option("--global-batch", options->global_batch, "Sequences per optimizer step")
       ->type_name("B");
   plan->add_option("--layout", options->layout,
-                   "Predict this layout: tp=..,pp=..,dp=..,cp=..,ep=..,vpp=..,zero=..,"
-                   "micro_batch=..,recompute=none|selective|full,sequence_parallel=true|false,"
-                   "schedule=..")
+                   "Predict this layout: tp=..,pp=..,dp=..,cp=..,"
+                   "cp_comm=ring|all-gather|all-to-all,ep=..,vpp=..,zero=..,micro_batch=..,"
+                   "recompute=none|selective|full,sequence_parallel=true|false,schedule=..")
       ->type_name("K=V,...");
   plan->add_option("--top", options->top, "How many layouts a search returns (default 5)")
       ->type_name("K");

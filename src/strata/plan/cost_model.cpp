@@ -12,6 +12,7 @@
 #include "strata/pipeline/partition.h"
 #include "strata/pipeline/simulator.h"
 #include "strata/plan/collectives.h"
+#include "strata/plan/context_parallel.h"
 
 namespace strata {
 namespace {
@@ -113,7 +114,8 @@ struct CostModel::StageModel {
   double working_set = 0;       // what recomputing one layer holds on top
   double forward_compute = 0, input_compute = 0, weight_compute = 0;
   double forward_tp = 0, backward_tp = 0;
-  double forward_cp = 0, backward_cp = 0;
+  double forward_cp = 0, backward_cp = 0;  // exposed cp exchange, recomputation's included
+  double cp_bytes = 0;                     // what the cp exchanges send, all passes
   double forward_ep = 0, backward_ep = 0;
   double transfer = 0;             // one activation (or gradient) message to the neighbour stage
   double tied_embedding_sync = 0;  // last stage: all-reduce of the tied embedding's gradient
@@ -150,11 +152,9 @@ std::vector<CostModel::StageModel> CostModel::stages(const PlanLayout& layout) c
   const double E = cluster.device.elementwise_rate_gbs() * 1e9;
   const double n = static_cast<double>(layout.micro_batch * spec.seq) / cp;
   const double h = static_cast<double>(spec.hidden);
-  const double kv = static_cast<double>(spec.kv_width());
   const double replicated_tokens = layout.sequence_parallel ? n / t : n;
   const int64_t G = cluster.devices_per_node;
   const GroupSpan tp_group = group_span(1, layout.tp, G);
-  const GroupSpan cp_group = group_span(layout.tp, layout.cp, G);
   const GroupSpan ep_group = group_span(layout.tp, layout.ep, G);
   const GroupSpan pp_group = group_span(layout.tp * layout.cp * layout.dp, layout.pp, G);
   const ParameterCounts counts = parameter_counts(spec);
@@ -170,8 +170,8 @@ std::vector<CostModel::StageModel> CostModel::stages(const PlanLayout& layout) c
   no_recompute.recompute = Recompute::none;
 
   // Collectives of one layer for one microbatch: the tp all-reduce (or all-gather +
-  // reduce-scatter) of the b*s*h activations, the cp ring exchange of K and V, the expert
-  // dispatch (or combine) all-to-all.
+  // reduce-scatter) of the b*s*h activations, the expert dispatch (or combine) all-to-all, the
+  // cp exchange of K and V (context_parallel.h).
   // Around each block: an all-reduce, or under sequence parallelism an all-gather before it
   // and a reduce-scatter after it (the same bytes, one more op).
   const double tp_all_gather = all_gather_seconds(network, tp_group, e * n * h);
@@ -179,10 +179,15 @@ std::vector<CostModel::StageModel> CostModel::stages(const PlanLayout& layout) c
   const double tp_block = layout.sequence_parallel
                               ? tp_all_gather + tp_reduce_scatter
                               : all_reduce_seconds(network, tp_group, e * n * h);
-  const double cp_ring =
-      (cp - 1) * p2p_seconds(network, cp_group.crosses_nodes(), 2 * e * n * kv / t);
   const double expert_tokens = replicated_tokens * expert_token_factor(spec.moe);
   const double ep_all_to_all = all_to_all_seconds(network, ep_group, e * expert_tokens * h);
+  // The attention core (2 matmuls forward, 4 for the input gradient), the same in every layer,
+  // at its own rate; the cp exchange of K and V hides behind it as far as it can.
+  const double split = t * cp;
+  const double core_matmul =
+      layer_flops(spec, layout.micro_batch, false).attention_core_forward / split / R_attention;
+  const ContextParallelExchange cp_exchange =
+      context_parallel_exchange(spec, layout, cluster, e, core_matmul);
 
   std::vector<StageModel> out(layout.pp);
   const std::vector<int64_t>& chunk_layers = partition(layout.pp * layout.vpp);
@@ -205,23 +210,22 @@ std::vector<CostModel::StageModel> CostModel::stages(const PlanLayout& layout) c
       stage.activation_bytes += layer_activation_bytes(spec, layout.micro_batch, moe, activation);
       if (layout.recompute == Recompute::full) {
         stage.working_set = std::max(
-            stage.working_set, layer_activation_bytes(spec, layout.micro_batch, moe, no_recompute));
-      } else if (layout.recompute == Recompute::selective) {
+            stage.working_set, layer_activation_bytes(spec, layout.micro_batch, moe, no_recompute) +
+                                   cp_exchange.activation_bytes);
+      } else {
+        stage.activation_bytes += cp_exchange.activation_bytes;
+      }
+      if (layout.recompute == Recompute::selective) {
         stage.working_set = std::max(stage.working_set, attention_core_activation_bytes(
                                                             spec, layout.micro_batch, activation));
       }
 
-      const double split = t * cp;
-      // The attention core (2 matmuls forward, 4 for the input gradient) at its own rate.
       const double core = flops.attention_core_forward;
-      const double core_matmul = core / split / R_attention;
       const double forward_matmul = (flops.forward - core) / split / R + core_matmul;
       const double input_grad_matmul = (flops.input_grad - 2 * core) / split / R + 2 * core_matmul;
       const ElementwiseSeconds elementwise = layer_elementwise_forward(spec, layout, moe, e, M, E);
       const double forward_elementwise = elementwise.layer;
       const double core_elementwise = elementwise.scores;
-      const double forward_ring = std::max(0.0, cp_ring - core_matmul);
-      const double backward_ring = std::max(0.0, 2 * cp_ring - 2 * core_matmul);
 
       stage.forward_compute += forward_matmul + forward_elementwise;
       stage.input_compute += input_grad_matmul + kBackwardElementwiseFactor * forward_elementwise;
@@ -230,8 +234,10 @@ std::vector<CostModel::StageModel> CostModel::stages(const PlanLayout& layout) c
                                                                   (local_dense + local_expert) / M;
       stage.forward_tp += 2 * tp_block;
       stage.backward_tp += 2 * tp_block;
-      stage.forward_cp += forward_ring;
-      stage.backward_cp += backward_ring;
+      stage.forward_cp += cp_exchange.forward_seconds;
+      stage.backward_cp += cp_exchange.backward_seconds + cp_exchange.recompute_seconds;
+      stage.cp_bytes +=
+          cp_exchange.forward_bytes + cp_exchange.backward_bytes + cp_exchange.recompute_bytes;
       if (moe) {
         stage.forward_ep += 2 * ep_all_to_all;
         stage.backward_ep += 2 * ep_all_to_all;
@@ -239,7 +245,6 @@ std::vector<CostModel::StageModel> CostModel::stages(const PlanLayout& layout) c
       if (layout.recompute == Recompute::full) {
         stage.input_compute += forward_matmul + forward_elementwise;
         stage.backward_tp += 2 * tp_block;
-        stage.backward_cp += forward_ring;
         if (moe) stage.backward_ep += 2 * ep_all_to_all;
       } else if (layout.recompute == Recompute::selective) {
         stage.input_compute += core_matmul + core_elementwise;
@@ -451,6 +456,7 @@ Prediction CostModel::predict(const PlanLayout& layout, bool simulate_pipeline) 
   time.compute = m * (stage.forward_compute + stage.input_compute + stage.weight_compute);
   time.tensor_parallel = m * (stage.forward_tp + stage.backward_tp);
   time.context_parallel = m * (stage.forward_cp + stage.backward_cp);
+  prediction.context_parallel_bytes = m * stage.cp_bytes;
   time.expert_all_to_all = m * (stage.forward_ep + stage.backward_ep);
   time.pipeline_bubble = std::max(0.0, no_transfer_time - m * stage.per_microbatch());
   time.pipeline_p2p = std::max(0.0, pipeline_time - no_transfer_time);

@@ -10,8 +10,9 @@
 // elementwise_gbs; weight gradients are accumulated into .grad (3 x gradient bytes).
 // Tensor-parallel all-reduces (2 forward, 2 backward per layer, of b*s*h elements; all-gather
 // + reduce-scatter pairs of the same bytes under sequence parallelism) and expert all-to-alls
-// are exposed: they sit between the matmuls that need them. Context-parallel ring exchanges
-// overlap the attention core. Full recomputation repeats the forward (with its collectives)
+// are exposed: they sit between the matmuls that need them. Context-parallel exchanges
+// (context_parallel.h): the ring's hops overlap the attention blocks, the all-gather and
+// all-to-all collectives are exposed. Full recomputation repeats the forward (with its collectives)
 // before the input gradient; selective recomputation repeats the attention core. The pipeline
 // simulator (pipeline/simulator.h) runs the layout's schedule on these per-stage F, B, W and
 // the activation transfer time, which gives the pipeline time, its bubble and each stage's
@@ -20,9 +21,10 @@
 // does; then the optimizer step, memory-bound. Collective times: collectives.h.
 //
 // Memory. Model state from model_state.h per ZeRO stage over the dp*cp replicas (expert
-// weights over dp*cp/ep); activations from transformer.h times the schedule's in-flight
-// microbatches of each stage, plus the output layer's logits on the last stage and the
-// recomputation working set; buffers for the gradient reduction and pipeline messages.
+// weights over dp*cp/ep); activations from transformer.h (and the all-gather's gathered K/V,
+// context_parallel.h) times the schedule's in-flight microbatches of each stage, plus the
+// output layer's logits on the last stage and the recomputation working set; buffers for the
+// gradient reduction and pipeline messages.
 #pragma once
 #include <cstdint>
 #include <map>
@@ -58,7 +60,7 @@ struct MemoryBreakdown {
 struct TimeBreakdown {
   double compute = 0;  // matrix and elementwise work of the busiest stage, recompute included
   double tensor_parallel = 0;    // exposed tp collectives
-  double context_parallel = 0;   // cp ring exchange not hidden behind attention
+  double context_parallel = 0;   // cp exchange of K/V not hidden behind attention
   double expert_all_to_all = 0;  // MoE dispatch and combine
   double pipeline_bubble = 0;    // the busiest stage's idle time in the schedule
   double pipeline_p2p = 0;       // what activation and gradient transfers add to the pipeline
@@ -86,6 +88,9 @@ struct Prediction {
   double memory_capacity = 0;        // bytes per device
   double inflight_microbatches = 1;  // activation sets the fullest stage holds at peak
   TimeBreakdown time;
+  // What one device of the busiest stage sends per step for the cp exchanges (the bytes behind
+  // time.context_parallel, hidden or not).
+  double context_parallel_bytes = 0;
   double step_time_s = 0;
   double bubble_fraction = 0;  // the schedule's own bubble (idle of the idlest stage / step)
   double tokens_per_s = 0;

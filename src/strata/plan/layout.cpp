@@ -11,7 +11,8 @@ namespace strata {
 namespace {
 
 const char* kLayoutKeys =
-    "tp, pp, dp, cp, ep, vpp, zero, micro_batch, recompute, sequence_parallel, schedule";
+    "tp, pp, dp, cp, cp_comm, ep, vpp, zero, micro_batch, recompute, sequence_parallel, "
+    "schedule";
 
 int64_t parse_size(const std::string& key, const std::string& value) {
   errno = 0;
@@ -63,6 +64,11 @@ PlanLayout parse_layout(const std::string& text) {
       layout.dp = parse_size(key, value);
     } else if (key == "cp") {
       layout.cp = parse_size(key, value);
+    } else if (key == "cp_comm") {
+      const std::optional<ContextParallelComm> comm = parse_choice<ContextParallelComm>(value);
+      STRATA_REQUIRE(comm, "--layout: cp_comm=", value, " must be ",
+                     spellings_joined<ContextParallelComm>());
+      layout.cp_comm = *comm;
     } else if (key == "ep") {
       layout.ep = parse_size(key, value);
     } else if (key == "vpp") {
@@ -106,8 +112,9 @@ std::string schedule_label(const PlanLayout& layout) {
 
 std::string layout_to_string(const PlanLayout& layout) {
   return str("tp=", layout.tp, " pp=", layout.pp, " dp=", layout.dp, " cp=", layout.cp,
-             " ep=", layout.ep, " vpp=", layout.vpp, " zero=", layout.zero,
-             " micro_batch=", layout.micro_batch, " recompute=", recompute_name(layout.recompute),
+             " cp_comm=", name_of(layout.cp_comm), " ep=", layout.ep, " vpp=", layout.vpp,
+             " zero=", layout.zero, " micro_batch=", layout.micro_batch,
+             " recompute=", recompute_name(layout.recompute),
              " sequence_parallel=", layout.sequence_parallel ? "true" : "false",
              " schedule=", schedule_label(layout));
 }
@@ -117,6 +124,7 @@ nlohmann::json layout_to_json(const PlanLayout& layout, int64_t microbatches) {
           {"pp", layout.pp},
           {"dp", layout.dp},
           {"cp", layout.cp},
+          {"cp_comm", name_of(layout.cp_comm)},
           {"ep", layout.ep},
           {"vpp", layout.vpp},
           {"zero", layout.zero},
@@ -138,6 +146,7 @@ LayoutSizes layout_sizes_of(const PlanLayout& layout) {
   sizes.zero = layout.zero;
   sizes.micro_batch = layout.micro_batch;
   sizes.sequence_parallel = layout.sequence_parallel;
+  sizes.cp_comm = layout.cp_comm;
   sizes.schedule = layout.schedule;
   return sizes;
 }
@@ -145,6 +154,7 @@ LayoutSizes layout_sizes_of(const PlanLayout& layout) {
 LayoutModelShape layout_model_shape_of(const TransformerSpec& model) {
   LayoutModelShape shape;
   shape.heads = model.heads;
+  shape.kv_heads = model.kv_heads;
   shape.mlp_width = model.ffn;
   shape.seq_len = model.seq;
   shape.layers = model.layers;

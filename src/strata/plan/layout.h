@@ -20,6 +20,8 @@ struct PlanLayout {
   int64_t pp = 1;
   int64_t dp = -1;  // -1: the devices left over by tp * pp * cp
   int64_t cp = 1;
+  // How attention exchanges keys and values over cp (parallel.cp_comm); irrelevant at cp = 1.
+  ContextParallelComm cp_comm = ContextParallelComm::ring;
   int64_t ep = 1;   // experts spread over ep of the dp * cp ranks
   int64_t vpp = 1;  // model chunks per pipeline rank (interleaved-1f1b)
   int64_t zero = 0;
@@ -31,7 +33,7 @@ struct PlanLayout {
   std::optional<PipelineSchedule> schedule;
 };
 
-// "tp=2,pp=4,dp=8,cp=1,ep=1,vpp=1,zero=1,micro_batch=2,recompute=selective,
+// "tp=2,pp=4,dp=8,cp=1,cp_comm=ring,ep=1,vpp=1,zero=1,micro_batch=2,recompute=selective,
 //  sequence_parallel=true,schedule=1f1b": any subset, in any order; the rest keep their
 // defaults. Throws UserError naming the item and the keys and values allowed.
 PlanLayout parse_layout(const std::string& text);
@@ -39,7 +41,7 @@ PlanLayout parse_layout(const std::string& text);
 // dp and the schedule made explicit for `devices` devices (dp stays as given when set).
 PlanLayout resolve_layout(PlanLayout layout, int64_t devices);
 
-// "tp=2 pp=4 dp=8 cp=1 ep=1 vpp=1 zero=1 micro_batch=2 recompute=selective
+// "tp=2 pp=4 dp=8 cp=1 cp_comm=ring ep=1 vpp=1 zero=1 micro_batch=2 recompute=selective
 //  sequence_parallel=true schedule=1f1b", the form --layout accepts with spaces for commas.
 std::string layout_to_string(const PlanLayout& layout);
 // The schedule as printed: its spelling, "none" without a pipeline.

@@ -56,6 +56,7 @@ nlohmann::json prediction_to_json(const Prediction& prediction) {
       {"fullest_stage", prediction.fullest_stage},
       {"inflight_microbatches", prediction.inflight_microbatches},
       {"step_time_s", prediction.step_time_s},
+      {"context_parallel_bytes", prediction.context_parallel_bytes},
       {"step_time_breakdown_s",
        {{"compute", time.compute},
         {"tensor_parallel", time.tensor_parallel},
@@ -122,7 +123,11 @@ std::string prediction_to_text(const Prediction& prediction, const PlanInputs& i
       << "\n  buffers      " << gigabytes(memory.buffers)
       << "\nstep time: " << seconds(prediction.step_time_s) << "\n  compute             "
       << seconds(time.compute) << "\n  tensor-parallel     " << seconds(time.tensor_parallel);
-  if (prediction.layout.cp > 1) out << "\n  context-parallel    " << seconds(time.context_parallel);
+  if (prediction.layout.cp > 1) {
+    out << "\n  context-parallel    " << seconds(time.context_parallel) << " ("
+        << name_of(prediction.layout.cp_comm) << ", "
+        << gigabytes(prediction.context_parallel_bytes) << " sent per device)";
+  }
   if (inputs.model.moe.enabled())
     out << "\n  expert all-to-all   " << seconds(time.expert_all_to_all);
   out << "\n  pipeline bubble     " << seconds(time.pipeline_bubble) << "\n  pipeline p2p        "

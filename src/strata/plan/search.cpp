@@ -37,15 +37,11 @@ std::string gigabytes(double bytes, int digits = 1) {
 }
 
 // Fewer and smaller parallel dimensions first: among equal predictions, the simpler layout.
-std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int> complexity(
+// The ring, cp_comm's default, counts as the simplest exchange.
+std::tuple<int64_t, int, int64_t, int64_t, int64_t, int64_t, int64_t, int> complexity(
     const PlanLayout& layout) {
-  return {layout.cp,
-          layout.ep,
-          layout.zero,
-          layout.vpp,
-          layout.pp,
-          layout.tp,
-          static_cast<int>(layout.recompute)};
+  return std::make_tuple(layout.cp, static_cast<int>(layout.cp_comm), layout.ep, layout.zero,
+                         layout.vpp, layout.pp, layout.tp, static_cast<int>(layout.recompute));
 }
 
 std::string seconds_text(double seconds) {
@@ -97,32 +93,41 @@ std::vector<PlanLayout> enumerate_layouts(const PlanInputs& inputs, const Search
         }
         const std::vector<int64_t> eps =
             spec.moe.enabled() ? divisors(dp * cp) : std::vector<int64_t>{1};
-        for (int64_t ep : eps) {
-          for (int64_t micro_batch : divisors(inputs.global_batch / dp)) {
-            if (micro_batch > kMaxMicroBatch) break;
-            for (const auto& [schedule, vpp] : schedules) {
-              for (bool sp : {false, true}) {
-                for (Recompute recompute :
-                     {Recompute::none, Recompute::selective, Recompute::full}) {
-                  // ZeRO shards over dp * cp (nothing to shard on one replica); ZeRO-3 with a
-                  // pipeline is not modelled (layout_problems).
-                  const int64_t max_zero = dp * cp == 1 ? 0 : pp == 1 ? 3 : 2;
-                  for (int64_t zero = 0; zero <= max_zero; ++zero) {
-                    PlanLayout layout;
-                    layout.tp = tp;
-                    layout.pp = pp;
-                    layout.dp = dp;
-                    layout.cp = cp;
-                    layout.ep = ep;
-                    layout.vpp = vpp;
-                    layout.zero = zero;
-                    layout.micro_batch = micro_batch;
-                    layout.recompute = recompute;
-                    layout.sequence_parallel = sp;
-                    layout.schedule = schedule;
-                    if (!valid(layout)) continue;
-                    if (options.allowed && !options.allowed(layout)) continue;
-                    out.push_back(layout);
+        // Each exchange for cp > 1; the rules drop all-to-all where the heads do not split.
+        const std::vector<ContextParallelComm> cp_comms =
+            cp == 1 ? std::vector<ContextParallelComm>{ContextParallelComm::ring}
+                    : std::vector<ContextParallelComm>{ContextParallelComm::ring,
+                                                       ContextParallelComm::all_gather,
+                                                       ContextParallelComm::all_to_all};
+        for (ContextParallelComm cp_comm : cp_comms) {
+          for (int64_t ep : eps) {
+            for (int64_t micro_batch : divisors(inputs.global_batch / dp)) {
+              if (micro_batch > kMaxMicroBatch) break;
+              for (const auto& [schedule, vpp] : schedules) {
+                for (bool sp : {false, true}) {
+                  for (Recompute recompute :
+                       {Recompute::none, Recompute::selective, Recompute::full}) {
+                    // ZeRO shards over dp * cp (nothing to shard on one replica); ZeRO-3 with a
+                    // pipeline is not modelled (layout_problems).
+                    const int64_t max_zero = dp * cp == 1 ? 0 : pp == 1 ? 3 : 2;
+                    for (int64_t zero = 0; zero <= max_zero; ++zero) {
+                      PlanLayout layout;
+                      layout.tp = tp;
+                      layout.pp = pp;
+                      layout.dp = dp;
+                      layout.cp = cp;
+                      layout.cp_comm = cp_comm;
+                      layout.ep = ep;
+                      layout.vpp = vpp;
+                      layout.zero = zero;
+                      layout.micro_batch = micro_batch;
+                      layout.recompute = recompute;
+                      layout.sequence_parallel = sp;
+                      layout.schedule = schedule;
+                      if (!valid(layout)) continue;
+                      if (options.allowed && !options.allowed(layout)) continue;
+                      out.push_back(layout);
+                    }
                   }
                 }
               }
@@ -315,6 +320,7 @@ Config with_layout(Config config, const PlanLayout& layout) {
   parallel.pp = layout.pp;
   parallel.dp = layout.dp;
   parallel.cp = layout.cp;
+  parallel.cp_comm = layout.cp_comm;
   parallel.ep = layout.ep;
   parallel.zero = layout.zero;
   parallel.sequence_parallel = layout.sequence_parallel;

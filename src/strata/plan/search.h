@@ -42,7 +42,8 @@ struct SearchResult {
   int64_t simulations = 0;      // pipeline simulations run
 };
 
-// Searches tp (inside a node unless allowed), cp (s / cp >= 256 tokens), pp (<= layers), dp
+// Searches tp (inside a node unless allowed), cp (s / cp >= 256 tokens) with each cp_comm the
+// layout rules allow, pp (<= layers), dp
 // (the rest), ep (MoE only), the schedule (1f1b, zb-h1, interleaved-1f1b with vpp dividing the
 // layers per stage, up to 8), zero (0-3; 3 only without a pipeline), micro_batch (divisors of
 // the batch per replica, up to 64), recompute and sequence parallelism. Throws UserError when
