@@ -72,22 +72,14 @@ TEST(ContextParallel, EveryExchangeEqualsWholeSequenceAttention) {
           const Result mine = attend(shard_tokens(q, cp), shard_tokens(k, cp), shard_tokens(v, cp),
                                      shard_tokens(dout, cp), scale, &cp, exchange);
           EXPECT_EQ(mine.out.scalar_type(), dtype) << what;
-          EXPECT_EQ(
-              testing::compare_tensors(mine.out, shard_tokens(whole.out, cp), tolerance, tolerance),
-              "")
-              << what << " out";
-          EXPECT_EQ(
-              testing::compare_tensors(mine.dq, shard_tokens(whole.dq, cp), tolerance, tolerance),
-              "")
-              << what << " dq";
-          EXPECT_EQ(
-              testing::compare_tensors(mine.dk, shard_tokens(whole.dk, cp), tolerance, tolerance),
-              "")
-              << what << " dk";
-          EXPECT_EQ(
-              testing::compare_tensors(mine.dv, shard_tokens(whole.dv, cp), tolerance, tolerance),
-              "")
-              << what << " dv";
+          const std::pair<const char*, at::Tensor Result::*> parts[] = {
+              {"out", &Result::out}, {"dq", &Result::dq}, {"dk", &Result::dk}, {"dv", &Result::dv}};
+          for (const auto& [name, part] : parts) {
+            EXPECT_EQ(testing::compare_tensors(mine.*part, shard_tokens(whole.*part, cp), tolerance,
+                                               tolerance),
+                      "")
+                << what << " " << name;
+          }
         }
       }
     }
