@@ -218,6 +218,8 @@ Config unusual_config() {
   config.train.eval_every = 15;
   config.train.eval_batches = 16;
   config.train.dtype = DType::float64;
+  config.train.recompute = Recompute::selective;
+  config.train.recompute_layers = 3;
   config.train.threads = 17;
   config.data = {DataSource::shards, "dir with \"quotes\"\\back\tslash\nline\x01 caf\xc3\xa9",
                  "bpe", 0.25};
@@ -281,7 +283,7 @@ TEST(ConfigParse, ToTomlPrintsEverySectionAndKeyInOrder) {
   EXPECT_CONTAINS(text, "\ndir = \"\"\n");
   const std::vector<std::string> keys = config_keys();
   EXPECT_CONTAINS(text, "[model.moe]\nnum_experts = 0\n");
-  EXPECT_EQ(keys.size(), 65u);
+  EXPECT_EQ(keys.size(), 67u);
   EXPECT_EQ(keys.front(), "model.vocab_size");
   EXPECT_EQ(keys.back(), "log.every");
   EXPECT_EQ(std::set<std::string>(keys.begin(), keys.end()).size(), keys.size());

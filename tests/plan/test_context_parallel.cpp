@@ -188,9 +188,9 @@ TEST(ContextParallelExchange, RecomputationRepeatsWhatItDropped) {
       // must fetch the other ranks' K/V again.
       const bool repeats = recompute == Recompute::full || comm == ContextParallelComm::ring;
       EXPECT_EQ(exchange.recompute_bytes, repeats ? exchange.forward_bytes : 0.0)
-          << name_of(comm) << " " << recompute_name(recompute);
+          << name_of(comm) << " " << name_of(recompute);
       EXPECT_EQ(exchange.recompute_seconds, repeats ? exchange.forward_seconds : 0.0)
-          << name_of(comm) << " " << recompute_name(recompute);
+          << name_of(comm) << " " << name_of(recompute);
     }
   }
 }

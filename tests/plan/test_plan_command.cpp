@@ -117,7 +117,7 @@ TEST_F(PlanCommand, BadInputSaysWhatToChange) {
   expect_error(with({"--layout", "cp=2,cp_comm=ulysses"}),
                "cp_comm=ulysses must be ring, all-gather, all-to-all");
   expect_error(with({"--layout", "recompute=some"}),
-               "recompute=some must be none, selective or full");
+               "recompute=some must be none, selective, full");
   // A model that fits nowhere.
   {
     const std::string big = dir_.file("big.toml");

@@ -88,7 +88,12 @@ struct TrainConfig {
   int64_t eval_every = 0;  // 0 = never
   int64_t eval_batches = 4;
   DType dtype = DType::float32;  // float64 for exact tests
-  int64_t threads = 0;           // intra-op threads per rank; 0 = max(1, cores / local ranks)
+  // Activation recomputation: full keeps each layer's input and recomputes its forward in the
+  // backward; selective recomputes only the attention core. recompute_layers: how many layers
+  // of each model chunk (the first ones), 0 = all.
+  Recompute recompute = Recompute::none;
+  int64_t recompute_layers = 0;
+  int64_t threads = 0;  // intra-op threads per rank; 0 = max(1, cores / local ranks)
 };
 
 struct DataConfig {

@@ -19,6 +19,8 @@ enum class AttentionKernel { blockwise, eager };  // model.attention
 enum class PipelineSchedule { gpipe, one_f_one_b, interleaved_one_f_one_b, zb_h1 };
 // parallel.cp_comm: how context-parallel attention moves keys and values between the cp ranks.
 enum class ContextParallelComm { ring, all_gather, all_to_all };
+// train.recompute: what a layer's backward recomputes instead of keeping (also the planner's).
+enum class Recompute { none, selective, full };
 enum class DType { float32, float64 };                // train.dtype
 enum class DataSource { corpus, synthetic, shards };  // data.source
 enum class ProgressDisplay {
@@ -72,6 +74,11 @@ struct Spellings<ContextParallelComm> {
       {{ContextParallelComm::ring, "ring"},
        {ContextParallelComm::all_gather, "all-gather"},
        {ContextParallelComm::all_to_all, "all-to-all"}}};
+};
+template <>
+struct Spellings<Recompute> {
+  static constexpr std::array<Spelling<Recompute>, 3> table{
+      {{Recompute::none, "none"}, {Recompute::selective, "selective"}, {Recompute::full, "full"}}};
 };
 template <>
 struct Spellings<DType> {

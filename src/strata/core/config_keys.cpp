@@ -81,6 +81,8 @@ const std::vector<Key>& keys() {
       STRATA_CONFIG_KEY(train, eval_every),
       STRATA_CONFIG_KEY(train, eval_batches),
       STRATA_CONFIG_KEY(train, dtype),
+      STRATA_CONFIG_KEY(train, recompute),
+      STRATA_CONFIG_KEY(train, recompute_layers),
       STRATA_CONFIG_KEY(train, threads),
 
       STRATA_CONFIG_KEY(data, source),

@@ -16,7 +16,7 @@ namespace strata::config_detail {
 using FieldRef =
     std::variant<int64_t*, uint64_t*, double*, bool*, std::string*, std::vector<int64_t>*,
                  PositionEncoding*, Norm*, Activation*, AttentionKernel*, PipelineSchedule*,
-                 ContextParallelComm*, DType*, DataSource*, ProgressDisplay*>;
+                 ContextParallelComm*, Recompute*, DType*, DataSource*, ProgressDisplay*>;
 
 struct Key {
   const char* section;

@@ -130,6 +130,8 @@ void check_train(const TrainConfig& train, Problems& problems) {
   require_at_least<int64_t>(problems, "train.eval_batches", train.eval_batches, 1);
   require_at_least<int64_t>(problems, "train.threads", train.threads, 0,
                             " (0 = cores / ranks on this machine)");
+  require_at_least<int64_t>(problems, "train.recompute_layers", train.recompute_layers, 0,
+                            " (0 = every layer)");
 }
 
 void check_data(const Config& config, Problems& problems) {

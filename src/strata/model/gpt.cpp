@@ -11,6 +11,7 @@
 #include "strata/core/error.h"
 #include "strata/dist/comm.h"
 #include "strata/kernels/attention.h"
+#include "strata/model/recompute.h"
 #include "strata/parallel/linear.h"
 #include "strata/parallel/regions.h"
 
@@ -267,19 +268,39 @@ at::Tensor GPT::attention(const at::Tensor& x, const BlockParams& block, int64_t
       v = v.narrow(1, tp_rank_ * H_l, H_l);
     }
   }
-  const double scale = 1.0 / std::sqrt(static_cast<double>(D));
   at::Tensor y;  // (B, H_l, T, D)
-  if (cp_.comm) {
-    y = context_parallel_attention(q, k, v, scale, cp_);
-  } else if (blockwise) {
-    y = blockwise_attention(q, k, v, scale, AttentionPositions{past, 0});
+  if (!cache && recomputes(layer, Recompute::selective)) {
+    y = recomputed({q, k, v}, [this](const std::vector<at::Tensor>& in, bool) {
+      return attention_core(in[0], in[1], in[2], 0);
+    });
   } else {
-    auto scores = at::matmul(q, k.transpose(-2, -1)) * scale;
-    scores = scores.masked_fill(causal_mask(T, past + T), -std::numeric_limits<double>::infinity());
-    y = at::matmul(at::softmax(scores, -1), v);
+    y = attention_core(q, k, v, past);
   }
   y = y.transpose(1, 2).reshape({B, T, H_l * D});
   return leave_tp(strata::linear(y, weight(block.attn_out_weight)), sequence_parallel);
+}
+
+at::Tensor GPT::attention_core(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                               int64_t past) {
+  const double scale = 1.0 / std::sqrt(static_cast<double>(config_.head_dim()));
+  if (cp_.comm) return context_parallel_attention(q, k, v, scale, cp_);
+  if (config_.attention == AttentionKernel::blockwise) {
+    return blockwise_attention(q, k, v, scale, AttentionPositions{past, 0});
+  }
+  const int64_t T = q.size(2);
+  auto scores = at::matmul(q, k.transpose(-2, -1)) * scale;
+  scores = scores.masked_fill(causal_mask(T, past + T), -std::numeric_limits<double>::infinity());
+  return at::matmul(at::softmax(scores, -1), v);
+}
+
+bool GPT::recomputes(int64_t block, Recompute mode) const {
+  return recompute_ == mode && (recompute_layers_ == 0 || block < recompute_layers_);
+}
+
+void GPT::set_recompute(Recompute mode, int64_t layers) {
+  STRATA_CHECK(layers >= 0, "recompute layers ", layers);
+  recompute_ = mode;
+  recompute_layers_ = layers;
 }
 
 at::Tensor GPT::mlp(const at::Tensor& x, const BlockParams& block, bool sequence_parallel) {
@@ -303,7 +324,7 @@ at::Tensor GPT::moe(const at::Tensor& x, const BlockParams& block, int64_t layer
                   {weight(block.router_weight), weight(block.expert_fc_weight),
                    weight(block.expert_out_weight)},
                   config_, ep_comm_, cache ? &cache->expert_counts[layer] : nullptr, cp_.comm);
-  if (!cache) {
+  if (!cache && !recomputing_) {
     out.stats.layer = stage_.first_layer + layer;
     moe_stats_.push_back(std::move(out.stats));
   }
@@ -372,7 +393,25 @@ at::Tensor GPT::block_forward(at::Tensor x, size_t layer, KVCache* cache, bool s
 at::Tensor GPT::blocks_forward(at::Tensor x, KVCache* cache, bool sequence_parallel) {
   for (size_t index = 0; index < blocks_.size(); ++index) {
     const int64_t unit = 1 + static_cast<int64_t>(index);
-    x = leave(unit, block_forward(enter(unit, x), index, cache, sequence_parallel));
+    at::Tensor input = enter(unit, x), output;
+    if (!cache && recomputes(static_cast<int64_t>(index), Recompute::full)) {
+      // The block runs again in its backward: with this forward's objective scale, and
+      // without recording its MoE statistics a second time.
+      const double scale = objective_scale_;
+      output = recomputed({input}, [this, index, sequence_parallel, scale](
+                                       const std::vector<at::Tensor>& in, bool recomputing) {
+        const double forward_scale = objective_scale_;
+        objective_scale_ = scale;
+        recomputing_ = recomputing;
+        at::Tensor y = block_forward(in[0], index, nullptr, sequence_parallel);
+        objective_scale_ = forward_scale;
+        recomputing_ = false;
+        return y;
+      });
+    } else {
+      output = block_forward(input, index, cache, sequence_parallel);
+    }
+    x = leave(unit, output);
   }
   return x;
 }

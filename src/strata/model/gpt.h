@@ -114,6 +114,10 @@ class GPT {
   // nullptr (the default) = run the units as they are. The wrapper must outlive every
   // forward and backward through the chunk.
   void wrap_units(UnitWrapper* wrapper) { wrapper_ = wrapper; }
+  // Activation recomputation (model/recompute.h) of this chunk's first `layers` blocks (0 =
+  // all): full recomputes each block's forward in its backward, keeping only its input;
+  // selective recomputes the attention core from the q, k, v it keeps.
+  void set_recompute(Recompute mode, int64_t layers = 0);
   // Mixture of experts: every forward without a cache records one MoeLayerStats per MoE
   // layer; take_moe_stats() hands them over and clears.
   std::vector<MoeLayerStats> take_moe_stats();
@@ -146,6 +150,10 @@ class GPT {
   at::Tensor norm(const at::Tensor& x, size_t weight_index, size_t bias_index) const;
   at::Tensor attention(const at::Tensor& x, const BlockParams& block, int64_t layer, KVCache* cache,
                        bool sequence_parallel);
+  // softmax(q k^T scale, causal) v by the configured kernel, or across the cp ranks.
+  at::Tensor attention_core(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                            int64_t past);
+  bool recomputes(int64_t block, Recompute mode) const;
   at::Tensor mlp(const at::Tensor& x, const BlockParams& block, bool sequence_parallel);
   at::Tensor moe(const at::Tensor& x, const BlockParams& block, int64_t layer, KVCache* cache,
                  bool sequence_parallel);
@@ -172,6 +180,9 @@ class GPT {
   ContextParallel cp_;            // comm nullptr without context parallelism
   at::Tensor context_positions_;  // (seq_len / cp) int64: this rank's tokens' positions
   double objective_scale_ = 1.0;  // of the forward_stage() running now
+  Recompute recompute_ = Recompute::none;
+  int64_t recompute_layers_ = 0;  // the first blocks that recompute (all of them when 0)
+  bool recomputing_ = false;      // inside a recomputation: statistics are not recorded again
   std::vector<MoeLayerStats> moe_stats_;
   int64_t tp_size_ = 1, tp_rank_ = 0;
   int64_t local_heads_, local_kv_heads_;  // heads this rank computes

@@ -29,11 +29,12 @@ bool parse_bool(const std::string& key, const std::string& value) {
   throw UserError(str("--layout: ", key, "=", value, " must be true or false"));
 }
 
-Recompute parse_recompute(const std::string& value) {
-  if (value == "none") return Recompute::none;
-  if (value == "selective") return Recompute::selective;
-  if (value == "full") return Recompute::full;
-  throw UserError(str("--layout: recompute=", value, " must be none, selective or full"));
+// --layout's enum-valued keys, in their TOML spellings.
+template <typename E>
+E parse_layout_choice(const std::string& key, const std::string& value) {
+  const std::optional<E> choice = parse_choice<E>(value);
+  STRATA_REQUIRE(choice, "--layout: ", key, "=", value, " must be ", spellings_joined<E>());
+  return *choice;
 }
 
 // What resolve_layout chooses for a pipeline with no schedule given.
@@ -65,10 +66,7 @@ PlanLayout parse_layout(const std::string& text) {
     } else if (key == "cp") {
       layout.cp = parse_size(key, value);
     } else if (key == "cp_comm") {
-      const std::optional<ContextParallelComm> comm = parse_choice<ContextParallelComm>(value);
-      STRATA_REQUIRE(comm, "--layout: cp_comm=", value, " must be ",
-                     spellings_joined<ContextParallelComm>());
-      layout.cp_comm = *comm;
+      layout.cp_comm = parse_layout_choice<ContextParallelComm>(key, value);
     } else if (key == "ep") {
       layout.ep = parse_size(key, value);
     } else if (key == "vpp") {
@@ -78,7 +76,7 @@ PlanLayout parse_layout(const std::string& text) {
     } else if (key == "micro_batch") {
       layout.micro_batch = parse_size(key, value);
     } else if (key == "recompute") {
-      layout.recompute = parse_recompute(value);
+      layout.recompute = parse_layout_choice<Recompute>(key, value);
     } else if (key == "sequence_parallel") {
       layout.sequence_parallel = parse_bool(key, value);
     } else if (key == "schedule") {
@@ -114,7 +112,7 @@ std::string layout_to_string(const PlanLayout& layout) {
   return str("tp=", layout.tp, " pp=", layout.pp, " dp=", layout.dp, " cp=", layout.cp,
              " cp_comm=", name_of(layout.cp_comm), " ep=", layout.ep, " vpp=", layout.vpp,
              " zero=", layout.zero, " micro_batch=", layout.micro_batch,
-             " recompute=", recompute_name(layout.recompute),
+             " recompute=", name_of(layout.recompute),
              " sequence_parallel=", layout.sequence_parallel ? "true" : "false",
              " schedule=", schedule_label(layout));
 }
@@ -130,7 +128,7 @@ nlohmann::json layout_to_json(const PlanLayout& layout, int64_t microbatches) {
           {"zero", layout.zero},
           {"micro_batch", layout.micro_batch},
           {"microbatches", microbatches},
-          {"recompute", recompute_name(layout.recompute)},
+          {"recompute", name_of(layout.recompute)},
           {"sequence_parallel", layout.sequence_parallel},
           {"schedule", schedule_label(layout)}};
 }

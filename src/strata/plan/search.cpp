@@ -353,8 +353,9 @@ AutoLayout choose_layout(const Config& config, int64_t world, const ClusterProfi
   SearchOptions options;
   options.top = 2;
   options.allowed = [&config](const PlanLayout& layout) {
-    // The runtime has no recomputation; its context parallelism runs the blockwise kernel.
-    return layout.recompute == Recompute::none &&
+    // Recomputation is the run's own choice (train.recompute); context parallelism runs the
+    // blockwise kernel.
+    return layout.recompute == config.train.recompute &&
            (layout.cp == 1 || config.model.attention == AttentionKernel::blockwise);
   };
   const SearchResult result = search_layouts(inputs, options);

@@ -51,7 +51,7 @@ struct SearchResult {
 SearchResult search_layouts(const PlanInputs& inputs, const SearchOptions& options = {});
 
 // What `parallel.auto = true` runs: the fastest layout for `world` ranks among those this
-// release can run (no recomputation), on `cluster` (its devices taken as
+// release can run, with the config's train.recompute, on `cluster` (its devices taken as
 // `world` ranks: one node of `world` if it has fewer devices per node, else world /
 // devices_per_node nodes). `config` comes back with [parallel] and train.micro_batch set
 // (train.global_batch is kept) and `explanation` says what was chosen and why.

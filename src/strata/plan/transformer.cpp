@@ -144,18 +144,6 @@ PassFlops head_flops(const TransformerSpec& spec, int64_t micro_batch) {
   return flops;
 }
 
-const char* recompute_name(Recompute recompute) {
-  switch (recompute) {
-    case Recompute::none:
-      return "none";
-    case Recompute::selective:
-      return "selective";
-    case Recompute::full:
-      return "full";
-  }
-  return "?";
-}
-
 double model_flops_per_step(const TransformerSpec& spec, int64_t sequences) {
   double total = head_flops(spec, sequences).total();
   for (int64_t layer = 0; layer < spec.layers; ++layer) {

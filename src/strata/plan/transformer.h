@@ -89,8 +89,7 @@ struct PassFlops {
 PassFlops layer_flops(const TransformerSpec& spec, int64_t micro_batch, bool moe_layer);
 PassFlops head_flops(const TransformerSpec& spec, int64_t micro_batch);  // the logits matmul
 
-enum class Recompute { none, selective, full };
-const char* recompute_name(Recompute recompute);  // "none", "selective", "full"
+// Recompute: core/config_enums.h (train.recompute).
 
 // FLOPs of one training step over `sequences` sequences: model FLOPs count forward and backward
 // once (the MFU convention); hardware FLOPs add what recomputation repeats.

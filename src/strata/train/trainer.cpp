@@ -116,6 +116,7 @@ Trainer::Trainer(const Config& config, Mesh& mesh)
         std::make_unique<GPT>(model, config_.train.seed, dtype_, tp, stage, &mesh_.ep(), cp));
   }
   for (auto& chunk : chunks_) {
+    chunk->set_recompute(config_.train.recompute, config_.train.recompute_layers);
     for (auto& parameter : chunk->parameters()) parameters_.push_back(&parameter);
   }
   dataset_ = TokenDataset::open(config_.data, model, config_.train.seed);
