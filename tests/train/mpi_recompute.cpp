@@ -1,7 +1,7 @@
 // Activation recomputation (train.recompute) on the real MPI transport: full and selective
 // recomputation, of all layers or the first one, train bit-identically to no recomputation —
 // on one rank (dense and MoE), with tp + sequence parallelism, with pipelines under 1F1B and
-// ZB-H1 (deferred weight gradients) and with ring context parallelism — and full
+// ZB-H1 (deferred weight gradients), with ring context parallelism and with ZeRO-3 — and full
 // recomputation keeps a fraction of the activations.
 #include <gtest/gtest.h>
 
@@ -13,12 +13,13 @@ namespace strata {
 namespace {
 
 struct Layout {
-  int64_t tp = 1, pp = 1, cp = 1;
+  int64_t tp = 1, pp = 1, cp = 1, dp = 1, zero = 0;
   bool sequence_parallel = false, moe = false;
   PipelineSchedule schedule = PipelineSchedule::one_f_one_b;
   std::string name() const {
     std::string out = "tp" + std::to_string(tp) + (sequence_parallel ? "(sp)" : "");
     out += " pp" + std::to_string(pp) + "(" + name_of(schedule) + ") cp" + std::to_string(cp);
+    out += " dp" + std::to_string(dp) + " zero " + std::to_string(zero);
     return out + (moe ? " moe" : "");
   }
 };
@@ -39,7 +40,8 @@ Config tiny_run(const Layout& layout, Recompute recompute, int64_t recompute_lay
   config.parallel.tp = layout.tp;
   config.parallel.pp = layout.pp;
   config.parallel.cp = layout.cp;
-  config.parallel.dp = 1;
+  config.parallel.dp = layout.dp;
+  config.parallel.zero = layout.zero;
   config.parallel.sequence_parallel = layout.sequence_parallel;
   config.parallel.pp_schedule = layout.schedule;
   config.train.recompute = recompute;
@@ -48,13 +50,22 @@ Config tiny_run(const Layout& layout, Recompute recompute, int64_t recompute_lay
 }
 
 std::vector<Layout> layouts_for(int world) {
-  if (world == 1) return {Layout{}, Layout{1, 1, 1, false, true}};
-  Layout tp_sp{2, 1, 1, true};
-  Layout one_f_one_b{1, 2, 1};
-  Layout zero_bubble{1, 2, 1};
+  Layout moe;
+  moe.moe = true;
+  if (world == 1) return {Layout{}, moe};
+  Layout tp_sp;
+  tp_sp.tp = 2;
+  tp_sp.sequence_parallel = true;
+  Layout one_f_one_b;
+  one_f_one_b.pp = 2;
+  Layout zero_bubble = one_f_one_b;
   zero_bubble.schedule = PipelineSchedule::zb_h1;
-  Layout ring{1, 1, 2};
-  return {tp_sp, one_f_one_b, zero_bubble, ring};
+  Layout ring;
+  ring.cp = 2;
+  Layout zero3;  // parameters gathered again for the unit's backward, then recomputed with
+  zero3.dp = 2;
+  zero3.zero = 3;
+  return {tp_sp, one_f_one_b, zero_bubble, ring, zero3};
 }
 
 TEST(Recompute, EveryModeTrainsBitIdenticallyToNone) {
