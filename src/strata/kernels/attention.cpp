@@ -14,9 +14,8 @@
 //
 // Each tile product is one call of tile_gemm on raw pointers (the scale rides in its alpha),
 // and the softmax work is one or two vectorized passes per row (score_rows.h), into scratch
-// tiles each parallel chunk allocates once. A tile pair costs the arithmetic of its products
-// and little else; that is what makes tiles of 64 rows affordable, and smaller tiles waste
-// less of the work on the diagonal, where the upper triangle of a tile is masked.
+// tiles each parallel chunk allocates once. Where the diagonal crosses a tile pair, the pair
+// is cut into row blocks that each multiply only the keys they see (for_each_block).
 #include "strata/kernels/attention.h"
 
 #include <ATen/Parallel.h>
@@ -40,6 +39,9 @@ struct Problem {
   at::ScalarType accumulate;  // float64 for float64 inputs, else float32
   int64_t query_tiles;
 };
+
+// Rows per block where a tile crosses the diagonal (for_each_block).
+constexpr int64_t kDiagonalRows = 64;
 
 int64_t tiles(int64_t rows, int64_t tile) { return (rows + tile - 1) / tile; }
 
@@ -74,6 +76,23 @@ int64_t keys_seen_by(const Problem& p, int64_t row) {
 // How many of the `cols` keys of the tile starting at key j0 query row `row` sees.
 int64_t keys_seen_in_tile(const Problem& p, int64_t row, int64_t j0, int64_t cols) {
   return std::clamp<int64_t>(keys_seen_by(p, row) - j0, 0, cols);
+}
+
+// Calls f(first, block_rows, block_cols) for the products of query rows [r0, r0 + rows) with
+// the `cols` keys from j0. A tile that the diagonal crosses is cut into blocks of
+// kDiagonalRows rows, each multiplying only the keys its last row sees, so the masked upper
+// triangle costs blocks of kDiagonalRows^2 / 2 instead of up to half the tile; blocks that
+// see none of these keys are skipped (their probabilities would all be 0). first counts
+// from r0.
+template <typename F>
+void for_each_block(const Problem& p, int64_t r0, int64_t rows, int64_t j0, int64_t cols, F&& f) {
+  const bool unmasked = keys_seen_in_tile(p, r0, j0, cols) == cols;
+  const int64_t block = unmasked ? rows : kDiagonalRows;
+  for (int64_t first = 0; first < rows; first += block) {
+    const int64_t block_rows = std::min(block, rows - first);
+    const int64_t block_cols = keys_seen_in_tile(p, r0 + first + block_rows - 1, j0, cols);
+    if (block_cols > 0) f(first, block_rows, block_cols);
+  }
 }
 
 // A (B, heads, T, D) tensor's rows as raw memory: the model passes q, k and v as transposed
@@ -126,19 +145,25 @@ void forward_tiles(const Problem& p, const at::Tensor& q, const at::Tensor& k, c
       const int64_t visible = keys_seen_by(p, r0 + rows - 1);
       for (int64_t j0 = 0; j0 < visible; j0 += kAttentionKeyTile) {
         const int64_t cols = std::min(kAttentionKeyTile, visible - j0);
-        tile_gemm(rows, cols, D, static_cast<scalar_t>(scale), queries.operand(b, h, r0),
-                  keys.operand(b, g, j0, /*transposed=*/true), 0, scores.data(), cols);
-        for (int64_t r = 0; r < rows; ++r) {
-          const scalar_t rescale =
-              online_softmax_row(scores.data() + r * cols, keys_seen_in_tile(p, r0 + r, j0, cols),
-                                 cols, row_max[r], row_sum[r]);
-          if (rescale != 1) {
-            scalar_t* o_row = o + r * outputs.row_stride;
-            for (int64_t d = 0; d < D; ++d) o_row[d] *= rescale;
-          }
-        }
-        tile_gemm(rows, D, cols, scalar_t{1}, {scores.data(), cols}, values.operand(b, g, j0), 1, o,
-                  outputs.row_stride);
+        for_each_block(
+            p, r0, rows, j0, cols, [&](int64_t first, int64_t block_rows, int64_t block_cols) {
+              tile_gemm(block_rows, block_cols, D, static_cast<scalar_t>(scale),
+                        queries.operand(b, h, r0 + first),
+                        keys.operand(b, g, j0, /*transposed=*/true), 0, scores.data(), block_cols);
+              for (int64_t r = first; r < first + block_rows; ++r) {
+                const scalar_t rescale =
+                    online_softmax_row(scores.data() + (r - first) * block_cols,
+                                       keys_seen_in_tile(p, r0 + r, j0, block_cols), block_cols,
+                                       row_max[r], row_sum[r]);
+                if (rescale != 1) {
+                  scalar_t* o_row = o + r * outputs.row_stride;
+                  for (int64_t d = 0; d < D; ++d) o_row[d] *= rescale;
+                }
+              }
+              tile_gemm(block_rows, D, block_cols, scalar_t{1}, {scores.data(), block_cols},
+                        values.operand(b, g, j0), 1, o + first * outputs.row_stride,
+                        outputs.row_stride);
+            });
       }
       for (int64_t r = 0; r < rows; ++r) {  // rows that see no key: out 0, lse -inf
         scalar_t* o_row = o + r * outputs.row_stride;
@@ -175,28 +200,36 @@ void backward_tiles(const Problem& p, const at::Tensor& dout, const at::Tensor& 
           const int64_t visible = keys_seen_by(p, r0 + rows - 1);
           for (int64_t j0 = 0; j0 < visible; j0 += kAttentionKeyTile) {
             const int64_t cols = std::min(kAttentionKeyTile, visible - j0);
-            scalar_t* P = probabilities.data();
-            scalar_t* dS = score_grads.data();
-            tile_gemm(rows, cols, D, scale_as, queries.operand(b, h, r0),
-                      keys.operand(b, g, j0, /*transposed=*/true), 0, P, cols);
-            for (int64_t r = 0; r < rows; ++r) {
-              probabilities_row(P + r * cols, keys_seen_in_tile(p, r0 + r, j0, cols), cols,
-                                *lses.at(b, h, r0 + r));
-            }
-            // dv_j += p^T dout
-            tile_gemm(cols, D, rows, scalar_t{1}, {P, cols, /*transposed=*/true},
-                      douts.operand(b, h, r0), 1, dvs.at(b, g, j0), dvs.row_stride);
-            // dp = dout v_j^T, then ds = p * (dp - delta) in its place
-            tile_gemm(rows, cols, D, scalar_t{1}, douts.operand(b, h, r0),
-                      values.operand(b, g, j0, /*transposed=*/true), 0, dS, cols);
-            for (int64_t r = 0; r < rows; ++r) {
-              score_gradient_row(P + r * cols, dS + r * cols, cols, *deltas.at(b, h, r0 + r));
-            }
-            // dq += ds k_j * scale, dk_j += ds^T q * scale
-            tile_gemm(rows, D, cols, scale_as, {dS, cols}, keys.operand(b, g, j0), 1,
-                      dqs.at(b, h, r0), dqs.row_stride);
-            tile_gemm(cols, D, rows, scale_as, {dS, cols, /*transposed=*/true},
-                      queries.operand(b, h, r0), 1, dks.at(b, g, j0), dks.row_stride);
+            for_each_block(
+                p, r0, rows, j0, cols, [&](int64_t first, int64_t block_rows, int64_t block_cols) {
+                  const int64_t row = r0 + first;
+                  scalar_t* P = probabilities.data();
+                  scalar_t* dS = score_grads.data();
+                  tile_gemm(block_rows, block_cols, D, scale_as, queries.operand(b, h, row),
+                            keys.operand(b, g, j0, /*transposed=*/true), 0, P, block_cols);
+                  for (int64_t r = 0; r < block_rows; ++r) {
+                    probabilities_row(P + r * block_cols,
+                                      keys_seen_in_tile(p, row + r, j0, block_cols), block_cols,
+                                      *lses.at(b, h, row + r));
+                  }
+                  // dv_j += p^T dout
+                  tile_gemm(block_cols, D, block_rows, scalar_t{1},
+                            {P, block_cols, /*transposed=*/true}, douts.operand(b, h, row), 1,
+                            dvs.at(b, g, j0), dvs.row_stride);
+                  // dp = dout v_j^T, then ds = p * (dp - delta) in its place
+                  tile_gemm(block_rows, block_cols, D, scalar_t{1}, douts.operand(b, h, row),
+                            values.operand(b, g, j0, /*transposed=*/true), 0, dS, block_cols);
+                  for (int64_t r = 0; r < block_rows; ++r) {
+                    score_gradient_row(P + r * block_cols, dS + r * block_cols, block_cols,
+                                       *deltas.at(b, h, row + r));
+                  }
+                  // dq += ds k_j * scale, dk_j += ds^T q * scale
+                  tile_gemm(block_rows, D, block_cols, scale_as, {dS, block_cols},
+                            keys.operand(b, g, j0), 1, dqs.at(b, h, row), dqs.row_stride);
+                  tile_gemm(block_cols, D, block_rows, scale_as,
+                            {dS, block_cols, /*transposed=*/true}, queries.operand(b, h, row), 1,
+                            dks.at(b, g, j0), dks.row_stride);
+                });
           }
         }
       }
