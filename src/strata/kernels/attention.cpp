@@ -117,6 +117,11 @@ struct Rows {
   }
 };
 
+template <typename scalar_t>
+void zero_rows(const Rows<scalar_t>& x, int64_t b, int64_t head, int64_t rows, int64_t D) {
+  for (int64_t r = 0; r < rows; ++r) std::fill(x.at(b, head, r), x.at(b, head, r) + D, 0);
+}
+
 // x in the accumulation dtype with contiguous rows (a copy only where either differs).
 at::Tensor accumulating(const at::Tensor& x, at::ScalarType accumulate) {
   at::Tensor converted = x.to(accumulate);
@@ -180,10 +185,10 @@ void forward_tiles(const Problem& p, const at::Tensor& q, const at::Tensor& k, c
 template <typename scalar_t>
 void backward_tiles(const Problem& p, const at::Tensor& dout, const at::Tensor& q,
                     const at::Tensor& k, const at::Tensor& v, const at::Tensor& lse,
-                    const at::Tensor& delta, double scale, at::Tensor& dq, at::Tensor& dk,
+                    const at::Tensor& out, double scale, at::Tensor& dq, at::Tensor& dk,
                     at::Tensor& dv) {
   const Rows<scalar_t> queries(q), keys(k), values(v), douts(dout), lses(lse.unsqueeze(-1)),
-      deltas(delta.unsqueeze(-1)), dqs(dq), dks(dk), dvs(dv);
+      outputs(out), dqs(dq), dks(dk), dvs(dv);
   const int64_t D = p.D;
   const auto scale_as = static_cast<scalar_t>(scale);
   // One task per (batch, kv head): it owns the dq rows of the query heads sharing the kv
@@ -192,11 +197,21 @@ void backward_tiles(const Problem& p, const at::Tensor& dout, const at::Tensor& 
   at::parallel_for(0, p.B * p.K, 1, [&](int64_t begin, int64_t end) {
     std::vector<scalar_t> probabilities(kAttentionQueryTile * kAttentionKeyTile);  // (rows, cols)
     std::vector<scalar_t> score_grads(kAttentionQueryTile * kAttentionKeyTile);    // (rows, cols)
+    std::vector<scalar_t> deltas(kAttentionQueryTile);  // rowsum(dout * out) of a query tile
     for (int64_t task = begin; task < end; ++task) {
       const int64_t b = task / p.K, g = task % p.K;
+      zero_rows(dks, b, g, p.Tk, D);
+      zero_rows(dvs, b, g, p.Tk, D);
       for (int64_t h = g * p.group; h < (g + 1) * p.group; ++h) {
+        zero_rows(dqs, b, h, p.Tq, D);
         for (int64_t r0 = 0; r0 < p.Tq; r0 += kAttentionQueryTile) {
           const int64_t rows = std::min(kAttentionQueryTile, p.Tq - r0);
+          for (int64_t r = 0; r < rows; ++r) {
+            const scalar_t *dout_row = douts.at(b, h, r0 + r), *out_row = outputs.at(b, h, r0 + r);
+            scalar_t dot = 0;
+            for (int64_t d = 0; d < D; ++d) dot += dout_row[d] * out_row[d];
+            deltas[r] = dot;
+          }
           const int64_t visible = keys_seen_by(p, r0 + rows - 1);
           for (int64_t j0 = 0; j0 < visible; j0 += kAttentionKeyTile) {
             const int64_t cols = std::min(kAttentionKeyTile, visible - j0);
@@ -221,7 +236,7 @@ void backward_tiles(const Problem& p, const at::Tensor& dout, const at::Tensor& 
                             values.operand(b, g, j0, /*transposed=*/true), 0, dS, block_cols);
                   for (int64_t r = 0; r < block_rows; ++r) {
                     score_gradient_row(P + r * block_cols, dS + r * block_cols, block_cols,
-                                       *deltas.at(b, h, row + r));
+                                       deltas[first + r]);
                   }
                   // dq += ds k_j * scale, dk_j += ds^T q * scale
                   tile_gemm(block_rows, D, block_cols, scale_as, {dS, block_cols},
@@ -263,15 +278,15 @@ AttentionGradients blockwise_attention_backward(const at::Tensor& dout, const at
   const Problem p = describe(q, k, v, positions);
   const at::Tensor qa = accumulating(q, p.accumulate), ka = accumulating(k, p.accumulate),
                    va = accumulating(v, p.accumulate), douta = accumulating(dout, p.accumulate);
-  const at::Tensor delta = (douta * out.to(p.accumulate)).sum(-1);  // (B, H, Tq)
-  const at::Tensor lsea = lse.to(p.accumulate);
-  at::Tensor dq = at::zeros({p.B, p.H, p.Tq, p.D}, qa.options());
-  at::Tensor dk = at::zeros({p.B, p.K, p.Tk, p.D}, qa.options());
-  at::Tensor dv = at::zeros({p.B, p.K, p.Tk, p.D}, qa.options());
+  const at::Tensor outa = accumulating(out, p.accumulate), lsea = lse.to(p.accumulate);
+  // Zeroed by the task that owns the rows.
+  at::Tensor dq = at::empty({p.B, p.H, p.Tq, p.D}, qa.options());
+  at::Tensor dk = at::empty({p.B, p.K, p.Tk, p.D}, qa.options());
+  at::Tensor dv = at::empty({p.B, p.K, p.Tk, p.D}, qa.options());
   if (p.accumulate == at::kDouble) {
-    backward_tiles<double>(p, douta, qa, ka, va, lsea, delta, scale, dq, dk, dv);
+    backward_tiles<double>(p, douta, qa, ka, va, lsea, outa, scale, dq, dk, dv);
   } else {
-    backward_tiles<float>(p, douta, qa, ka, va, lsea, delta, scale, dq, dk, dv);
+    backward_tiles<float>(p, douta, qa, ka, va, lsea, outa, scale, dq, dk, dv);
   }
   return {dq.to(q.scalar_type()), dk.to(k.scalar_type()), dv.to(v.scalar_type())};
 }
