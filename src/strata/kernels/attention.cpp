@@ -22,6 +22,7 @@
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -117,6 +118,26 @@ struct Rows {
   }
 };
 
+// Task indices [0, count) for ATen's threads, each taking the next one when it is done with
+// its last, instead of at::parallel_for's fixed equal ranges: tasks differ in cost, and on a
+// shared machine another process may slow one thread down; either way the others take up
+// the slack and no thread sits idle at the end while another works through its range.
+class TaskQueue {
+ public:
+  explicit TaskQueue(int64_t count) : count_(count) {}
+  // Sets task to the next one; false once all have been handed out.
+  bool take(int64_t& task) {
+    task = next_.fetch_add(1, std::memory_order_relaxed);
+    return task < count_;
+  }
+  // How many threads to start: one per ATen thread, at most one per task.
+  int64_t threads() const { return std::min<int64_t>(at::get_num_threads(), count_); }
+
+ private:
+  const int64_t count_;
+  std::atomic<int64_t> next_{0};
+};
+
 template <typename scalar_t>
 void zero_rows(const Rows<scalar_t>& x, int64_t b, int64_t head, int64_t rows, int64_t D) {
   for (int64_t r = 0; r < rows; ++r) std::fill(x.at(b, head, r), x.at(b, head, r) + D, 0);
@@ -134,11 +155,14 @@ void forward_tiles(const Problem& p, const at::Tensor& q, const at::Tensor& k, c
   const Rows<scalar_t> queries(q), keys(k), values(v), outputs(out), lses(lse.unsqueeze(-1));
   constexpr scalar_t kInf = std::numeric_limits<scalar_t>::infinity();
   const int64_t D = p.D;
-  at::parallel_for(0, p.B * p.H * p.query_tiles, 1, [&](int64_t begin, int64_t end) {
+  // A head's query tiles last to first: the later ones see more keys, and the cheap ones at
+  // the end of the queue even out the threads.
+  TaskQueue queue(p.B * p.H * p.query_tiles);
+  at::parallel_for(0, queue.threads(), 1, [&](int64_t, int64_t) {
     std::vector<scalar_t> scores(kAttentionQueryTile * kAttentionKeyTile);  // (rows, cols)
     std::vector<scalar_t> row_max(kAttentionQueryTile), row_sum(kAttentionQueryTile);
-    for (int64_t task = begin; task < end; ++task) {
-      const int64_t tile = task % p.query_tiles, b = task / p.query_tiles / p.H,
+    for (int64_t task; queue.take(task);) {
+      const int64_t tile = p.query_tiles - 1 - task % p.query_tiles, b = task / p.query_tiles / p.H,
                     h = task / p.query_tiles % p.H, g = h / p.group;
       const int64_t r0 = tile * kAttentionQueryTile;
       const int64_t rows = std::min(kAttentionQueryTile, p.Tq - r0);
@@ -194,11 +218,12 @@ void backward_tiles(const Problem& p, const at::Tensor& dout, const at::Tensor& 
   // One task per (batch, kv head): it owns the dq rows of the query heads sharing the kv
   // head and the kv head's dk and dv rows, so no two tasks write the same rows and each tile
   // pair costs five products.
-  at::parallel_for(0, p.B * p.K, 1, [&](int64_t begin, int64_t end) {
+  TaskQueue queue(p.B * p.K);
+  at::parallel_for(0, queue.threads(), 1, [&](int64_t, int64_t) {
     std::vector<scalar_t> probabilities(kAttentionQueryTile * kAttentionKeyTile);  // (rows, cols)
     std::vector<scalar_t> score_grads(kAttentionQueryTile * kAttentionKeyTile);    // (rows, cols)
     std::vector<scalar_t> deltas(kAttentionQueryTile);  // rowsum(dout * out) of a query tile
-    for (int64_t task = begin; task < end; ++task) {
+    for (int64_t task; queue.take(task);) {
       const int64_t b = task / p.K, g = task % p.K;
       zero_rows(dks, b, g, p.Tk, D);
       zero_rows(dvs, b, g, p.Tk, D);
