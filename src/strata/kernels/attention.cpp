@@ -29,6 +29,7 @@
 
 #include "strata/core/error.h"
 #include "strata/kernels/score_rows.h"
+#include "strata/kernels/thread_team.h"
 #include "strata/kernels/tile_gemm.h"
 
 namespace strata {
@@ -118,8 +119,8 @@ struct Rows {
   }
 };
 
-// Task indices [0, count) for ATen's threads, each taking the next one when it is done with
-// its last, instead of at::parallel_for's fixed equal ranges: tasks differ in cost, and on a
+// Task indices [0, count) for the threads of run_on_threads, each taking the next one when it
+// is done with its last, rather than fixed equal ranges: tasks differ in cost, and on a
 // shared machine another process may slow one thread down; either way the others take up
 // the slack and no thread sits idle at the end while another works through its range.
 class TaskQueue {
@@ -158,7 +159,7 @@ void forward_tiles(const Problem& p, const at::Tensor& q, const at::Tensor& k, c
   // A head's query tiles last to first: the later ones see more keys, and the cheap ones at
   // the end of the queue even out the threads.
   TaskQueue queue(p.B * p.H * p.query_tiles);
-  at::parallel_for(0, queue.threads(), 1, [&](int64_t, int64_t) {
+  run_on_threads(queue.threads(), [&] {
     std::vector<scalar_t> scores(kAttentionQueryTile * kAttentionKeyTile);  // (rows, cols)
     std::vector<scalar_t> row_max(kAttentionQueryTile), row_sum(kAttentionQueryTile);
     for (int64_t task; queue.take(task);) {
@@ -219,7 +220,7 @@ void backward_tiles(const Problem& p, const at::Tensor& dout, const at::Tensor& 
   // head and the kv head's dk and dv rows, so no two tasks write the same rows and each tile
   // pair costs five products.
   TaskQueue queue(p.B * p.K);
-  at::parallel_for(0, queue.threads(), 1, [&](int64_t, int64_t) {
+  run_on_threads(queue.threads(), [&] {
     std::vector<scalar_t> probabilities(kAttentionQueryTile * kAttentionKeyTile);  // (rows, cols)
     std::vector<scalar_t> score_grads(kAttentionQueryTile * kAttentionKeyTile);    // (rows, cols)
     std::vector<scalar_t> deltas(kAttentionQueryTile);  // rowsum(dout * out) of a query tile

@@ -1,8 +1,8 @@
 // Causal attention computed tile by tile with an online softmax (FlashAttention-2, Dao 2023,
 // arXiv 2307.08691), on ATen: the T x T scores are never held. The forward keeps the output
 // and one log-sum-exp per query row; the backward recomputes each tile's probabilities from
-// them. Work is split over (batch, head, query tile) with at::parallel_for; inside a task
-// every tile product runs on one thread.
+// them. Work is split over (batch, head, query tile) tasks on ATen's OpenMP threads; inside a
+// task every tile product runs on one thread.
 //
 // Shapes: q (B, H, Tq, D); k and v (B, K, Tk, D) with K dividing H: query head h reads
 // key/value head h / (H / K) (grouped-query attention, no copies). Positions are absolute:
