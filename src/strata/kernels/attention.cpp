@@ -139,9 +139,12 @@ class TaskQueue {
   std::atomic<int64_t> next_{0};
 };
 
+// Zeroes rows [first, first + rows) of one head.
 template <typename scalar_t>
-void zero_rows(const Rows<scalar_t>& x, int64_t b, int64_t head, int64_t rows, int64_t D) {
-  for (int64_t r = 0; r < rows; ++r) std::fill(x.at(b, head, r), x.at(b, head, r) + D, 0);
+void zero_rows(const Rows<scalar_t>& x, int64_t b, int64_t head, int64_t first, int64_t rows,
+               int64_t D) {
+  for (int64_t r = first; r < first + rows; ++r)
+    std::fill(x.at(b, head, r), x.at(b, head, r) + D, 0);
 }
 
 // x in the accumulation dtype with contiguous rows (a copy only where either differs).
@@ -168,8 +171,7 @@ void forward_tiles(const Problem& p, const at::Tensor& q, const at::Tensor& k, c
       const int64_t r0 = tile * kAttentionQueryTile;
       const int64_t rows = std::min(kAttentionQueryTile, p.Tq - r0);
       scalar_t* o = outputs.at(b, h, r0);  // (rows, D), unnormalized until the end
-      for (int64_t r = 0; r < rows; ++r)
-        std::fill(o + r * outputs.row_stride, o + r * outputs.row_stride + D, 0);
+      zero_rows(outputs, b, h, r0, rows, D);
       std::fill(row_max.begin(), row_max.end(), -kInf);
       std::fill(row_sum.begin(), row_sum.end(), 0);
       const int64_t visible = keys_seen_by(p, r0 + rows - 1);
@@ -226,10 +228,10 @@ void backward_tiles(const Problem& p, const at::Tensor& dout, const at::Tensor& 
     std::vector<scalar_t> deltas(kAttentionQueryTile);  // rowsum(dout * out) of a query tile
     for (int64_t task; queue.take(task);) {
       const int64_t b = task / p.K, g = task % p.K;
-      zero_rows(dks, b, g, p.Tk, D);
-      zero_rows(dvs, b, g, p.Tk, D);
+      zero_rows(dks, b, g, 0, p.Tk, D);
+      zero_rows(dvs, b, g, 0, p.Tk, D);
       for (int64_t h = g * p.group; h < (g + 1) * p.group; ++h) {
-        zero_rows(dqs, b, h, p.Tq, D);
+        zero_rows(dqs, b, h, 0, p.Tq, D);
         for (int64_t r0 = 0; r0 < p.Tq; r0 += kAttentionQueryTile) {
           const int64_t rows = std::min(kAttentionQueryTile, p.Tq - r0);
           for (int64_t r = 0; r < rows; ++r) {
