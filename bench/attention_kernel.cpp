@@ -3,7 +3,10 @@
 // matmul, GQA by repeating kv heads), alternating (order swapped every round), on this
 // process's threads. Prints one JSON object per sequence length: median seconds of each over
 // the rounds, the median and range of the per-round speedups (eager time / blockwise time),
-// and the bytes each holds between forward and backward (counted by the strata allocator).
+// the blockwise kernel's rate in GFLOP/s, and the bytes each holds between forward and
+// backward (counted by the strata allocator). The rate counts the causal work only: 7 products
+// (2 forward, 5 backward) of 2 * head_dim FLOPs for each of the T (T + 1) / 2 visible
+// (query, key) pairs of each batch row and query head; eager computes the masked half too.
 //
 //   attention_kernel [--threads 2] [--batch 8] [--heads 12] [--kv-heads 12] [--head-dim 64]
 //                    [--seq 256,1024,4096] [--rounds 5] [--dtype float32|bfloat16]
@@ -129,17 +132,19 @@ int main(int argc, char** argv) {
     std::vector<double> ratios;  // per round: eager time / blockwise time
     for (size_t r = 0; r < eager_s.size(); ++r) ratios.push_back(eager_s[r] / blockwise_s[r]);
     const double mb = median(blockwise_s), me = median(eager_s);
+    const double causal_flops = 7.0 * 2 * o.head_dim * (T * (T + 1) / 2.0) * o.batch * o.heads;
     std::printf(
         "{\"seq\": %lld, \"batch\": %lld, \"heads\": %lld, \"kv_heads\": %lld, \"head_dim\": %lld, "
         "\"threads\": %d, \"dtype\": \"%s\", \"blockwise_s\": %.4f, \"eager_s\": %.4f, "
         "\"speedup_median\": %.3f, \"speedup_min\": %.3f, \"speedup_max\": %.3f, "
+        "\"blockwise_gflops\": %.1f, "
         "\"blockwise_saved_bytes\": %lld, \"eager_saved_bytes\": %lld}\n",
         static_cast<long long>(T), static_cast<long long>(o.batch), static_cast<long long>(o.heads),
         static_cast<long long>(o.kv_heads), static_cast<long long>(o.head_dim), o.threads,
         o.dtype == at::kFloat ? "float32" : "bfloat16", mb, me, median(ratios),
         *std::min_element(ratios.begin(), ratios.end()),
-        *std::max_element(ratios.begin(), ratios.end()), static_cast<long long>(b.saved_bytes),
-        static_cast<long long>(e.saved_bytes));
+        *std::max_element(ratios.begin(), ratios.end()), causal_flops / mb / 1e9,
+        static_cast<long long>(b.saved_bytes), static_cast<long long>(e.saved_bytes));
     std::fflush(stdout);
   }
   return 0;

@@ -44,8 +44,12 @@ at::Tensor eager_attention(const at::Tensor& q, const at::Tensor& k, const at::T
   return at::matmul(probabilities, values);
 }
 
+// Relative to the largest |want|; absolute where want is all zeros, as the gradients of q and
+// k are with a single key (softmax of one score is 1 whatever the score), where the kernel's
+// float32 rounding leaves ~1e-8 and eager's identical operations happen to cancel exactly.
 double max_relative_error(const at::Tensor& got, const at::Tensor& want) {
-  const double scale = std::max(want.abs().max().item<double>(), 1e-30);
+  const double largest = want.abs().max().item<double>();
+  const double scale = largest > 0 ? largest : 1.0;
   return (got.to(at::kDouble) - want.to(at::kDouble)).abs().max().item<double>() / scale;
 }
 
@@ -176,6 +180,26 @@ TEST(BlockwiseAttention, GradientsMatchFiniteDifferences) {
   }
 }
 
+// The model passes q, k and v as transposed views of (B, T, heads, D) projections: rows of D
+// contiguous values, heads interleaved. The kernel reads them in place; results and gradients
+// must equal those from contiguous copies.
+TEST(BlockwiseAttention, TransposedViewsEqualContiguousCopies) {
+  const Shape s{2, 4, 2, kQ + 9, kQ + 9, 8, 0, 0};
+  const Inputs in = make_inputs(s, at::kFloat, 13);
+  auto as_view = [](const at::Tensor& x) {  // same values, (B, T, heads, D) memory
+    return x.detach().transpose(1, 2).contiguous().transpose(1, 2).requires_grad_(true);
+  };
+  const Inputs views{as_view(in.q), as_view(in.k), as_view(in.v), in.weights};
+  ASSERT_FALSE(views.q.is_contiguous());
+  const double scale = 0.3;
+  auto attention = [&](auto& q, auto& k, auto& v) { return blockwise_attention(q, k, v, scale); };
+  const Result contiguous = run(in, attention), strided = run(views, attention);
+  EXPECT_EQ(max_relative_error(strided.out, contiguous.out), 0.0) << "out";
+  EXPECT_EQ(max_relative_error(strided.dq, contiguous.dq), 0.0) << "dq";
+  EXPECT_EQ(max_relative_error(strided.dk, contiguous.dk), 0.0) << "dk";
+  EXPECT_EQ(max_relative_error(strided.dv, contiguous.dv), 0.0) << "dv";
+}
+
 TEST(BlockwiseAttention, BFloat16AccumulatesInFloat32) {
   const Shape s{1, 4, 2, kQ + 6, kQ + 6, 16, 0, 0};
   const Inputs in = make_inputs(s, at::kBFloat16, 5);
@@ -188,6 +212,31 @@ TEST(BlockwiseAttention, BFloat16AccumulatesInFloat32) {
   at::Tensor want =
       eager_attention(in.q.to(at::kDouble), in.k.to(at::kDouble), in.v.to(at::kDouble), scale, s);
   EXPECT_LE(max_relative_error(got, want), 8e-3);
+}
+
+// bfloat16 and float16 inputs, forward and backward, against float64 on the same rounded
+// values: outputs and gradients come back in the input's dtype, within its rounding.
+TEST(BlockwiseAttention, HalfPrecisionGradientsAccumulateInFloat32) {
+  const Shape s{1, 4, 2, kK + 7, kK + 7, 16, 0, 0};
+  for (at::ScalarType dtype : {at::kBFloat16, at::kHalf}) {
+    const Inputs in = make_inputs(s, dtype, 17);
+    const double scale = 0.25;
+    const Result got =
+        run(in, [&](auto& q, auto& k, auto& v) { return blockwise_attention(q, k, v, scale); });
+    auto widened = [](const at::Tensor& x) {
+      return x.detach().to(at::kDouble).requires_grad_(true);
+    };
+    const Inputs wide{widened(in.q), widened(in.k), widened(in.v), in.weights.to(at::kDouble)};
+    const Result want =
+        run(wide, [&](auto& q, auto& k, auto& v) { return eager_attention(q, k, v, scale, s); });
+    const double tolerance = dtype == at::kBFloat16 ? 8e-3 : 1e-3;  // 2^-8 and 2^-11 rounding
+    const std::string name = dtype == at::kBFloat16 ? "bfloat16" : "float16";
+    for (const at::Tensor& x : {got.out, got.dq, got.dk, got.dv}) EXPECT_EQ(x.scalar_type(), dtype);
+    EXPECT_LE(max_relative_error(got.out, want.out), tolerance) << name << " out";
+    EXPECT_LE(max_relative_error(got.dq, want.dq), tolerance) << name << " dq";
+    EXPECT_LE(max_relative_error(got.dk, want.dk), tolerance) << name << " dk";
+    EXPECT_LE(max_relative_error(got.dv, want.dv), tolerance) << name << " dv";
+  }
 }
 
 }  // namespace

@@ -2,7 +2,7 @@
 //
 // Forward, for one (batch, head, query tile) task: running row maxima m, row sums l and an
 // unnormalized output o start at (-inf, 0, 0); each visible key tile j gives scores
-// s = q k_j^T * scale (future keys set to -inf), then m' = max(m, rowmax(s)),
+// s = q k_j^T * scale (future keys excluded), then m' = max(m, rowmax(s)),
 // p = exp(s - m'), l = l e^(m - m') + rowsum(p), o = o e^(m - m') + p v_j, m = m'. At the end
 // out = o / l and lse = m + log(l).
 //
@@ -11,20 +11,29 @@
 // dq += ds k_j * scale, dk_j += ds^T q * scale. dq is summed over key tiles and dk, dv over
 // query tiles and the query heads sharing a kv head, so the backward runs one task per
 // (batch, kv head), which owns all of those rows: B * K tasks, enough for a few cores.
+//
+// Each tile product is one call of tile_gemm on raw pointers (the scale rides in its alpha),
+// and the softmax work is one or two vectorized passes per row (score_rows.h), into scratch
+// tiles each parallel chunk allocates once. Where the diagonal crosses a tile pair, the pair
+// is cut into row blocks that each multiply only the keys they see (for_each_block).
 #include "strata/kernels/attention.h"
 
 #include <ATen/Parallel.h>
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cmath>
 #include <limits>
+#include <vector>
 
 #include "strata/core/error.h"
+#include "strata/kernels/score_rows.h"
+#include "strata/kernels/thread_team.h"
+#include "strata/kernels/tile_gemm.h"
 
 namespace strata {
 namespace {
-
-constexpr double kInf = std::numeric_limits<double>::infinity();
 
 struct Problem {
   int64_t B, H, K, group, Tq, Tk, D;
@@ -32,6 +41,9 @@ struct Problem {
   at::ScalarType accumulate;  // float64 for float64 inputs, else float32
   int64_t query_tiles;
 };
+
+// Rows per block where a tile crosses the diagonal (for_each_block).
+constexpr int64_t kDiagonalRows = 64;
 
 int64_t tiles(int64_t rows, int64_t tile) { return (rows + tile - 1) / tile; }
 
@@ -63,18 +75,209 @@ int64_t keys_seen_by(const Problem& p, int64_t row) {
   return std::clamp<int64_t>(p.positions.query + row - p.positions.key + 1, 0, p.Tk);
 }
 
-// Sets to -inf, in place, the scores of query rows [r0, r0 + rows) against key rows
-// [j0, j0 + cols) whose key comes after the query: key j0 + c is after query r0 + r when
-// c - r > d with d = (query + r0) - (key + j0).
-void mask_future(at::Tensor& scores, const Problem& p, int64_t r0, int64_t j0) {
-  const int64_t rows = scores.size(0), cols = scores.size(1);
-  const int64_t d = p.positions.query + r0 - p.positions.key - j0;
-  if (cols - 1 <= d) return;  // every key of the tile is visible to every row
-  scores.masked_fill_(at::ones({rows, cols}, at::kBool).triu(d + 1), -kInf);
+// How many of the `cols` keys of the tile starting at key j0 query row `row` sees.
+int64_t keys_seen_in_tile(const Problem& p, int64_t row, int64_t j0, int64_t cols) {
+  return std::clamp<int64_t>(keys_seen_by(p, row) - j0, 0, cols);
 }
 
+// Calls f(first, block_rows, block_cols) for the products of query rows [r0, r0 + rows) with
+// the `cols` keys from j0. A tile that the diagonal crosses is cut into blocks of
+// kDiagonalRows rows, each multiplying only the keys its last row sees, so the masked upper
+// triangle costs blocks of kDiagonalRows^2 / 2 instead of up to half the tile; blocks that
+// see none of these keys are skipped (their probabilities would all be 0). first counts
+// from r0.
+template <typename F>
+void for_each_block(const Problem& p, int64_t r0, int64_t rows, int64_t j0, int64_t cols, F&& f) {
+  const bool unmasked = keys_seen_in_tile(p, r0, j0, cols) == cols;
+  const int64_t block = unmasked ? rows : kDiagonalRows;
+  for (int64_t first = 0; first < rows; first += block) {
+    const int64_t block_rows = std::min(block, rows - first);
+    const int64_t block_cols = keys_seen_in_tile(p, r0 + first + block_rows - 1, j0, cols);
+    if (block_cols > 0) f(first, block_rows, block_cols);
+  }
+}
+
+// A (B, heads, T, D) tensor's rows as raw memory: the model passes q, k and v as transposed
+// views of (B, T, heads, D) projections, which need no copy as long as each row of D values
+// is contiguous.
+template <typename scalar_t>
+struct Rows {
+  scalar_t* data;
+  int64_t batch_stride, head_stride, row_stride;
+
+  explicit Rows(const at::Tensor& x)
+      : data(x.data_ptr<scalar_t>()),
+        batch_stride(x.stride(0)),
+        head_stride(x.stride(1)),
+        row_stride(x.stride(2)) {}
+  scalar_t* at(int64_t b, int64_t head, int64_t row) const {
+    return data + b * batch_stride + head * head_stride + row * row_stride;
+  }
+  TileOperand<scalar_t> operand(int64_t b, int64_t head, int64_t row,
+                                bool transposed = false) const {
+    return {at(b, head, row), row_stride, transposed};
+  }
+};
+
+// Task indices [0, count) for the threads of run_on_threads, each taking the next one when it
+// is done with its last, rather than fixed equal ranges: tasks differ in cost, and on a
+// shared machine another process may slow one thread down; either way the others take up
+// the slack and no thread sits idle at the end while another works through its range.
+class TaskQueue {
+ public:
+  explicit TaskQueue(int64_t count) : count_(count) {}
+  // Sets task to the next one; false once all have been handed out.
+  bool take(int64_t& task) {
+    task = next_.fetch_add(1, std::memory_order_relaxed);
+    return task < count_;
+  }
+  // How many threads to start: one per ATen thread, at most one per task.
+  int64_t threads() const { return std::min<int64_t>(at::get_num_threads(), count_); }
+
+ private:
+  const int64_t count_;
+  std::atomic<int64_t> next_{0};
+};
+
+// Zeroes rows [first, first + rows) of one head.
+template <typename scalar_t>
+void zero_rows(const Rows<scalar_t>& x, int64_t b, int64_t head, int64_t first, int64_t rows,
+               int64_t D) {
+  for (int64_t r = first; r < first + rows; ++r)
+    std::fill(x.at(b, head, r), x.at(b, head, r) + D, 0);
+}
+
+// x in the accumulation dtype with contiguous rows (a copy only where either differs).
 at::Tensor accumulating(const at::Tensor& x, at::ScalarType accumulate) {
-  return x.to(accumulate).contiguous();
+  at::Tensor converted = x.to(accumulate);
+  return converted.stride(-1) == 1 ? converted : converted.contiguous();
+}
+
+template <typename scalar_t>
+void forward_tiles(const Problem& p, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                   double scale, at::Tensor& out, at::Tensor& lse) {
+  const Rows<scalar_t> queries(q), keys(k), values(v), outputs(out), lses(lse.unsqueeze(-1));
+  constexpr scalar_t kInf = std::numeric_limits<scalar_t>::infinity();
+  const int64_t D = p.D;
+  // A head's query tiles last to first: the later ones see more keys, and the cheap ones at
+  // the end of the queue even out the threads.
+  TaskQueue queue(p.B * p.H * p.query_tiles);
+  run_on_threads(queue.threads(), [&] {
+    std::vector<scalar_t> scores(kAttentionQueryTile * kAttentionKeyTile);  // (rows, cols)
+    std::vector<scalar_t> row_max(kAttentionQueryTile), row_sum(kAttentionQueryTile);
+    for (int64_t task; queue.take(task);) {
+      const int64_t tile = p.query_tiles - 1 - task % p.query_tiles, b = task / p.query_tiles / p.H,
+                    h = task / p.query_tiles % p.H, g = h / p.group;
+      const int64_t r0 = tile * kAttentionQueryTile;
+      const int64_t rows = std::min(kAttentionQueryTile, p.Tq - r0);
+      scalar_t* o = outputs.at(b, h, r0);  // (rows, D), unnormalized until the end
+      zero_rows(outputs, b, h, r0, rows, D);
+      std::fill(row_max.begin(), row_max.end(), -kInf);
+      std::fill(row_sum.begin(), row_sum.end(), 0);
+      const int64_t visible = keys_seen_by(p, r0 + rows - 1);
+      for (int64_t j0 = 0; j0 < visible; j0 += kAttentionKeyTile) {
+        const int64_t cols = std::min(kAttentionKeyTile, visible - j0);
+        for_each_block(
+            p, r0, rows, j0, cols, [&](int64_t first, int64_t block_rows, int64_t block_cols) {
+              tile_gemm(block_rows, block_cols, D, static_cast<scalar_t>(scale),
+                        queries.operand(b, h, r0 + first),
+                        keys.operand(b, g, j0, /*transposed=*/true), 0, scores.data(), block_cols);
+              for (int64_t r = first; r < first + block_rows; ++r) {
+                const scalar_t rescale =
+                    online_softmax_row(scores.data() + (r - first) * block_cols,
+                                       keys_seen_in_tile(p, r0 + r, j0, block_cols), block_cols,
+                                       row_max[r], row_sum[r]);
+                if (rescale != 1) {
+                  scalar_t* o_row = o + r * outputs.row_stride;
+                  for (int64_t d = 0; d < D; ++d) o_row[d] *= rescale;
+                }
+              }
+              tile_gemm(block_rows, D, block_cols, scalar_t{1}, {scores.data(), block_cols},
+                        values.operand(b, g, j0), 1, o + first * outputs.row_stride,
+                        outputs.row_stride);
+            });
+      }
+      for (int64_t r = 0; r < rows; ++r) {  // rows that see no key: out 0, lse -inf
+        scalar_t* o_row = o + r * outputs.row_stride;
+        const scalar_t sum = row_sum[r];
+        if (sum > 0) {
+          for (int64_t d = 0; d < D; ++d) o_row[d] /= sum;
+        }
+        *lses.at(b, h, r0 + r) = sum > 0 ? row_max[r] + std::log(sum) : -kInf;
+      }
+    }
+  });
+}
+
+template <typename scalar_t>
+void backward_tiles(const Problem& p, const at::Tensor& dout, const at::Tensor& q,
+                    const at::Tensor& k, const at::Tensor& v, const at::Tensor& lse,
+                    const at::Tensor& out, double scale, at::Tensor& dq, at::Tensor& dk,
+                    at::Tensor& dv) {
+  const Rows<scalar_t> queries(q), keys(k), values(v), douts(dout), lses(lse.unsqueeze(-1)),
+      outputs(out), dqs(dq), dks(dk), dvs(dv);
+  const int64_t D = p.D;
+  const auto scale_as = static_cast<scalar_t>(scale);
+  // One task per (batch, kv head): it owns the dq rows of the query heads sharing the kv
+  // head and the kv head's dk and dv rows, so no two tasks write the same rows and each tile
+  // pair costs five products.
+  TaskQueue queue(p.B * p.K);
+  run_on_threads(queue.threads(), [&] {
+    std::vector<scalar_t> probabilities(kAttentionQueryTile * kAttentionKeyTile);  // (rows, cols)
+    std::vector<scalar_t> score_grads(kAttentionQueryTile * kAttentionKeyTile);    // (rows, cols)
+    std::vector<scalar_t> deltas(kAttentionQueryTile);  // rowsum(dout * out) of a query tile
+    for (int64_t task; queue.take(task);) {
+      const int64_t b = task / p.K, g = task % p.K;
+      zero_rows(dks, b, g, 0, p.Tk, D);
+      zero_rows(dvs, b, g, 0, p.Tk, D);
+      for (int64_t h = g * p.group; h < (g + 1) * p.group; ++h) {
+        zero_rows(dqs, b, h, 0, p.Tq, D);
+        for (int64_t r0 = 0; r0 < p.Tq; r0 += kAttentionQueryTile) {
+          const int64_t rows = std::min(kAttentionQueryTile, p.Tq - r0);
+          for (int64_t r = 0; r < rows; ++r) {
+            const scalar_t *dout_row = douts.at(b, h, r0 + r), *out_row = outputs.at(b, h, r0 + r);
+            scalar_t dot = 0;
+            for (int64_t d = 0; d < D; ++d) dot += dout_row[d] * out_row[d];
+            deltas[r] = dot;
+          }
+          const int64_t visible = keys_seen_by(p, r0 + rows - 1);
+          for (int64_t j0 = 0; j0 < visible; j0 += kAttentionKeyTile) {
+            const int64_t cols = std::min(kAttentionKeyTile, visible - j0);
+            for_each_block(
+                p, r0, rows, j0, cols, [&](int64_t first, int64_t block_rows, int64_t block_cols) {
+                  const int64_t row = r0 + first;
+                  scalar_t* P = probabilities.data();
+                  scalar_t* dS = score_grads.data();
+                  tile_gemm(block_rows, block_cols, D, scale_as, queries.operand(b, h, row),
+                            keys.operand(b, g, j0, /*transposed=*/true), 0, P, block_cols);
+                  for (int64_t r = 0; r < block_rows; ++r) {
+                    probabilities_row(P + r * block_cols,
+                                      keys_seen_in_tile(p, row + r, j0, block_cols), block_cols,
+                                      *lses.at(b, h, row + r));
+                  }
+                  // dv_j += p^T dout
+                  tile_gemm(block_cols, D, block_rows, scalar_t{1},
+                            {P, block_cols, /*transposed=*/true}, douts.operand(b, h, row), 1,
+                            dvs.at(b, g, j0), dvs.row_stride);
+                  // dp = dout v_j^T, then ds = p * (dp - delta) in its place
+                  tile_gemm(block_rows, block_cols, D, scalar_t{1}, douts.operand(b, h, row),
+                            values.operand(b, g, j0, /*transposed=*/true), 0, dS, block_cols);
+                  for (int64_t r = 0; r < block_rows; ++r) {
+                    score_gradient_row(P + r * block_cols, dS + r * block_cols, block_cols,
+                                       deltas[first + r]);
+                  }
+                  // dq += ds k_j * scale, dk_j += ds^T q * scale
+                  tile_gemm(block_rows, D, block_cols, scale_as, {dS, block_cols},
+                            keys.operand(b, g, j0), 1, dqs.at(b, h, row), dqs.row_stride);
+                  tile_gemm(block_cols, D, block_rows, scale_as,
+                            {dS, block_cols, /*transposed=*/true}, queries.operand(b, h, row), 1,
+                            dks.at(b, g, j0), dks.row_stride);
+                });
+          }
+        }
+      }
+    }
+  });
 }
 
 }  // namespace
@@ -83,46 +286,15 @@ AttentionForward blockwise_attention_forward(const at::Tensor& q, const at::Tens
                                              const at::Tensor& v, double scale,
                                              std::optional<AttentionPositions> positions) {
   const Problem p = describe(q, k, v, positions);
-  // q scaled once, so each tile's product is already the scaled scores.
-  const at::Tensor qa = accumulating(q, p.accumulate).mul(scale),
-                   ka = accumulating(k, p.accumulate), va = accumulating(v, p.accumulate);
+  const at::Tensor qa = accumulating(q, p.accumulate), ka = accumulating(k, p.accumulate),
+                   va = accumulating(v, p.accumulate);
   at::Tensor out = at::empty({p.B, p.H, p.Tq, p.D}, qa.options());
   at::Tensor lse = at::empty({p.B, p.H, p.Tq}, qa.options());
-  at::parallel_for(0, p.B * p.H * p.query_tiles, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t task = begin; task < end; ++task) {
-      const int64_t tile = task % p.query_tiles, b = task / p.query_tiles / p.H,
-                    h = task / p.query_tiles % p.H;
-      const int64_t r0 = tile * kAttentionQueryTile;
-      const int64_t rows = std::min(kAttentionQueryTile, p.Tq - r0);
-      const at::Tensor qi = qa[b][h].narrow(0, r0, rows);  // (rows, D)
-      const at::Tensor keys = ka[b][h / p.group], values = va[b][h / p.group];
-      at::Tensor o = out[b][h].narrow(0, r0, rows);  // (rows, D), unnormalized until the end
-      at::Tensor m = at::full({rows}, -kInf, qa.options());
-      at::Tensor l = at::zeros({rows}, qa.options());
-      o.zero_();
-      // Rows see a prefix of the keys: when the tile's first row sees key 0, every row has
-      // seen one after the first key tile and its running maximum is finite from then on.
-      const bool rows_without_keys = keys_seen_by(p, r0) == 0;
-      const int64_t visible = keys_seen_by(p, r0 + rows - 1);
-      for (int64_t j0 = 0; j0 < visible; j0 += kAttentionKeyTile) {
-        const int64_t cols = std::min(kAttentionKeyTile, visible - j0);
-        at::Tensor s = at::mm(qi, keys.narrow(0, j0, cols).t());  // (rows, cols), scaled
-        mask_future(s, p, r0, j0);
-        at::Tensor m_new = at::maximum(m, at::amax(s, 1));
-        // A row that has seen no key yet keeps m = -inf; shifting it by 0 keeps exp finite.
-        const at::Tensor shift =
-            rows_without_keys ? m_new.masked_fill(at::isneginf(m_new), 0) : m_new;
-        const at::Tensor probabilities = s.sub_(shift.unsqueeze(1)).exp_();
-        const at::Tensor rescale = m.sub_(shift).exp_();
-        l.mul_(rescale).add_(probabilities.sum(1));
-        o.mul_(rescale.unsqueeze(1)).addmm_(probabilities, values.narrow(0, j0, cols));
-        m = std::move(m_new);
-      }
-      const at::Tensor seen = l > 0;  // rows that see no key: out 0, lse -inf
-      o.div_(l.masked_fill(seen.logical_not(), 1).unsqueeze(1));
-      lse[b][h].narrow(0, r0, rows).copy_((m + l.log()).masked_fill(seen.logical_not(), -kInf));
-    }
-  });
+  if (p.accumulate == at::kDouble) {
+    forward_tiles<double>(p, qa, ka, va, scale, out, lse);
+  } else {
+    forward_tiles<float>(p, qa, ka, va, scale, out, lse);
+  }
   return {out.to(q.scalar_type()), lse};
 }
 
@@ -132,47 +304,18 @@ AttentionGradients blockwise_attention_backward(const at::Tensor& dout, const at
                                                 double scale,
                                                 std::optional<AttentionPositions> positions) {
   const Problem p = describe(q, k, v, positions);
-  // q scaled once: q k^T are the scaled scores, and dk = ds^T (q * scale).
-  const at::Tensor qa = accumulating(q, p.accumulate).mul(scale),
-                   ka = accumulating(k, p.accumulate), va = accumulating(v, p.accumulate),
-                   douta = accumulating(dout, p.accumulate);
-  const at::Tensor delta = (douta * out.to(p.accumulate)).sum(-1);  // (B, H, Tq)
-  // Rows that saw no key (lse -inf): +inf makes each of their probabilities exp(s - inf) = 0.
-  const at::Tensor lse_safe = lse.to(p.accumulate).masked_fill(at::isneginf(lse), kInf);
-  at::Tensor dq = at::zeros_like(qa), dk = at::zeros_like(ka), dv = at::zeros_like(va);
-
-  // One task per (batch, kv head): it owns the dq rows of the query heads sharing the kv
-  // head and the kv head's dk and dv rows, so no two tasks write the same rows and each tile
-  // pair costs five products.
-  at::parallel_for(0, p.B * p.K, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t task = begin; task < end; ++task) {
-      const int64_t b = task / p.K, g = task % p.K;
-      const at::Tensor keys = ka[b][g], values = va[b][g];
-      at::Tensor dkg = dk[b][g], dvg = dv[b][g];
-      for (int64_t h = g * p.group; h < (g + 1) * p.group; ++h) {
-        for (int64_t r0 = 0; r0 < p.Tq; r0 += kAttentionQueryTile) {
-          const int64_t rows = std::min(kAttentionQueryTile, p.Tq - r0);
-          const at::Tensor qi = qa[b][h].narrow(0, r0, rows),
-                           douti = douta[b][h].narrow(0, r0, rows);
-          const at::Tensor lse_i = lse_safe[b][h].narrow(0, r0, rows).unsqueeze(1);
-          const at::Tensor delta_i = delta[b][h].narrow(0, r0, rows).unsqueeze(1);
-          at::Tensor dqi = dq[b][h].narrow(0, r0, rows);
-          const int64_t visible = keys_seen_by(p, r0 + rows - 1);
-          for (int64_t j0 = 0; j0 < visible; j0 += kAttentionKeyTile) {
-            const int64_t cols = std::min(kAttentionKeyTile, visible - j0);
-            const at::Tensor kj = keys.narrow(0, j0, cols), vj = values.narrow(0, j0, cols);
-            at::Tensor probs = at::mm(qi, kj.t());  // scaled scores (rows, cols)
-            mask_future(probs, p, r0, j0);
-            probs.sub_(lse_i).exp_();
-            dvg.narrow(0, j0, cols).addmm_(probs.t(), douti);
-            at::Tensor ds = probs.mul_(at::mm(douti, vj.t()).sub_(delta_i));  // in place of p
-            dqi.addmm_(ds, kj, 1.0, scale);
-            dkg.narrow(0, j0, cols).addmm_(ds.t(), qi);
-          }
-        }
-      }
-    }
-  });
+  const at::Tensor qa = accumulating(q, p.accumulate), ka = accumulating(k, p.accumulate),
+                   va = accumulating(v, p.accumulate), douta = accumulating(dout, p.accumulate);
+  const at::Tensor outa = accumulating(out, p.accumulate), lsea = lse.to(p.accumulate);
+  // Zeroed by the task that owns the rows.
+  at::Tensor dq = at::empty({p.B, p.H, p.Tq, p.D}, qa.options());
+  at::Tensor dk = at::empty({p.B, p.K, p.Tk, p.D}, qa.options());
+  at::Tensor dv = at::empty({p.B, p.K, p.Tk, p.D}, qa.options());
+  if (p.accumulate == at::kDouble) {
+    backward_tiles<double>(p, douta, qa, ka, va, lsea, outa, scale, dq, dk, dv);
+  } else {
+    backward_tiles<float>(p, douta, qa, ka, va, lsea, outa, scale, dq, dk, dv);
+  }
   return {dq.to(q.scalar_type()), dk.to(k.scalar_type()), dv.to(v.scalar_type())};
 }
 

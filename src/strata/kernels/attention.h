@@ -1,8 +1,8 @@
 // Causal attention computed tile by tile with an online softmax (FlashAttention-2, Dao 2023,
 // arXiv 2307.08691), on ATen: the T x T scores are never held. The forward keeps the output
 // and one log-sum-exp per query row; the backward recomputes each tile's probabilities from
-// them. Work is split over (batch, head, query tile) with at::parallel_for; inside a task
-// every tile product runs on one thread.
+// them. Work is split over (batch, head, query tile) tasks on ATen's OpenMP threads; inside a
+// task every tile product runs on one thread.
 //
 // Shapes: q (B, H, Tq, D); k and v (B, K, Tk, D) with K dividing H: query head h reads
 // key/value head h / (H / K) (grouped-query attention, no copies). Positions are absolute:
@@ -33,8 +33,9 @@ struct AttentionForward {
 
 // Tiles: a 128-row query tile against 256-row key/value tiles. With D <= 128 a tile pair
 // touches 128 KiB of scores and <= 256 KiB of q, k, v tiles (float32): within a core's L2
-// (1-2 MiB). Larger tiles amortize the per-operation cost of ATen calls; measured choices in
-// docs/performance.md ("Attention kernel").
+// (1-2 MiB). Each tile product is one BLAS-sized GEMM, which runs nearer its peak the larger
+// it is; where the diagonal crosses a tile pair it is cut into 64-row blocks, so the masked
+// triangle wastes little. Measured choices in docs/performance.md ("Attention alone").
 constexpr int64_t kAttentionQueryTile = 128;
 constexpr int64_t kAttentionKeyTile = 256;
 

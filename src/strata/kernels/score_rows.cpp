@@ -1,0 +1,153 @@
+// Row operations on attention score tiles. The float versions work on GCC vector types of
+// 16 lanes, which the compiler maps onto whatever registers the clone it builds has (one
+// AVX-512 register, two AVX2 ones, four SSE ones); target_clones builds each function for
+// those three and the loader picks one for the CPU it finds.
+//
+// exp (Cephes' expf): x = n ln2 + r with n = round(x / ln2) and |r| <= ln2 / 2, ln2 split in
+// two constants so n ln2 is exact; exp(r) from a degree-6 polynomial; 2^n by writing n + 127
+// into the exponent bits. Inputs are clamped to [-87.3, 88] so 2^n stays a normal float, and
+// inputs below -87.3 (exp under 1.2e-38), -inf included, give exactly 0.
+#include "strata/kernels/score_rows.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#define STRATA_VECTOR_CLONES __attribute__((target_clones("avx512f", "arch=haswell", "default")))
+
+namespace strata {
+namespace {
+
+using Floats = float __attribute__((vector_size(64)));
+using Ints = int32_t __attribute__((vector_size(64)));
+constexpr int64_t kLanes = 16;
+constexpr float kNegativeInfinity = -std::numeric_limits<float>::infinity();
+
+// A C-style cast between vector types of one size keeps the bits (GCC's vector extension).
+// Vectors travel by reference between these helpers: passed by value between functions built
+// for different targets they would change the ABI (GCC's -Wpsabi); always inlined, nothing is
+// passed at all.
+[[gnu::always_inline]] inline void load(Floats& lanes, const float* values, int64_t n, float fill) {
+  lanes = Floats{} + fill;
+  std::memcpy(&lanes, values, n * sizeof(float));
+}
+
+[[gnu::always_inline]] inline void exp_lanes(Floats& x) {
+  const Ints underflow = x < -87.3f;
+  x = x < -87.3f ? Floats{} - 87.3f : x;
+  x = x > 88.0f ? Floats{} + 88.0f : x;
+  const Floats shifter = Floats{} + 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
+  const Floats shifted = x * 1.44269504088896341f + shifter;
+  const Floats n = shifted - shifter;
+  const Ints two_to_n = (((Ints)shifted - 0x4B400000) + 127) << 23;
+  Floats r = x - n * 0.693359375f;
+  r = r - n * -2.12194440e-4f;
+  Floats p = Floats{} + 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  const Floats y = (p * r * r + r + 1.0f) * (Floats)two_to_n;
+  const Ints bits = (Ints)y & ~underflow;
+  x = (Floats)bits;
+}
+
+// values[i] = exp(values[i] - shift) for i < n; returns their sum.
+[[gnu::always_inline]] inline float exp_shifted_and_sum(float* values, int64_t n, float shift) {
+  Floats sums{};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    Floats x;
+    load(x, values + i, kLanes, 0);
+    x -= shift;
+    exp_lanes(x);
+    std::memcpy(values + i, &x, sizeof x);
+    sums += x;
+  }
+  if (i < n) {  // the tail, padded with -inf, which exp turns into 0
+    Floats x;
+    load(x, values + i, n - i, kNegativeInfinity);
+    x -= shift;
+    exp_lanes(x);
+    std::memcpy(values + i, &x, (n - i) * sizeof(float));
+    sums += x;
+  }
+  float sum = 0;
+  for (int64_t lane = 0; lane < kLanes; ++lane) sum += sums[lane];
+  return sum;
+}
+
+[[gnu::always_inline]] inline float max_of(const float* values, int64_t n) {
+  Floats maxima = Floats{} + kNegativeInfinity;
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    Floats x;
+    load(x, values + i, kLanes, 0);
+    maxima = x > maxima ? x : maxima;
+  }
+  float maximum = kNegativeInfinity;
+  for (int64_t lane = 0; lane < kLanes; ++lane) maximum = std::max(maximum, maxima[lane]);
+  for (; i < n; ++i) maximum = std::max(maximum, values[i]);
+  return maximum;
+}
+
+}  // namespace
+
+STRATA_VECTOR_CLONES float online_softmax_row(float* scores, int64_t seen, int64_t cols,
+                                              float& running_max, float& running_sum) {
+  std::fill(scores + seen, scores + cols, 0.0f);
+  if (seen == 0) return 1.0f;
+  const float new_max = std::max(running_max, max_of(scores, seen));
+  const float sum = exp_shifted_and_sum(scores, seen, new_max);
+  const float rescale = std::exp(running_max - new_max);
+  running_sum = running_sum * rescale + sum;
+  running_max = new_max;
+  return rescale;
+}
+
+double online_softmax_row(double* scores, int64_t seen, int64_t cols, double& running_max,
+                          double& running_sum) {
+  std::fill(scores + seen, scores + cols, 0.0);
+  if (seen == 0) return 1.0;
+  const double new_max = std::max(running_max, *std::max_element(scores, scores + seen));
+  double sum = 0;
+  for (int64_t i = 0; i < seen; ++i) sum += scores[i] = std::exp(scores[i] - new_max);
+  const double rescale = std::exp(running_max - new_max);
+  running_sum = running_sum * rescale + sum;
+  running_max = new_max;
+  return rescale;
+}
+
+STRATA_VECTOR_CLONES void probabilities_row(float* scores, int64_t seen, int64_t cols, float lse) {
+  if (lse == kNegativeInfinity) seen = 0;
+  std::fill(scores + seen, scores + cols, 0.0f);
+  exp_shifted_and_sum(scores, seen, lse);
+}
+
+void probabilities_row(double* scores, int64_t seen, int64_t cols, double lse) {
+  if (lse == -std::numeric_limits<double>::infinity()) seen = 0;
+  std::fill(scores + seen, scores + cols, 0.0);
+  for (int64_t i = 0; i < seen; ++i) scores[i] = std::exp(scores[i] - lse);
+}
+
+STRATA_VECTOR_CLONES void score_gradient_row(const float* probabilities, float* dprobabilities,
+                                             int64_t cols, float delta) {
+  for (int64_t i = 0; i < cols; ++i) {
+    dprobabilities[i] = probabilities[i] * (dprobabilities[i] - delta);
+  }
+}
+
+void score_gradient_row(const double* probabilities, double* dprobabilities, int64_t cols,
+                        double delta) {
+  for (int64_t i = 0; i < cols; ++i) {
+    dprobabilities[i] = probabilities[i] * (dprobabilities[i] - delta);
+  }
+}
+
+STRATA_VECTOR_CLONES void exp_in_place(float* values, int64_t n) {
+  exp_shifted_and_sum(values, n, 0.0f);
+}
+
+}  // namespace strata

@@ -1,0 +1,39 @@
+// The elementwise work of the attention kernel, one row of a score tile at a time: each
+// function makes one or two passes over the row while it sits in L1, where ATen would make
+// one pass (and one dispatch) per operation. A row holds `cols` scores of which the first
+// `seen` are keys the query may attend to; the rest are future keys and come out as 0.
+//
+// float rows run on 16 lanes with an exp accurate to about 1e-7 relative (Cephes' expf
+// polynomial), compiled for AVX-512, AVX2 and baseline x86-64 and picked at load time.
+// double rows use std::exp, so the float64 path stays exact enough to check the float one.
+#pragma once
+#include <cstdint>
+
+namespace strata {
+
+// Forward, online softmax: with the row's running maximum and sum over the keys of earlier
+// tiles, takes the scaled scores of this tile, overwrites them with exp(score - new maximum)
+// (0 for the unseen), updates maximum and sum, and returns exp(old maximum - new maximum),
+// the factor by which the row's output accumulated so far must be scaled. With seen 0 the
+// row becomes 0 and the factor is 1.
+float online_softmax_row(float* scores, int64_t seen, int64_t cols, float& running_max,
+                         float& running_sum);
+double online_softmax_row(double* scores, int64_t seen, int64_t cols, double& running_max,
+                          double& running_sum);
+
+// Backward: overwrites the scaled scores with the probabilities exp(score - lse); a row with
+// lse -inf saw no key anywhere and gets 0, like the unseen keys.
+void probabilities_row(float* scores, int64_t seen, int64_t cols, float lse);
+void probabilities_row(double* scores, int64_t seen, int64_t cols, double lse);
+
+// Backward: the gradient of the scaled scores, probabilities * (dprobabilities - delta), in
+// place of dprobabilities.
+void score_gradient_row(const float* probabilities, float* dprobabilities, int64_t cols,
+                        float delta);
+void score_gradient_row(const double* probabilities, double* dprobabilities, int64_t cols,
+                        double delta);
+
+// exp on each of n values in place, as the float rows compute it (for tests).
+void exp_in_place(float* values, int64_t n);
+
+}  // namespace strata

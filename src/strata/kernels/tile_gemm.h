@@ -1,0 +1,37 @@
+// Products of the small row-major tiles the attention kernel multiplies, on raw pointers and
+// on the calling thread's terms: C = alpha op(A) op(B) + beta C, with no tensor built and no
+// dispatcher crossed, so a 128 x 256 tile costs its arithmetic and not microseconds of setup.
+//
+// float goes to oneDNN's sgemm when libtorch brought libdnnl with it (Debian's libtorch does,
+// for MKL-DNN): it picks its kernels from the CPU it runs on, where Debian's OpenBLAS 0.3.21
+// may not know the CPU and fall back to SSE3 kernels (docs/performance.md, "Attention
+// alone"). Inside a parallel region it runs on one thread. Without libdnnl, and for double,
+// the product goes through ATen's mm on tensors wrapping the pointers.
+#pragma once
+#include <cstdint>
+
+namespace strata {
+
+// A row-major matrix operand: element (i, j) at data[i * row_stride + j]. With transposed
+// set the product uses its transpose.
+template <typename scalar_t>
+struct TileOperand {
+  const scalar_t* data;
+  int64_t row_stride;
+  bool transposed = false;
+};
+
+enum class TileGemmBackend { onednn, aten };
+
+// onednn when dnnl_sgemm is loaded in this process, else aten.
+TileGemmBackend preferred_tile_gemm_backend();
+
+// c (m x n, rows ldc apart) = alpha a b + beta c, with a (m x k) and b (k x n) after their
+// transposes. beta 0 ignores c's old contents (NaN included).
+void tile_gemm(int64_t m, int64_t n, int64_t k, float alpha, TileOperand<float> a,
+               TileOperand<float> b, float beta, float* c, int64_t ldc,
+               TileGemmBackend backend = preferred_tile_gemm_backend());
+void tile_gemm(int64_t m, int64_t n, int64_t k, double alpha, TileOperand<double> a,
+               TileOperand<double> b, double beta, double* c, int64_t ldc);
+
+}  // namespace strata

@@ -1,0 +1,90 @@
+// tile_gemm against ATen's mm in float64: every transpose of both operands, row strides wider
+// than the rows, sizes of 1 and odd sizes, alpha, beta 0 over a NaN-filled product (ignored)
+// and beta 1 (accumulated), on each backend (oneDNN skipped where libdnnl is not loaded).
+#include <gtest/gtest.h>
+
+#include <ATen/ATen.h>
+
+#include <limits>
+#include <string>
+
+#include "strata/kernels/tile_gemm.h"
+
+namespace strata {
+namespace {
+
+struct Case {
+  int64_t m, n, k;
+  bool transpose_a, transpose_b;
+  float alpha, beta;
+};
+
+std::string describe(const Case& c) {
+  return "m " + std::to_string(c.m) + " n " + std::to_string(c.n) + " k " + std::to_string(c.k) +
+         (c.transpose_a ? " a^T" : " a") + (c.transpose_b ? " b^T" : " b") + " alpha " +
+         std::to_string(c.alpha) + " beta " + std::to_string(c.beta);
+}
+
+// A row-major matrix of `rows` x `cols` stored with 3 spare columns per row.
+at::Tensor padded(int64_t rows, int64_t cols) {
+  return at::randn({rows, cols + 3}).narrow(1, 0, cols);
+}
+
+void expect_product(const Case& c, TileGemmBackend backend) {
+  at::manual_seed(c.m * 1000 + c.n * 10 + c.k);
+  // Stored as the operand before its transpose.
+  const at::Tensor a = c.transpose_a ? padded(c.k, c.m) : padded(c.m, c.k);
+  const at::Tensor b = c.transpose_b ? padded(c.n, c.k) : padded(c.k, c.n);
+  at::Tensor product = padded(c.m, c.n);
+  if (c.beta == 0) product.fill_(std::numeric_limits<float>::quiet_NaN());
+  const at::Tensor before = product.to(at::kDouble);
+  tile_gemm(c.m, c.n, c.k, c.alpha, {a.data_ptr<float>(), a.stride(0), c.transpose_a},
+            {b.data_ptr<float>(), b.stride(0), c.transpose_b}, c.beta, product.data_ptr<float>(),
+            product.stride(0), backend);
+  const at::Tensor a_used = c.transpose_a ? a.t() : a, b_used = c.transpose_b ? b.t() : b;
+  at::Tensor want = at::mm(a_used.to(at::kDouble), b_used.to(at::kDouble)) * c.alpha;
+  if (c.beta != 0) want += before * c.beta;
+  const double error = (product.to(at::kDouble) - want).abs().max().item<double>();
+  EXPECT_LE(error, 1e-5 * (1 + want.abs().max().item<double>())) << describe(c);
+}
+
+std::vector<Case> cases() {
+  std::vector<Case> all;
+  for (bool transpose_a : {false, true}) {
+    for (bool transpose_b : {false, true}) {
+      for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{1, 1, 1},
+                             {1, 7, 3},
+                             {5, 1, 9},
+                             {33, 17, 64},
+                             {128, 256, 64},
+                             {64, 64, 129}}) {
+        all.push_back({m, n, k, transpose_a, transpose_b, 1.0f, 0.0f});
+        all.push_back({m, n, k, transpose_a, transpose_b, 0.125f, 1.0f});
+      }
+    }
+  }
+  return all;
+}
+
+TEST(TileGemm, AtenBackendEqualsMatmul) {
+  for (const Case& c : cases()) expect_product(c, TileGemmBackend::aten);
+}
+
+TEST(TileGemm, OnednnBackendEqualsMatmul) {
+  if (preferred_tile_gemm_backend() != TileGemmBackend::onednn) {
+    GTEST_SKIP() << "dnnl_sgemm is not loaded in this process";
+  }
+  for (const Case& c : cases()) expect_product(c, TileGemmBackend::onednn);
+}
+
+TEST(TileGemm, DoubleEqualsMatmul) {
+  at::manual_seed(2);
+  const at::Tensor a = at::randn({6, 5}, at::kDouble), b = at::randn({7, 5}, at::kDouble);
+  at::Tensor product = at::full({6, 7}, std::numeric_limits<double>::quiet_NaN(), at::kDouble);
+  tile_gemm(6, 7, 5, 0.5, {a.data_ptr<double>(), 5}, {b.data_ptr<double>(), 5, true}, 0.0,
+            product.data_ptr<double>(), 7);
+  EXPECT_LE((product - at::mm(a, b.t()) * 0.5).abs().max().item<double>(), 1e-14);
+}
+
+}  // namespace
+}  // namespace strata
