@@ -1,7 +1,8 @@
 // Context parallelism in training, on the real MPI transport: 20 steps of every exchange at
 // cp = 2 and 4, and cp composed with tensor + sequence parallelism, pipelines (zb-h1 and
 // interleaved), data parallelism with ZeRO-3 and expert parallelism, each equal to one rank
-// taking the whole batch (fp32, 1e-5 relative); checkpoints move between cp sizes.
+// taking the whole batch (fp32: losses 1e-5 relative, gradient norms 1e-4); checkpoints move
+// between cp sizes.
 #include <gtest/gtest.h>
 
 #include "test_configs.h"
@@ -108,8 +109,10 @@ std::vector<Layout> layouts_for(int world) {
   return out;
 }
 
-void expect_close(double got, double want, const std::string& what) {
-  EXPECT_NEAR(got, want, 1e-5 * std::abs(want)) << what << ": got " << got << ", want " << want;
+// Losses within 1e-5 relative (issue #12); gradient norms within the project's 1e-4.
+void expect_close(double got, double want, const std::string& what, double tolerance = 1e-5) {
+  EXPECT_NEAR(got, want, tolerance * std::abs(want))
+      << what << ": got " << got << ", want " << want;
 }
 
 TEST(ContextParallelTraining, EveryLayoutEqualsSingleRank) {
@@ -132,7 +135,8 @@ TEST(ContextParallelTraining, EveryLayoutEqualsSingleRank) {
     for (size_t i = 0; i < 20; ++i) {
       const std::string step = what + ", step " + std::to_string(i + 1);
       expect_close(run.losses[i], reference.losses[i], step + " loss");
-      expect_close(run.metrics[i].grad_norm, reference.metrics[i].grad_norm, step + " grad norm");
+      expect_close(run.metrics[i].grad_norm, reference.metrics[i].grad_norm, step + " grad norm",
+                   1e-4);
       if (layout.moe) {
         expect_close(run.metrics[i].moe.at("aux_loss").get<double>(),
                      reference.metrics[i].moe.at("aux_loss").get<double>(), step + " aux loss");

@@ -1,8 +1,15 @@
 // The linear autograd function. The queue pointer is process-wide: the CPU autograd engine
 // runs a backward on the thread that called it, and a rank runs one backward at a time.
+//
+// Its three products go through kernels/tile_gemm.h in float32 when oneDNN is loaded: oneDNN
+// picks its kernels from the CPU, where Debian's OpenBLAS (behind ATen's matmul) may not know
+// the CPU and run generic SSE3 kernels at a fifth of the speed (docs/performance.md). Other
+// dtypes, and a process without oneDNN, use ATen's matmul.
 #include "strata/parallel/linear.h"
 
 #include <torch/csrc/autograd/custom_function.h>
+
+#include "strata/kernels/tile_gemm.h"
 
 namespace strata {
 namespace {
@@ -12,10 +19,43 @@ WeightGradQueue* active_queue = nullptr;
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-// dW = dy^T x over all leading dims, accumulated into weight.grad.
+bool onednn_products(const at::Tensor& a, const at::Tensor& b) {
+  static const bool available = preferred_tile_gemm_backend() == TileGemmBackend::onednn;
+  return available && a.scalar_type() == at::kFloat && b.scalar_type() == at::kFloat;
+}
+
+// a (M, K) @ op(b) with b (N, K) when b_transposed, else (K, N); row-major matrices.
+at::Tensor product(const at::Tensor& a, const at::Tensor& b, bool a_transposed, bool b_transposed) {
+  if (!onednn_products(a, b)) {
+    return at::matmul(a_transposed ? a.t() : a, b_transposed ? b.t() : b);
+  }
+  const at::Tensor ac = a.contiguous(), bc = b.contiguous();
+  const int64_t m = a_transposed ? ac.size(1) : ac.size(0),
+                k = a_transposed ? ac.size(0) : ac.size(1);
+  const int64_t n = b_transposed ? bc.size(0) : bc.size(1);
+  at::Tensor out = at::empty({m, n}, ac.options());
+  tile_gemm(m, n, k, 1.0f, TileOperand<float>{ac.data_ptr<float>(), ac.size(1), a_transposed},
+            TileOperand<float>{bc.data_ptr<float>(), bc.size(1), b_transposed}, 0.0f,
+            out.data_ptr<float>(), n, TileGemmBackend::onednn);
+  return out;
+}
+
+// x (..., K) times a (N, K) matrix transposed, or a (K, N) matrix: (..., N).
+at::Tensor rows_times(const at::Tensor& x, const at::Tensor& matrix, bool transposed) {
+  auto shape = x.sizes().vec();
+  shape.back() = transposed ? matrix.size(0) : matrix.size(1);
+  return product(x.reshape({-1, x.size(-1)}), matrix, false, transposed).view(shape);
+}
+
+// dW = dy^T x over all leading dims.
+at::Tensor weight_grad(const at::Tensor& dy, const at::Tensor& x) {
+  return product(dy.reshape({-1, dy.size(-1)}), x.reshape({-1, x.size(-1)}), true, false);
+}
+
+// dW accumulated into weight.grad.
 void accumulate_weight_grad(at::Tensor weight, const at::Tensor& dy, const at::Tensor& x) {
   at::NoGradGuard no_grad;
-  at::Tensor dw = at::matmul(dy.reshape({-1, dy.size(-1)}).t(), x.reshape({-1, x.size(-1)}));
+  at::Tensor dw = weight_grad(dy, x);
   if (weight.grad().defined()) {
     weight.mutable_grad().add_(dw);
   } else {
@@ -26,22 +66,21 @@ void accumulate_weight_grad(at::Tensor weight, const at::Tensor& dy, const at::T
 struct LinearFunction : torch::autograd::Function<LinearFunction> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight) {
     ctx->save_for_backward({x, weight});
-    return at::matmul(x, weight.t());
+    return rows_times(x, weight, true);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     auto saved = ctx->get_saved_variables();
     const at::Tensor& x = saved[0];
     const at::Tensor& weight = saved[1];
     const at::Tensor& dy = grads[0];
-    at::Tensor dx = ctx->needs_input_grad(0) ? at::matmul(dy, weight) : at::Tensor();
+    at::Tensor dx = ctx->needs_input_grad(0) ? rows_times(dy, weight, false) : at::Tensor();
     if (!ctx->needs_input_grad(1)) return {dx, at::Tensor()};
     if (active_queue != nullptr && weight.is_leaf()) {
       // Deferred: the weight is a leaf parameter, so its gradient can be added directly.
       active_queue->push([weight, dy, x] { accumulate_weight_grad(weight, dy, x); });
       return {dx, at::Tensor()};
     }
-    at::Tensor dw = at::matmul(dy.reshape({-1, dy.size(-1)}).t(), x.reshape({-1, x.size(-1)}));
-    return {dx, dw};
+    return {dx, weight_grad(dy, x)};
   }
 };
 
