@@ -1,6 +1,8 @@
-// The float32 matmul rate this machine reaches through libtorch, the yardstick for MFU: the
-// trainer's own probe and larger GEMMs, including the benchmark model's MLP shape, for 1 and 2
-// threads. One JSON object per line, each a measurement made at that row's thread count.
+// The float32 matmul rate this machine reaches through strata's linear layers (parallel/
+// linear.h: oneDNN's sgemm when libtorch brought it, else ATen's matmul), the yardstick for
+// MFU: the trainer's own probe and larger GEMMs, including the benchmark model's MLP shape,
+// for 1 and 2 threads, and ATen's matmul (OpenBLAS on Debian) for comparison ("aten-"
+// rows). One JSON object per line, each a measurement made at that row's thread count.
 //
 // The trainer's probe (strata::measure_matmul_peak_flops: best of three single 1024^3
 // products) keeps its first result for the whole process, so calling it again after
@@ -20,6 +22,8 @@
 #include <string>
 #include <vector>
 
+#include "strata/parallel/linear.h"
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -32,10 +36,19 @@ struct Shape {
 // Best of three timed trials of (m, k) @ (k, n) after one untimed warm-up product. A trial
 // repeats the product until it lasts min_trial_seconds (0.2 s keeps small shapes above the
 // clock's resolution); with 0 a trial is a single product, as the trainer's probe times it.
-double gemm_gflops(const Shape& shape, double min_trial_seconds) {
+double gemm_gflops(const Shape& shape, double min_trial_seconds, bool through_aten) {
+  at::NoGradGuard no_grad;
   auto a = at::randn({shape.m, shape.k}), b = at::randn({shape.k, shape.n});
+  const at::Tensor weight = b.t().contiguous();  // (n, k): a linear layer's weight
   auto c = at::empty({shape.m, shape.n});
-  at::mm_out(c, a, b);
+  auto multiply = [&] {
+    if (through_aten) {
+      at::mm_out(c, a, b);
+    } else {
+      c = strata::linear(a, weight);
+    }
+  };
+  multiply();
   const double flops = 2.0 * shape.m * shape.k * shape.n;
   double best = 0;
   for (int trial = 0; trial < 3; ++trial) {
@@ -43,7 +56,7 @@ double gemm_gflops(const Shape& shape, double min_trial_seconds) {
     const auto start = Clock::now();
     double elapsed = 0;
     do {
-      at::mm_out(c, a, b);
+      multiply();
       ++products;
       elapsed = std::chrono::duration<double>(Clock::now() - start).count();
     } while (elapsed < min_trial_seconds);
@@ -98,8 +111,10 @@ int main(int argc, char** argv) {
       return 2;
     }
     at::set_num_threads(threads);
-    print_row(threads, trainer_probe, gemm_gflops(trainer_probe, 0.0));
-    for (const Shape& shape : shapes) print_row(threads, shape, gemm_gflops(shape, 0.2));
+    print_row(threads, trainer_probe, gemm_gflops(trainer_probe, 0.0, false));
+    for (const Shape& shape : shapes) print_row(threads, shape, gemm_gflops(shape, 0.2, false));
+    const Shape aten = {"aten-square-1024", 1024, 1024, 1024};
+    print_row(threads, aten, gemm_gflops(aten, 0.2, true));
   }
   return 0;
 }

@@ -13,6 +13,7 @@
 #include "strata/data_parallel/data_parallel.h"
 #include "strata/dist/trace.h"
 #include "strata/parallel/context_parallel.h"
+#include "strata/parallel/linear.h"
 #include "strata/pipeline/generators.h"
 #include "strata/pipeline/partition.h"
 #include "strata/train/metrics.h"
@@ -40,15 +41,17 @@ nlohmann::json per_kind_json(const std::array<T, N>& values) {
 }  // namespace
 
 double measure_matmul_peak_flops() {
-  // Measured once per process: the best of a few 1024^3 float32 multiplies (~2 GFLOP each).
+  // Measured once per process: the best of a few 1024^3 float32 multiplies (~2 GFLOP each)
+  // through the linear layers' own product (parallel/linear.h).
   static const double peak = [] {
     constexpr int64_t n = 1024;
-    auto a = at::randn({n, n}), b = at::randn({n, n}), c = at::empty({n, n});
-    at::mm_out(c, a, b);  // warm-up: threads, caches
+    at::NoGradGuard no_grad;
+    const at::Tensor a = at::randn({n, n}), weight = at::randn({n, n});
+    strata::linear(a, weight);  // warm-up: threads, caches
     double best = 0;
     for (int trial = 0; trial < 3; ++trial) {
       auto start = Clock::now();
-      at::mm_out(c, a, b);
+      strata::linear(a, weight);
       best = std::max(best, 2.0 * n * n * n / seconds_since(start));
     }
     return best;

@@ -104,7 +104,8 @@ void check_runnable(const Config& validated);
 // by cost with balanced_partition.
 std::vector<int64_t> stage_layers(const Config& validated);
 
-// Best of a few dense float32 matmuls on this rank's threads, in FLOP/s.
+// Best of a few dense float32 products of the linear layers (parallel/linear.h) on this rank's
+// threads, in FLOP/s.
 double measure_matmul_peak_flops();
 
 }  // namespace strata
