@@ -1,5 +1,7 @@
-// Counting CPU allocator: wraps ATen's default CPU allocator; each allocation carries a small
-// context recording its size so the deleter can subtract it.
+// Counting CPU allocator: wraps ATen's default CPU allocator. Each block is allocated with a
+// header in front (kHeader bytes, keeping the default 64-byte alignment) that records its size,
+// so the deleter can subtract it; the data pointer is its own context, as c10's
+// raw_allocate/raw_deallocate require (oneDNN's bfloat16 kernels allocate that way).
 #include "strata/core/memory.h"
 
 #include <c10/core/CPUAllocator.h>
@@ -14,33 +16,35 @@ std::atomic<int64_t> live_bytes{0};
 std::atomic<int64_t> peak_bytes{0};
 std::atomic<bool> installed{false};
 
-struct Allocation {
-  c10::DataPtr inner;
-  int64_t bytes;
-};
+constexpr size_t kHeader = 64;
+c10::DeleterFnPtr inner_deleter = nullptr;  // the wrapped allocator's raw deleter
 
-void delete_allocation(void* context) {
-  auto* allocation = static_cast<Allocation*>(context);
-  live_bytes.fetch_sub(allocation->bytes, std::memory_order_relaxed);
-  delete allocation;  // frees the inner DataPtr through the default allocator's deleter
+void delete_counted(void* data) {
+  if (data == nullptr) return;
+  char* block = static_cast<char*>(data) - kHeader;
+  live_bytes.fetch_sub(*reinterpret_cast<int64_t*>(block), std::memory_order_relaxed);
+  inner_deleter(block);
 }
 
 class CountingAllocator final : public c10::Allocator {
  public:
-  explicit CountingAllocator(c10::Allocator* inner) : inner_(inner) {}
+  explicit CountingAllocator(c10::Allocator* inner) : inner_(inner) {
+    inner_deleter = inner->raw_deleter();
+  }
 
   c10::DataPtr allocate(size_t bytes) const override {
-    c10::DataPtr inner = inner_->allocate(bytes);
-    void* data = inner.get();
-    auto device = inner.device();
-    auto* allocation = new Allocation{std::move(inner), static_cast<int64_t>(bytes)};
-    int64_t now =
-        live_bytes.fetch_add(allocation->bytes, std::memory_order_relaxed) + allocation->bytes;
+    char* block = static_cast<char*>(inner_->raw_allocate(bytes + kHeader));
+    *reinterpret_cast<int64_t*>(block) = static_cast<int64_t>(bytes);
+    void* data = block + kHeader;
+    const int64_t now =
+        live_bytes.fetch_add(static_cast<int64_t>(bytes), std::memory_order_relaxed) +
+        static_cast<int64_t>(bytes);
     int64_t peak = peak_bytes.load(std::memory_order_relaxed);
     while (now > peak && !peak_bytes.compare_exchange_weak(peak, now)) {
     }
-    return {data, allocation, &delete_allocation, device};
+    return {data, data, &delete_counted, c10::Device(c10::DeviceType::CPU)};
   }
+  c10::DeleterFnPtr raw_deleter() const override { return &delete_counted; }
 
  private:
   c10::Allocator* inner_;

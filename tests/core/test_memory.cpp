@@ -1,0 +1,50 @@
+// The counting CPU allocator: tensors and raw allocations are counted while alive, blocks keep
+// the default 64-byte alignment, and c10's raw_allocate/raw_deallocate work through it (oneDNN's
+// bfloat16 kernels allocate their scratch that way; before, they tripped an assertion).
+#include <gtest/gtest.h>
+
+#include <ATen/ATen.h>
+#include <c10/core/CPUAllocator.h>
+
+#include <cstdint>
+
+#include "strata/core/memory.h"
+
+namespace strata {
+namespace {
+
+TEST(Memory, CountsTensorsAndRawAllocationsWhileAlive) {
+  install_memory_tracker();
+  ASSERT_TRUE(memory_tracker_installed());
+  const int64_t before = tracked_bytes_now();
+  {
+    at::Tensor t = at::empty({1000}, at::kFloat);
+    EXPECT_EQ(tracked_bytes_now() - before, 4000);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(t.data_ptr()) % 64, 0u);
+  }
+  EXPECT_EQ(tracked_bytes_now(), before);
+
+  c10::Allocator* allocator = c10::GetCPUAllocator();
+  void* raw = allocator->raw_allocate(777);
+  ASSERT_NE(raw, nullptr);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(raw) % 64, 0u);
+  EXPECT_EQ(tracked_bytes_now() - before, 777);
+  allocator->raw_deallocate(raw);
+  EXPECT_EQ(tracked_bytes_now(), before);
+
+  reset_tracked_peak();
+  { at::Tensor t = at::empty({2000}, at::kFloat); }
+  EXPECT_GE(tracked_bytes_peak() - before, 8000);
+}
+
+TEST(Memory, BFloat16MatmulRunsUnderTheTracker) {
+  install_memory_tracker();
+  const at::Tensor a = at::randn({64, 96}).to(at::kBFloat16);
+  const at::Tensor b = at::randn({96, 32}).to(at::kBFloat16);
+  const at::Tensor product = at::matmul(a, b);
+  const at::Tensor expected = at::matmul(a.to(at::kFloat), b.to(at::kFloat));
+  EXPECT_TRUE(at::allclose(product.to(at::kFloat), expected, 5e-2, 5e-1));
+}
+
+}  // namespace
+}  // namespace strata
