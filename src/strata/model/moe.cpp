@@ -96,16 +96,10 @@ SequenceCounts sequence_counts(const at::Tensor& chosen, Comm& cp) {
   const at::Tensor per_chunk = chosen.view({B, 2, c, E});
   at::Tensor all = at::empty({n, B, 2, E}, at::kLong);
   cp.all_gather(all, per_chunk.sum(2).contiguous());
-  std::vector<at::Tensor> by_chunk(static_cast<size_t>(2 * n));  // natural order
-  for (int64_t rank = 0; rank < n; ++rank) {
-    const auto chunks = context_chunks(rank, n);
-    for (int64_t i = 0; i < 2; ++i) by_chunk[chunks[i]] = all[rank].select(1, i);
-  }
-  const at::Tensor counts = at::stack(by_chunk, 1);            // (B, 2n, E)
+  // (B, 2n, E): one count per chunk, in the sequence's order.
+  const at::Tensor counts = context_unshard(all.permute({1, 0, 2, 3}).reshape({B, 2 * n, E}), n);
   const at::Tensor chunks_before = counts.cumsum(1) - counts;  // earlier chunks, per chunk
-  const auto mine = context_chunks(cp.rank(), n);
-  const at::Tensor offset =
-      at::stack({chunks_before.select(1, mine[0]), chunks_before.select(1, mine[1])}, 1);
+  const at::Tensor offset = context_shard(chunks_before, cp.rank(), n);  // (B, 2, E): mine
   const at::Tensor before = per_chunk.cumsum(2) - per_chunk + offset.unsqueeze(2);
   return {counts.sum(1), before.view({B, T, E}), T * n};
 }

@@ -21,50 +21,50 @@ std::array<int64_t, 2> context_chunks(int64_t rank, int64_t size) {
   return {rank, 2 * size - 1 - rank};
 }
 
-at::Tensor context_positions(int64_t seq_len, int64_t rank, int64_t size) {
-  STRATA_CHECK(seq_len % (2 * size) == 0, "seq_len ", seq_len, " is not split in 2 * ", size,
-               " chunks");
-  const int64_t c = seq_len / (2 * size);
-  std::vector<at::Tensor> parts;
-  for (int64_t chunk : context_chunks(rank, size)) {
-    parts.push_back(at::arange(chunk * c, (chunk + 1) * c, at::kLong));
-  }
-  return at::cat(parts);
+namespace {
+
+// Appends rank `rank`'s two chunks of the sequence x holds along `dim`.
+void append_chunks(std::vector<at::Tensor>& out, const at::Tensor& x, int64_t rank, int64_t size,
+                   int64_t dim) {
+  STRATA_CHECK(x.size(dim) % (2 * size) == 0, "a sequence of ", x.size(dim),
+               " tokens is not split in 2 * ", size, " chunks");
+  const int64_t c = x.size(dim) / (2 * size);
+  for (int64_t chunk : context_chunks(rank, size)) out.push_back(x.narrow(dim, chunk * c, c));
 }
 
-at::Tensor context_shard(const at::Tensor& x, int64_t rank, int64_t size) {
-  STRATA_CHECK(x.size(1) % (2 * size) == 0, "a sequence of ", x.size(1),
-               " tokens is not split in 2 * ", size, " chunks");
-  const int64_t c = x.size(1) / (2 * size);
-  std::vector<at::Tensor> parts;
-  for (int64_t chunk : context_chunks(rank, size)) parts.push_back(x.narrow(1, chunk * c, c));
-  return at::cat(parts, 1);
+// Every rank's chunks in rank order: context_unshard's inverse.
+at::Tensor natural_to_rank_order(const at::Tensor& x, int64_t n, int64_t dim) {
+  std::vector<at::Tensor> chunks;
+  for (int64_t rank = 0; rank < n; ++rank) append_chunks(chunks, x, rank, n, dim);
+  return at::cat(chunks, dim);
+}
+
+}  // namespace
+
+at::Tensor context_positions(int64_t seq_len, int64_t rank, int64_t size) {
+  return context_shard(at::arange(seq_len, at::kLong), rank, size, 0);
+}
+
+at::Tensor context_shard(const at::Tensor& x, int64_t rank, int64_t size, int64_t dim) {
+  std::vector<at::Tensor> chunks;
+  append_chunks(chunks, x, rank, size, dim);
+  return at::cat(chunks, dim);
+}
+
+at::Tensor context_unshard(const at::Tensor& x, int64_t size, int64_t dim) {
+  const int64_t c = x.size(dim) / (2 * size);
+  std::vector<at::Tensor> chunks(static_cast<size_t>(2 * size));
+  for (int64_t rank = 0; rank < size; ++rank) {
+    const auto global = context_chunks(rank, size);
+    for (int64_t i = 0; i < 2; ++i) chunks[global[i]] = x.narrow(dim, (2 * rank + i) * c, c);
+  }
+  return at::cat(chunks, dim);
 }
 
 namespace {
 
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
-
-// The chunks of every rank along `dim`, from rank order to natural order, and back.
-at::Tensor rank_order_to_natural(const at::Tensor& x, int64_t n, int64_t dim) {
-  const int64_t c = x.size(dim) / (2 * n);
-  std::vector<at::Tensor> chunks(static_cast<size_t>(2 * n));
-  for (int64_t rank = 0; rank < n; ++rank) {
-    const auto global = context_chunks(rank, n);
-    for (int64_t i = 0; i < 2; ++i) chunks[global[i]] = x.narrow(dim, (2 * rank + i) * c, c);
-  }
-  return at::cat(chunks, dim);
-}
-
-at::Tensor natural_to_rank_order(const at::Tensor& x, int64_t n, int64_t dim) {
-  const int64_t c = x.size(dim) / (2 * n);
-  std::vector<at::Tensor> chunks;
-  for (int64_t rank = 0; rank < n; ++rank) {
-    for (int64_t chunk : context_chunks(rank, n)) chunks.push_back(x.narrow(dim, chunk * c, c));
-  }
-  return at::cat(chunks, dim);
-}
 
 // ---- all-gather (Llama 3) ----------------------------------------------------------------
 
@@ -75,7 +75,7 @@ at::Tensor all_gather_attention(const at::Tensor& q, const at::Tensor& k, const 
   // Keys then values of each token as one (B, T_l, 2 K D) row, gathered along the tokens (the
   // backward reduce-scatters their gradients home), then put in the sequence's order.
   at::Tensor rows = at::cat({k, v}, 1).permute({0, 2, 1, 3}).reshape({B, T_l, 2 * K * D});
-  at::Tensor all = rank_order_to_natural(gather_from_sequence(rows, cp), n, 1);
+  at::Tensor all = context_unshard(gather_from_sequence(rows, cp), n, 1);
   all = all.view({B, n * T_l, 2 * K, D}).permute({0, 2, 1, 3});  // (B, 2K, T, D)
   const at::Tensor keys = all.narrow(1, 0, K), values = all.narrow(1, K, K);
   // Each query chunk attends to the keys up to its own end.
@@ -117,7 +117,7 @@ at::Tensor sequence_to_heads(const at::Tensor& x, Comm& cp) {
   const int64_t n = cp.size(), B = x.size(0), N = x.size(1), T_l = x.size(2), D = x.size(3);
   at::Tensor rows = x.reshape({B, n, N / n, T_l, D}).transpose(0, 1);  // row j: head group j
   at::Tensor got = AllToAllRows::apply(rows, &cp);                     // row j: rank j's tokens
-  return rank_order_to_natural(got.permute({1, 2, 0, 3, 4}).reshape({B, N / n, n * T_l, D}), n, 2);
+  return context_unshard(got.permute({1, 2, 0, 3, 4}).reshape({B, N / n, n * T_l, D}), n, 2);
 }
 
 // The inverse: (B, N / n, T, D) -> (B, N, T_l, D).

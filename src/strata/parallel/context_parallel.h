@@ -41,8 +41,11 @@ struct ContextParallel {
 std::array<int64_t, 2> context_chunks(int64_t rank, int64_t size);
 // Positions of the seq_len / size tokens that rank holds, in its order (int64).
 at::Tensor context_positions(int64_t seq_len, int64_t rank, int64_t size);
-// This rank's tokens of a whole sequence along dim 1 ((B, T, ...) -> (B, T / size, ...)).
-at::Tensor context_shard(const at::Tensor& x, int64_t rank, int64_t size);
+// Rank `rank`'s tokens of a whole sequence along `dim` (T tokens -> T / size).
+at::Tensor context_shard(const at::Tensor& x, int64_t rank, int64_t size, int64_t dim = 1);
+// The inverse over all ranks: every rank's tokens concatenated in rank order along `dim` (as
+// an all-gather leaves them) -> the whole sequence in its own order.
+at::Tensor context_unshard(const at::Tensor& x, int64_t size, int64_t dim = 1);
 
 // softmax(q k^T * scale, causal over the original positions) v for this rank's queries.
 // q (B, H, T_l, D), k and v (B, K, T_l, D), K dividing H (grouped-query attention): this rank's
