@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <utility>
 
 #include "strata/core/config_keys.h"
 #include "strata/core/error.h"
@@ -30,6 +31,17 @@ class Findings {
   int64_t count_ = 0;
 };
 
+// The `count` values closest to `near` (the smaller first on a tie), ascending.
+std::vector<int64_t> nearest(std::vector<int64_t> values, int64_t near, size_t count) {
+  std::sort(values.begin(), values.end());
+  std::stable_sort(values.begin(), values.end(), [near](int64_t a, int64_t b) {
+    return std::llabs(a - near) < std::llabs(b - near);
+  });
+  values.resize(std::min(values.size(), count));
+  std::sort(values.begin(), values.end());
+  return values;
+}
+
 // The divisors of n closest to `near` (at most `count` of them), ascending.
 std::vector<int64_t> divisors_near(int64_t n, int64_t near, size_t count) {
   std::vector<int64_t> divisors;
@@ -38,13 +50,7 @@ std::vector<int64_t> divisors_near(int64_t n, int64_t near, size_t count) {
     divisors.push_back(d);
     if (d != n / d) divisors.push_back(n / d);
   }
-  std::sort(divisors.begin(), divisors.end());
-  std::stable_sort(divisors.begin(), divisors.end(), [near](int64_t a, int64_t b) {
-    return std::llabs(a - near) < std::llabs(b - near);
-  });
-  divisors.resize(std::min(divisors.size(), count));
-  std::sort(divisors.begin(), divisors.end());
-  return divisors;
+  return nearest(std::move(divisors), near, count);
 }
 
 std::string list_or(const std::vector<int64_t>& values) {
@@ -142,12 +148,7 @@ void check_context_split(const LayoutSizes& layout, const LayoutModelShape& mode
     for (int64_t c = 1; c <= 64; ++c) {
       if (works(c)) values.push_back(c);
     }
-    std::stable_sort(values.begin(), values.end(), [cp](int64_t a, int64_t b) {
-      return std::llabs(a - cp) < std::llabs(b - cp);
-    });
-    values.resize(std::min<size_t>(values.size(), 4));
-    std::sort(values.begin(), values.end());
-    return values;
+    return nearest(std::move(values), cp, 4);
   };
   if (seq % (2 * cp) != 0) {
     found.add([&] {
