@@ -201,23 +201,18 @@ at::Tensor GPT::norm(const at::Tensor& x, size_t weight_index, size_t bias_index
   return x * scale * weight(weight_index);
 }
 
-at::Tensor GPT::token_positions(int64_t T, int64_t past) const {
-  if (!cp_.comm) return at::Tensor();
-  STRATA_CHECK(past == 0 && T <= context_positions_.size(0),
-               "context parallelism runs whole training sequences, not a cache");
-  if (T == context_positions_.size(0)) return context_positions_;
-  // Under sequence parallelism: this tp rank's part of the rank's tokens.
-  return context_positions_.narrow(0, tp_rank_ * T, T);
+at::Tensor GPT::token_positions(int64_t T, int64_t past, bool tp_part) const {
+  const int64_t first = tp_part ? tp_rank_ * T : 0;
+  if (!cp_.comm) return at::arange(past + first, past + first + T, at::kLong);
+  STRATA_CHECK(past == 0, "context parallelism runs whole training sequences, not a cache");
+  return context_positions_.narrow(0, first, T);
 }
 
-at::Tensor GPT::rotate(const at::Tensor& x, int64_t first_position,
-                       const at::Tensor& positions) const {
+at::Tensor GPT::rotate(const at::Tensor& x, const at::Tensor& positions) const {
   // x (B, heads, T, D): rotate the pairs (x[..., i], x[..., i + D/2]) by position * frequency_i.
-  const int64_t T = x.size(2), half = x.size(3) / 2;
-  auto cos = positions.defined() ? rope_cos_.index_select(0, positions)
-                                 : rope_cos_.narrow(0, first_position, T);  // (T, D/2)
-  auto sin = positions.defined() ? rope_sin_.index_select(0, positions)
-                                 : rope_sin_.narrow(0, first_position, T);
+  const int64_t half = x.size(3) / 2;
+  auto cos = rope_cos_.index_select(0, positions);  // (T, D/2)
+  auto sin = rope_sin_.index_select(0, positions);
   auto x1 = x.narrow(-1, 0, half), x2 = x.narrow(-1, half, half);
   return at::cat({x1 * cos - x2 * sin, x1 * sin + x2 * cos}, -1);
 }
@@ -243,9 +238,9 @@ at::Tensor GPT::attention(const at::Tensor& x, const BlockParams& block, int64_t
   auto k = kv.narrow(-1, 0, K_l * D).view({B, T, K_l, D}).transpose(1, 2);  // (B, K_l, T, D)
   auto v = kv.narrow(-1, K_l * D, K_l * D).view({B, T, K_l, D}).transpose(1, 2);
   if (config_.pos == PositionEncoding::rope) {
-    const at::Tensor positions = token_positions(T, past);
-    q = rotate(q, past, positions);
-    k = rotate(k, past, positions);
+    const at::Tensor positions = token_positions(T, past, false);
+    q = rotate(q, positions);
+    k = rotate(k, positions);
   }
   if (cache) {
     if (past > 0) {
@@ -357,11 +352,8 @@ at::Tensor GPT::embed(const at::Tensor& tokens, int64_t past, bool sequence_para
     x = at::embedding(weight(token_embedding_), tokens);  // (B, T, C)
   }
   if (position_embedding_ != kNone) {
-    const int64_t T_l = x.size(1);
-    const at::Tensor positions = token_positions(T_l, past);
-    const int64_t first = past + (sequence_parallel ? tp_rank_ * T_l : 0);
-    x = x + (positions.defined() ? weight(position_embedding_).index_select(0, positions)
-                                 : weight(position_embedding_).narrow(0, first, T_l));
+    x = x + weight(position_embedding_)
+                .index_select(0, token_positions(x.size(1), past, sequence_parallel));
   }
   return x;
 }

@@ -162,12 +162,14 @@ class GPT {
   size_t add_parameter(const std::string& name, const ShardSpec& spec, InitKind kind, double std,
                        bool weight_decay);
   at::Tensor enter_tp(const at::Tensor& x, bool sequence_parallel);  // before a column split
-  at::Tensor leave_tp(const at::Tensor& x, bool sequence_parallel);  // after a row split
-  // The positions of the tokens this rank holds, T of them from `past` on: (T) int64 under
-  // context parallelism, undefined otherwise (positions past, past + 1, ...).
-  at::Tensor token_positions(int64_t T, int64_t past) const;
-  // RoPE at the given positions (undefined: first_position on).
-  at::Tensor rotate(const at::Tensor& x, int64_t first_position, const at::Tensor& positions) const;
+  at::Tensor leave_tp(const at::Tensor& x,
+                      bool sequence_parallel);  // after a row split
+                                                // The positions (T) int64 of the T tokens this rank
+                                                // holds from `past` on; with tp_part they
+  // are this tp rank's part of them (sequence parallelism). Under context parallelism: the
+  // rank's two chunks of a whole training sequence.
+  at::Tensor token_positions(int64_t T, int64_t past, bool tp_part) const;
+  at::Tensor rotate(const at::Tensor& x, const at::Tensor& positions) const;  // RoPE
   const at::Tensor& causal_mask(int64_t query_len, int64_t key_len);
 
   ModelConfig config_;
