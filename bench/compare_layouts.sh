@@ -3,7 +3,7 @@
 # alternately (the first layout's order swapped each round), so drifting machine load hits all
 # alike. Reports per layout the median step time and its ratio to the first layout, tokens/s,
 # the share of the step spent blocked in communication (comm_share), bytes sent per step,
-# pipeline bubble and per-rank parameter bytes (rank 0), from metrics.jsonl.
+# pipeline bubble, per-rank parameter bytes and peak activation bytes (rank 0), from metrics.jsonl.
 #
 #   bench/compare_layouts.sh [BUILD_DIR] LAYOUT [LAYOUT...]
 #     LAYOUT = name[@OTHER_BUILD_DIR]:RANKS:THREADS[:key=value[,key=value...]]   e.g.
@@ -117,7 +117,8 @@ for name in names:
                         for k in sorted({k for s in pooled for k in s.get("comm_wait_s", {})})},
         "comm_bytes": med(sum(s["comm_bytes"].values()) for s in pooled),
         "bubble_fraction": med(s["bubble_fraction"] for s in pooled),
-        "param_bytes": pooled[0]["mem"]["params"],
+                "param_bytes": pooled[0]["mem"]["params"],
+        "activation_bytes": max(s["mem"]["activations_peak"] for s in pooled),
         "loss_last": runs[0][-1]["loss"],
     }
 base = rows[names[0]]
@@ -126,12 +127,13 @@ for name in names:  # per-round ratios cancel most load drift between rounds
     r["ratio"] = r["step_time_s"] / base["step_time_s"]
     r["ratio_paired"] = med(a / b for a, b in zip(r["round_medians"], base["round_medians"]))
 print()
-print(f"| layout | step time (s) | vs {names[0]} (paired) | tokens/s | comm share | MB sent/step | bubble | param MB (rank 0) | loss at last step |")
-print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+print(f"| layout | step time (s) | vs {names[0]} (paired) | tokens/s | comm share | MB sent/step | bubble | param MB (rank 0) | activations peak MB (rank 0) | loss at last step |")
+print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 for name in names:
     r = rows[name]
     print(f"| {name} | {r['step_time_s']:.3f} | {r['ratio']:.3f} ({r['ratio_paired']:.3f}) | "
           f"{r['tokens_per_s']:.0f} | {100 * r['comm_share']:.1f}% | {r['comm_bytes'] / 1e6:.1f} | "
-          f"{100 * r['bubble_fraction']:.1f}% | {r['param_bytes'] / 1e6:.1f} | {r['loss_last']:.5f} |")
+                    f"{100 * r['bubble_fraction']:.1f}% | {r['param_bytes'] / 1e6:.1f} | "
+          f"{r['activation_bytes'] / 1e6:.1f} | {r['loss_last']:.5f} |")
 print(json.dumps(rows))
 EOF
