@@ -134,8 +134,14 @@ TEST(ConfigParse, EnumKeysTakeOnlyTheirSpellings) {
                   "\"zb-h1\", got \"1F1B\"");
   EXPECT_CONTAINS(parse_error("[model.moe]\nactivation = \"relu\"\n"),
                   "model.moe.activation must be \"gelu\" or \"swiglu\", got \"relu\"");
-  EXPECT_CONTAINS(parse_error("[train]\ndtype = \"bfloat16\"\n"),
-                  "train.dtype must be \"float32\" or \"float64\", got \"bfloat16\"");
+  EXPECT_CONTAINS(parse_error("[train]\nprecision = \"bfloat16\"\n"),
+                  "train.precision must be \"fp32\", \"bf16\", \"fp16\" or \"fp64\", got "
+                  "\"bfloat16\"");
+  EXPECT_CONTAINS(parse_error("[parallel]\ngrad_reduce_dtype = \"fp16\"\n"),
+                  "parallel.grad_reduce_dtype must be \"fp32\" or \"bf16\", got \"fp16\"");
+  // The key it replaced names its successor.
+  EXPECT_CONTAINS(parse_error("[train]\ndtype = \"float64\"\n"),
+                  "key 'train.dtype' in run.toml:2:1 was replaced by train.precision");
   EXPECT_CONTAINS(parse_error("[data]\nsource = \"web\"\n"),
                   "data.source must be \"corpus\", \"synthetic\" or \"shards\", got \"web\"");
   for (const char* schedule : {"gpipe", "1f1b", "interleaved-1f1b", "zb-h1"}) {
@@ -203,6 +209,7 @@ Config unusual_config() {
   config.parallel.microbatches = 8;
   config.parallel.pp_layers = {-1, 0, 4000000000};
   config.parallel.comm_timeout_s = 0.1;
+  config.parallel.grad_reduce_dtype = GradReduceDType::bf16;
   config.train.steps = 11;
   config.train.global_batch = 12;
   config.train.micro_batch = 13;
@@ -217,7 +224,7 @@ Config unusual_config() {
   config.train.seed = static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
   config.train.eval_every = 15;
   config.train.eval_batches = 16;
-  config.train.dtype = DType::float64;
+  config.train.precision = Precision::fp16;
   config.train.recompute = Recompute::selective;
   config.train.recompute_layers = 3;
   config.train.threads = 17;
@@ -283,7 +290,7 @@ TEST(ConfigParse, ToTomlPrintsEverySectionAndKeyInOrder) {
   EXPECT_CONTAINS(text, "\ndir = \"\"\n");
   const std::vector<std::string> keys = config_keys();
   EXPECT_CONTAINS(text, "[model.moe]\nnum_experts = 0\n");
-  EXPECT_EQ(keys.size(), 67u);
+  EXPECT_EQ(keys.size(), 68u);
   EXPECT_EQ(keys.front(), "model.vocab_size");
   EXPECT_EQ(keys.back(), "log.every");
   EXPECT_EQ(std::set<std::string>(keys.begin(), keys.end()).size(), keys.size());

@@ -213,14 +213,16 @@ TEST(ConfigValidate, EnumsListTheAllowedValues) {
        "directory, got \"\""},
       {"log.progress=fancy",
        "log.progress must be \"auto\", \"bar\", \"lines\" or \"none\", got \"fancy\""},
-      {"train.dtype=bfloat16", "train.dtype must be \"float32\" or \"float64\", got \"bfloat16\""},
+      {"train.precision=float64",
+       "train.precision must be \"fp32\", \"bf16\", \"fp16\" or \"fp64\", got \"float64\""},
   };
   for (const Case& c : cases) EXPECT_CONTAINS(validate_error({c.setting}), c.expected);
   for (const char* ok :
        {"model.pos=rope", "model.norm=rmsnorm", "model.activation=swiglu",
         "parallel.pp_schedule=gpipe", "parallel.pp_schedule=zb-h1", "data.source=synthetic",
         "checkpoint.resume=none", "checkpoint.resume=runs/x/step_10", "log.progress=none",
-        "train.dtype=float64"}) {
+        "train.precision=fp64", "train.precision=bf16", "train.precision=fp16",
+        "parallel.grad_reduce_dtype=bf16"}) {
     EXPECT_NO_THROW(validate_config(with({ok}), 1)) << ok;
   }
 }
@@ -277,6 +279,8 @@ TEST(ConfigValidate, SizesAndRanges) {
       {"log.every=0", "log.every (0) must be >= 1"},
   };
   for (const Case& c : cases) EXPECT_CONTAINS(validate_error({c.setting}), c.expected);
+  EXPECT_CONTAINS(validate_error({"parallel.grad_reduce_dtype=bf16", "train.precision=fp64"}),
+                  "parallel.grad_reduce_dtype = \"bf16\" needs train.precision");
 }
 
 TEST(ConfigValidate, RulesBetweenSections) {

@@ -68,3 +68,33 @@ TEST(LearningRate, WarmupThenCosineToMin) {
 
 }  // namespace
 }  // namespace strata
+
+namespace strata {
+namespace {
+
+// Why mixed precision keeps float32 master weights: an update smaller than half a unit in the
+// last place of a bfloat16 weight (2^-8 at 1.0) is rounded away when the weight itself is
+// updated, every step; a float32 master accumulates it (data_parallel/sharded_optimizer.h).
+TEST(AdamW, UpdatesBelowBf16ResolutionVanishWithoutMasterWeights) {
+  TrainConfig config;
+  config.weight_decay = 0;
+  std::vector<Parameter> parameters(2);
+  parameters[0].value = at::ones({64}, at::kBFloat16).set_requires_grad(true);
+  parameters[1].value = at::ones({64}, at::kFloat).set_requires_grad(true);  // a master
+  AdamW optimizer(std::vector<Parameter*>{&parameters[0], &parameters[1]}, config);
+  const double lr = 1e-3;  // Adam's first steps move each weight by about lr
+  for (int step = 0; step < 10; ++step) {
+    for (auto& parameter : parameters) {
+      parameter.value.mutable_grad() = at::full({64}, 0.5, parameter.value.options());
+    }
+    optimizer.step(lr);
+  }
+  EXPECT_TRUE(parameters[0].value.eq(1.0).all().item<bool>()) << parameters[0].value;
+  const at::Tensor master = parameters[1].value.detach();
+  EXPECT_NEAR(master[0].item<double>(), 1.0 - 10 * lr, 1e-5);
+  // Rounded to bfloat16 the master has moved: that is what the model computes with.
+  EXPECT_TRUE(master.to(at::kBFloat16).lt(1.0).all().item<bool>());
+}
+
+}  // namespace
+}  // namespace strata

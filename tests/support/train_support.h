@@ -11,13 +11,15 @@
 namespace strata::testing {
 
 // Trains `config` on the ranks of `world` (validated for world.size() ranks, so dp = -1 takes
-// the remaining ranks). `inspect`, if given, sees the trainer after the run.
+// the remaining ranks). `inspect`, if given, sees the trainer after the run; `prepare` before.
 inline TrainResult train_on(Comm& world, Config config,
-                            const std::function<void(const Trainer&)>& inspect = nullptr) {
+                            const std::function<void(const Trainer&)>& inspect = nullptr,
+                            const std::function<void(Trainer&)>& prepare = nullptr) {
   config = validate_config(config, world.size());
   check_runnable(config);
   Mesh mesh(world, mesh_shape_of(config));
   Trainer trainer(config, mesh);
+  if (prepare) prepare(trainer);
   TrainResult result = trainer.run();
   if (inspect) inspect(trainer);
   return result;

@@ -89,14 +89,21 @@ int run_config(const std::string& config_path, const std::vector<std::string>& o
 // Generation on one process, or with the model split over every rank (tensor parallel):
 // all ranks sample the same tokens, rank 0 prints them.
 int run_generate(const std::string& checkpoint, const std::string& prompt,
-                 const SamplingOptions& options, int nproc, const std::vector<std::string>& argv) {
+                 const SamplingOptions& options, const std::string& precision, int nproc,
+                 const std::vector<std::string>& argv) {
   if (nproc > 1 && !started_by_mpi_launcher()) relaunch_under_mpirun(nproc, argv);
   return run_on_ranks([&](int, int* rank) {
     Comm world = Comm::world();
     *rank = world.rank();
     configure_rank_threads(0);
     Config config;
-    auto model = load_model_from_checkpoint(checkpoint, &config, &world);
+    std::optional<Precision> compute;
+    if (!precision.empty()) {
+      compute = parse_choice<Precision>(precision);
+      STRATA_REQUIRE(compute, "--precision must be one of ", spellings_joined<Precision>(),
+                     ", got '", precision, "'");
+    }
+    auto model = load_model_from_checkpoint(checkpoint, &config, &world, compute);
     auto tokenizer = make_tokenizer(config.data.tokenizer);
     std::vector<int32_t> encoded = tokenizer->encode(prompt);
     std::vector<int64_t> prompt_tokens(encoded.begin(), encoded.end());
@@ -142,6 +149,10 @@ int main(int argc, char** argv) {
   generate_command->add_option("--top-k", sampling.top_k, "Sample among the k likeliest (0 = all)")
       ->check(CLI::NonNegativeNumber);
   generate_command->add_option("--seed", sampling.seed, "Sampling seed");
+  std::string precision;
+  generate_command->add_option("--precision", precision,
+                               "Compute in " + spellings_joined<Precision>(", ") +
+                                   " (default: the precision it was trained in)");
   generate_command
       ->add_option("--nproc", nproc, "Serve the model split over N local ranks (tensor parallel)")
       ->check(CLI::PositiveNumber);
@@ -167,7 +178,8 @@ int main(int argc, char** argv) {
   try {
     if (*train) return run_train(config_path, overrides, nproc, args);
     if (*config) return run_config(config_path, overrides, world_size);
-    if (*generate_command) return run_generate(checkpoint, prompt, sampling, nproc, args);
+    if (*generate_command)
+      return run_generate(checkpoint, prompt, sampling, precision, nproc, args);
     if (*prepare) return run_data_prepare(inputs, out_dir);
   } catch (const UserError& error) {
     std::cerr << "strata: error: " << error.what() << std::endl;

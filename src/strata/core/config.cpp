@@ -84,8 +84,20 @@ std::string key_in_other_section(const std::string& name) {
   return "";
 }
 
+// Keys that were replaced: the message names the new key and its values.
+const char* replacement_of(const std::string& full_name) {
+  if (full_name == "train.dtype") {
+    return "train.precision (\"fp32\", \"bf16\", \"fp16\" or \"fp64\"; float64 is \"fp64\")";
+  }
+  return nullptr;
+}
+
 [[noreturn]] void throw_unknown_key(const std::string& section, const std::string& name,
                                     const std::string& where) {
+  if (const char* replacement = replacement_of(section + "." + name)) {
+    throw UserError(
+        str("key '", section, ".", name, "' in ", where, " was replaced by ", replacement));
+  }
   const std::vector<std::string> allowed = names_in(section);
   std::string guess = closest(name, allowed);
   guess = guess.empty() ? key_in_other_section(name) : section + "." + guess;

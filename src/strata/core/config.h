@@ -70,6 +70,7 @@ struct ParallelConfig {
   // empty = balanced by cost (pipeline/partition.h).
   std::vector<int64_t> pp_layers;
   double comm_timeout_s = 300.0;
+  GradReduceDType grad_reduce_dtype = GradReduceDType::fp32;
 };
 
 struct TrainConfig {
@@ -87,7 +88,9 @@ struct TrainConfig {
   uint64_t seed = 1234;
   int64_t eval_every = 0;  // 0 = never
   int64_t eval_batches = 4;
-  DType dtype = DType::float32;  // float64 for exact tests
+  // fp32, or bf16/fp16 with fp32 master weights (fp16 with dynamic loss scaling); fp64 for
+  // exact tests.
+  Precision precision = Precision::fp32;
   // Activation recomputation: full keeps each layer's input and recomputes its forward in the
   // backward; selective recomputes only the attention core. recompute_layers: how many layers
   // of each model chunk (the first ones), 0 = all.

@@ -21,7 +21,11 @@ enum class PipelineSchedule { gpipe, one_f_one_b, interleaved_one_f_one_b, zb_h1
 enum class ContextParallelComm { ring, all_gather, all_to_all };
 // train.recompute: what a layer's backward recomputes instead of keeping (also the planner's).
 enum class Recompute { none, selective, full };
-enum class DType { float32, float64 };                // train.dtype
+// train.precision: the dtype parameters, activations and gradients are computed in. bf16 and
+// fp16 keep fp32 master weights and moments in the optimizer (also the planner's).
+enum class Precision { fp32, bf16, fp16, fp64 };
+// parallel.grad_reduce_dtype: the dtype data-parallel gradients travel in.
+enum class GradReduceDType { fp32, bf16 };
 enum class DataSource { corpus, synthetic, shards };  // data.source
 enum class ProgressDisplay {
   automatic,
@@ -81,9 +85,16 @@ struct Spellings<Recompute> {
       {{Recompute::none, "none"}, {Recompute::selective, "selective"}, {Recompute::full, "full"}}};
 };
 template <>
-struct Spellings<DType> {
-  static constexpr std::array<Spelling<DType>, 2> table{
-      {{DType::float32, "float32"}, {DType::float64, "float64"}}};
+struct Spellings<Precision> {
+  static constexpr std::array<Spelling<Precision>, 4> table{{{Precision::fp32, "fp32"},
+                                                             {Precision::bf16, "bf16"},
+                                                             {Precision::fp16, "fp16"},
+                                                             {Precision::fp64, "fp64"}}};
+};
+template <>
+struct Spellings<GradReduceDType> {
+  static constexpr std::array<Spelling<GradReduceDType>, 2> table{
+      {{GradReduceDType::fp32, "fp32"}, {GradReduceDType::bf16, "bf16"}}};
 };
 template <>
 struct Spellings<DataSource> {

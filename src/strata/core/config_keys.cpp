@@ -65,6 +65,7 @@ const std::vector<Key>& keys() {
       STRATA_CONFIG_KEY(parallel, microbatches),
       STRATA_CONFIG_KEY(parallel, pp_layers),
       STRATA_CONFIG_KEY(parallel, comm_timeout_s),
+      STRATA_CONFIG_KEY(parallel, grad_reduce_dtype),
 
       STRATA_CONFIG_KEY(train, steps),
       STRATA_CONFIG_KEY(train, global_batch),
@@ -80,7 +81,7 @@ const std::vector<Key>& keys() {
       STRATA_CONFIG_KEY(train, seed),
       STRATA_CONFIG_KEY(train, eval_every),
       STRATA_CONFIG_KEY(train, eval_batches),
-      STRATA_CONFIG_KEY(train, dtype),
+      STRATA_CONFIG_KEY(train, precision),
       STRATA_CONFIG_KEY(train, recompute),
       STRATA_CONFIG_KEY(train, recompute_layers),
       STRATA_CONFIG_KEY(train, threads),

@@ -13,10 +13,10 @@ namespace strata::config_detail {
 
 // Points at one field of a Config; the alternative says the key's type. An enum field is
 // written in TOML as a string, one of its Spellings.
-using FieldRef =
-    std::variant<int64_t*, uint64_t*, double*, bool*, std::string*, std::vector<int64_t>*,
-                 PositionEncoding*, Norm*, Activation*, AttentionKernel*, PipelineSchedule*,
-                 ContextParallelComm*, Recompute*, DType*, DataSource*, ProgressDisplay*>;
+using FieldRef = std::variant<int64_t*, uint64_t*, double*, bool*, std::string*,
+                              std::vector<int64_t>*, PositionEncoding*, Norm*, Activation*,
+                              AttentionKernel*, PipelineSchedule*, ContextParallelComm*, Recompute*,
+                              Precision*, GradReduceDType*, DataSource*, ProgressDisplay*>;
 
 struct Key {
   const char* section;

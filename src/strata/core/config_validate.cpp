@@ -167,9 +167,18 @@ void check_checkpoint_and_log(const Config& config, Problems& problems) {
 }
 
 // The keys of [parallel] that are not the layout's sizes.
-void check_parallel_settings(const ParallelConfig& parallel, Problems& problems) {
+void check_parallel_settings(const Config& config, Problems& problems) {
+  const ParallelConfig& parallel = config.parallel;
   require_positive(problems, "parallel.comm_timeout_s", parallel.comm_timeout_s);
   require_positive(problems, "parallel.bucket_mb", parallel.bucket_mb);
+  // fp64 runs are the exact references: their gradients do not travel rounded.
+  if (parallel.grad_reduce_dtype == GradReduceDType::bf16 &&
+      config.train.precision == Precision::fp64) {
+    problems.push_back(
+        "parallel.grad_reduce_dtype = \"bf16\" needs train.precision \"fp32\", \"bf16\" or "
+        "\"fp16\"; train.precision = \"fp64\" reduces in fp64 (set grad_reduce_dtype = "
+        "\"fp32\")");
+  }
 }
 
 // Context parallelism merges attention over key blocks by their log-sum-exp, which only the
@@ -256,7 +265,7 @@ Problems collect_consistency(Config& config, int64_t world_size) {
     check_auto(config, problems);
     return problems;
   }
-  check_parallel_settings(config.parallel, problems);
+  check_parallel_settings(config, problems);
   check_context_parallel(config, problems);
   check_parallel_layout(config, world_size, problems);
   return problems;

@@ -25,7 +25,7 @@ int64_t storage_bytes(const at::Tensor& flat) {
 }
 
 FlatBuckets::FlatBuckets(const std::vector<GPT*>& chunks, Mesh& mesh, int64_t zero_stage,
-                         double bucket_mb)
+                         double bucket_mb, at::ScalarType grad_dtype)
     : zero_stage_(zero_stage) {
   const double bucket_bytes = bucket_mb * 1024.0 * 1024.0;
   std::vector<double> filled;  // bytes per bucket so far
@@ -85,7 +85,7 @@ FlatBuckets::FlatBuckets(const std::vector<GPT*>& chunks, Mesh& mesh, int64_t ze
     bucket.numel = (bucket.numel + bucket.shards - 1) / bucket.shards * bucket.shards;
     const at::TensorOptions options = bucket.parameters.front()->value.options();
     bucket.params = at::zeros({bucket.numel}, options.requires_grad(false));
-    bucket.grads = at::zeros({bucket.numel}, options.requires_grad(false));
+    bucket.grads = at::zeros({bucket.numel}, options.dtype(grad_dtype).requires_grad(false));
     for (size_t i = 0; i < bucket.parameters.size(); ++i) {
       Parameter& parameter = *bucket.parameters[i];
       const int64_t n = parameter.value.numel();

@@ -17,6 +17,11 @@
 //               before its forward and its
 //               backward, freed after
 //
+// Parameter values are in the compute dtype (train.precision); gradients, their shards and the
+// optimizer's state in the master dtype (core/precision.h): under bf16 and fp16 autograd adds
+// each microbatch's low-precision gradient into the float32 .grad, so accumulation over
+// microbatches and the reduction's sums are float32.
+//
 // Parameter values and .grad are views into the flat buffers; freeing resizes a buffer's
 // storage to 0 bytes, so the views (and autograd's saved references to them) stay valid and
 // see the data again once it is written back.
@@ -56,7 +61,8 @@ struct Bucket {
 
   at::Tensor params;       // (numel) the parameter values view it (stage 3: only while gathered)
   at::Tensor param_shard;  // (shard_numel) stage 3: its own storage; else a view of params
-  at::Tensor grads;        // (numel) the parameters' .grad view it (stage 2/3: only in a step)
+  at::Tensor grads;        // (numel) the parameters' .grad view it (stage 2/3: only in a step),
+                           // in the gradient dtype
   at::Tensor grad_shard;   // (shard_numel) stage 2/3: its own storage; else a view of grads
 };
 
@@ -70,8 +76,9 @@ struct Segment {
 class FlatBuckets {
  public:
   // Takes over the parameters of `chunks`: their values and gradients become views of the
-  // buckets' buffers (the values keep their contents).
-  FlatBuckets(const std::vector<GPT*>& chunks, Mesh& mesh, int64_t zero_stage, double bucket_mb);
+  // buckets' buffers (the values keep their contents and dtype; gradients are grad_dtype).
+  FlatBuckets(const std::vector<GPT*>& chunks, Mesh& mesh, int64_t zero_stage, double bucket_mb,
+              at::ScalarType grad_dtype);
 
   int64_t zero_stage() const { return zero_stage_; }
   std::vector<Bucket>& buckets() { return buckets_; }

@@ -7,6 +7,8 @@
 
 #include <functional>
 
+#include "strata/core/precision.h"
+
 namespace strata {
 namespace {
 
@@ -85,10 +87,15 @@ DataParallel::DataParallel(const std::vector<GPT*>& chunks, Mesh& mesh, const Co
                            Comm* tied)
     : mesh_(mesh),
       chunks_(chunks),
-      buckets_(chunks, mesh, config.parallel.zero, config.parallel.bucket_mb),
-      reduction_(buckets_, mesh, tied),
+      buckets_(chunks, mesh, config.parallel.zero, config.parallel.bucket_mb,
+               master_dtype(config.train.precision)),
+      reduction_(buckets_, mesh, tied,
+                 config.parallel.grad_reduce_dtype == GradReduceDType::bf16
+                     ? at::kBFloat16
+                     : master_dtype(config.train.precision)),
       gather_(buckets_),
-      optimizer_(buckets_, mesh, config.train) {
+      optimizer_(buckets_, mesh, config.train, mixed_precision(config.train.precision)),
+      masters_(mixed_precision(config.train.precision)) {
   for (size_t c = 0; c < chunks_.size(); ++c) {
     wrappers_.push_back(
         std::make_unique<ChunkWrapper>(*this, static_cast<int>(c), buckets_.unit_orders()[c]));
@@ -110,7 +117,11 @@ void DataParallel::finish_gradients() {
   gather_.release_all();
 }
 
-double DataParallel::clip_gradients(double max_norm) { return optimizer_.clip_gradients(max_norm); }
+double DataParallel::clip_gradients(double max_norm, double unscale) {
+  return optimizer_.clip_gradients(max_norm, unscale);
+}
+
+bool DataParallel::gradients_overflowed() { return optimizer_.gradients_overflowed(); }
 
 void DataParallel::step(double lr) { optimizer_.step(lr); }
 
@@ -124,8 +135,10 @@ void DataParallel::gradients_complete(int chunk) { reduction_.chunk_complete(chu
 
 std::vector<ShardedTensor> DataParallel::checkpoint_tensors(bool for_load) {
   at::NoGradGuard no_grad;
-  gather_.begin_full_values(for_load);
-  const auto& moments = optimizer_.begin_full_moments(for_load);
+  // Parameters are saved from the master weights where there are (mixed precision), so a
+  // checkpoint holds float32 values whatever the run computed in.
+  if (!masters_) gather_.begin_full_values(for_load);
+  const auto& state = optimizer_.begin_full_state(for_load);
   // Replicas are written once: by rank 0 of the parameter's data-parallel group (dp x cp, or
   // expert_dp for experts), by tp rank 0 unless split over tp, and the tied embedding by the
   // first pipeline stage.
@@ -144,9 +157,10 @@ std::vector<ShardedTensor> DataParallel::checkpoint_tensors(bool for_load) {
         return flat.narrow(0, bucket.offsets[i], n).view(shape);
       };
       for (auto [prefix, tensor] :
-           {std::pair<std::string, at::Tensor>{"", parameter.value.detach()},
-            {"optimizer.exp_avg.", view(moments[b].exp_avg)},
-            {"optimizer.exp_avg_sq.", view(moments[b].exp_avg_sq)}}) {
+           {std::pair<std::string, at::Tensor>{
+                "", masters_ ? view(state[b].master) : parameter.value.detach()},
+            {"optimizer.exp_avg.", view(state[b].exp_avg)},
+            {"optimizer.exp_avg_sq.", view(state[b].exp_avg_sq)}}) {
         for (auto& slice :
              sharded_slices(prefix + parameter.name, tensor, parameter.spec, writer)) {
           tensors.push_back(std::move(slice));
@@ -158,8 +172,8 @@ std::vector<ShardedTensor> DataParallel::checkpoint_tensors(bool for_load) {
 }
 
 void DataParallel::checkpoint_done(bool loaded) {
-  optimizer_.end_full_moments(loaded);
-  gather_.end_full_values(loaded);
+  if (!masters_) gather_.end_full_values(loaded);
+  optimizer_.end_full_state(loaded);  // loaded masters: the parameters are set from them
 }
 
 }  // namespace strata

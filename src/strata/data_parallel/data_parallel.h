@@ -35,10 +35,13 @@ class DataParallel final : public BackwardListener {
 
   // One step: begin_step -> microbatches through the executor (buckets reduce as their units
   // finish the last backward) -> finish_gradients -> clip_gradients -> step.
-  void begin_step();                       // gradients zeroed (stage 2/3: allocated)
-  void finish_gradients();                 // every reduction done; tp, tied and expert sums
-  double clip_gradients(double max_norm);  // returns the global norm before clipping
-  void step(double lr);                    // AdamW on the own shards, then (stage 1/2) gather
+  void begin_step();        // gradients zeroed (stage 2/3: allocated)
+  void finish_gradients();  // every reduction done; tp, tied and expert sums
+  // The global norm before clipping, of the gradients multiplied by `unscale` (1 / the loss
+  // scale), which clipping applies in the same pass.
+  double clip_gradients(double max_norm, double unscale = 1.0);
+  bool gradients_overflowed();  // an inf or NaN on any rank (collective over the world)
+  void step(double lr);         // AdamW on the own shards, then (stage 1/2) gather
   AdamW& optimizer() { return optimizer_.adamw(); }
 
   // Of this step's gradient buckets, how many started their reduction while autograd was
@@ -53,7 +56,8 @@ class DataParallel final : public BackwardListener {
 
   // Checkpoints hold each parameter and both moments as slices of the global tensors, the
   // same for every stage and dp size: these tensors are full local pieces (moments gathered
-  // over dp, stage 3 parameters too), written by rank 0 of the data-parallel group. Collective
+  // over dp, stage 3 parameters too), written by rank 0 of the data-parallel group. Under
+  // mixed precision the parameters are the float32 master weights. Collective
   // over the data-parallel groups. `for_load`: buffers to fill, not gathered. Call
   // checkpoint_done afterwards (loaded: copies the own shards out of the filled buffers).
   std::vector<ShardedTensor> checkpoint_tensors(bool for_load);
@@ -73,6 +77,7 @@ class DataParallel final : public BackwardListener {
   GradientReduction reduction_;
   ParameterGather gather_;
   ShardedOptimizer optimizer_;
+  bool masters_;  // mixed precision: the optimizer keeps master weights
   std::vector<std::unique_ptr<ChunkWrapper>> wrappers_;
 };
 

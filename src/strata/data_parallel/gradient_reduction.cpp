@@ -7,8 +7,9 @@
 
 namespace strata {
 
-GradientReduction::GradientReduction(FlatBuckets& buckets, Mesh& mesh, Comm* tied)
-    : buckets_(buckets), mesh_(mesh), tied_(tied) {
+GradientReduction::GradientReduction(FlatBuckets& buckets, Mesh& mesh, Comm* tied,
+                                     at::ScalarType wire_dtype)
+    : buckets_(buckets), mesh_(mesh), tied_(tied), wire_dtype_(wire_dtype) {
   in_flight_.resize(buckets_.buckets().size());
   complete_.resize(buckets_.chunks());
   for (int c = 0; c < buckets_.chunks(); ++c) complete_[c].assign(buckets_.units(c), false);
@@ -58,15 +59,17 @@ void GradientReduction::launch(size_t b, bool during_backward) {
   launch_order_.push_back(b);
   if (bucket.group->size() == 1) return;
   const int64_t stage = buckets_.zero_stage();
+  const bool converted = bucket.grads.scalar_type() != wire_dtype_;
+  if (converted) flight.wire = bucket.grads.to(wire_dtype_);
+  at::Tensor& sent = converted ? flight.wire : bucket.grads;
   if (stage == 0) {
-    flight.reduction = bucket.group->iall_reduce(bucket.grads, ReduceOp::Avg);
-  } else if (stage == 1) {
-    flight.reduced = at::empty({bucket.shard_numel()}, bucket.grads.options());
-    flight.reduction = bucket.group->ireduce_scatter(flight.reduced, bucket.grads, ReduceOp::Avg);
-  } else {
-    flight.reduction =
-        bucket.group->ireduce_scatter(bucket.grad_shard, bucket.grads, ReduceOp::Avg);
+    flight.reduction = bucket.group->iall_reduce(sent, ReduceOp::Avg);
+    return;
   }
+  // Stages 2 and 3 reduce straight into the shard, which has storage of its own.
+  if (stage == 1 || converted) flight.reduced = at::empty({bucket.shard_numel()}, sent.options());
+  flight.reduction = bucket.group->ireduce_scatter(
+      flight.reduced.defined() ? flight.reduced : bucket.grad_shard, sent, ReduceOp::Avg);
 }
 
 void GradientReduction::progress() {
@@ -80,6 +83,8 @@ void GradientReduction::wait(size_t b) {
   InFlight& flight = in_flight_[b];
   if (flight.reduction.valid()) flight.reduction.wait();
   flight.reduction = Work();
+  if (buckets_.zero_stage() == 0 && flight.wire.defined()) bucket.grads.copy_(flight.wire);
+  flight.wire = at::Tensor();
   if (flight.reduced.defined()) {
     bucket.grad_shard.copy_(flight.reduced);
     flight.reduced = at::Tensor();

@@ -3,7 +3,8 @@
 // every layer unit with parameters in it is complete, all-reduce (ZeRO stage 0) or
 // reduce-scatter into the own shard (stage >= 1). finish() waits for them all and adds the
 // sums the data-parallel average does not cover (tp-partial, tied-embedding and expert
-// gradients; docs/parallelism.md).
+// gradients; docs/parallelism.md). Gradients travel in parallel.grad_reduce_dtype: a bucket in
+// another dtype is converted for the reduction and the result converted back.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -14,8 +15,9 @@ namespace strata {
 
 class GradientReduction {
  public:
-  // tied: the first and last pipeline stage (for the tied embedding), or null.
-  GradientReduction(FlatBuckets& buckets, Mesh& mesh, Comm* tied);
+  // tied: the first and last pipeline stage (for the tied embedding), or null. wire_dtype: the
+  // dtype gradients travel in.
+  GradientReduction(FlatBuckets& buckets, Mesh& mesh, Comm* tied, at::ScalarType wire_dtype);
 
   // Gradients zeroed (stage 2/3: their full buffers allocated for the step).
   void begin_step();
@@ -40,7 +42,9 @@ class GradientReduction {
   struct InFlight {  // per bucket, this step
     int64_t units_pending = 0;
     bool launched = false;
-    at::Tensor reduced;  // stage 1: the reduce-scatter's output, copied into the shard after
+    at::Tensor wire;     // the bucket's gradients converted to the wire dtype, if they differ
+    at::Tensor reduced;  // the reduce-scatter's output where it is not the shard itself (stage 1,
+                         // or another dtype), copied into the shard after
     Work reduction;
   };
   void launch(size_t bucket, bool during_backward);
@@ -50,6 +54,7 @@ class GradientReduction {
   FlatBuckets& buckets_;
   Mesh& mesh_;
   Comm* tied_;
+  at::ScalarType wire_dtype_;
   std::vector<InFlight> in_flight_;          // [bucket]
   std::vector<std::vector<bool>> complete_;  // [chunk][unit], this step
   std::vector<bool> armed_;                  // [chunk]

@@ -8,26 +8,31 @@
 
 namespace strata {
 
-ShardedOptimizer::ShardedOptimizer(FlatBuckets& buckets, Mesh& mesh, const TrainConfig& config)
+ShardedOptimizer::ShardedOptimizer(FlatBuckets& buckets, Mesh& mesh, const TrainConfig& config,
+                                   bool masters)
     : buckets_(buckets), mesh_(mesh) {
+  at::NoGradGuard no_grad;
   for (const Bucket& bucket : buckets_.buckets()) {
-    shards_.push_back({at::zeros({bucket.shard_numel()}, bucket.grad_shard.options()),
-                       at::zeros({bucket.shard_numel()}, bucket.grad_shard.options())});
+    const auto options = bucket.grad_shard.options();
+    shards_.push_back({masters ? bucket.param_shard.to(options.dtype()) : at::Tensor(),
+                       at::zeros({bucket.shard_numel()}, options),
+                       at::zeros({bucket.shard_numel()}, options)});
   }
   std::vector<AdamW::Slot> slots;
   for (const Segment& segment : buckets_.segments()) {
     const Bucket& bucket = buckets_.buckets()[segment.bucket];
-    const Moments& moments = shards_[segment.bucket];
+    const State& state = shards_[segment.bucket];
     auto piece = [&](const at::Tensor& shard) {
       return shard.narrow(0, segment.start, segment.length);
     };
-    slots.push_back({piece(bucket.param_shard), piece(bucket.grad_shard), piece(moments.exp_avg),
-                     piece(moments.exp_avg_sq), segment.parameter->weight_decay});
+    slots.push_back({piece(masters ? state.master : bucket.param_shard), piece(bucket.grad_shard),
+                     piece(state.exp_avg), piece(state.exp_avg_sq),
+                     segment.parameter->weight_decay});
   }
   adamw_ = std::make_unique<AdamW>(std::move(slots), config);
 }
 
-double ShardedOptimizer::clip_gradients(double max_norm) {
+double ShardedOptimizer::clip_gradients(double max_norm, double unscale) {
   at::NoGradGuard no_grad;
   // Each parameter counted once: pieces split over tp each add their part, replicas over tp
   // only on tp rank 0, the tied embedding only on the first stage; over the data-parallel
@@ -57,20 +62,42 @@ double ShardedOptimizer::clip_gradients(double max_norm) {
   }
   mesh_.tp().all_reduce(sum_squares, ReduceOp::Sum);
   mesh_.pp().all_reduce(sum_squares, ReduceOp::Sum);
-  const double norm = std::sqrt(sum_squares.item<double>());
-  if (max_norm > 0 && norm > max_norm) {
-    const double scale = max_norm / (norm + 1e-6);
+  const double norm = std::sqrt(sum_squares.item<double>()) * unscale;
+  double scale = unscale;
+  if (max_norm > 0 && norm > max_norm) scale *= max_norm / (norm + 1e-6);
+  if (scale != 1.0) {
     for (Bucket& bucket : buckets) bucket.grad_shard.mul_(scale);
   }
   return norm;
 }
 
+bool ShardedOptimizer::gradients_overflowed() {
+  at::NoGradGuard no_grad;
+  // Each rank checks what it reduced and holds; the world agrees, so an inf on one tp or
+  // pipeline rank skips the step everywhere.
+  bool overflowed = false;
+  for (const Bucket& bucket : buckets_.buckets()) {
+    overflowed = overflowed || !at::isfinite(bucket.grad_shard).all().item<bool>();
+  }
+  at::Tensor flag = at::tensor({overflowed ? 1 : 0}, at::kInt);
+  mesh_.world().all_reduce(flag, ReduceOp::Max);
+  return flag.item<int>() != 0;
+}
+
 void ShardedOptimizer::step(double lr) {
   adamw_->step(lr);
+  parameters_from_masters();
+}
+
+void ShardedOptimizer::parameters_from_masters() {
+  at::NoGradGuard no_grad;
+  auto& buckets = buckets_.buckets();
+  for (size_t b = 0; b < buckets.size(); ++b) {
+    if (shards_[b].master.defined()) buckets[b].param_shard.copy_(shards_[b].master);
+  }
   // Stage 0: every rank updated everything. Stage 3: units are gathered before their next use.
   const int64_t stage = buckets_.zero_stage();
   if (stage != 1 && stage != 2) return;
-  at::NoGradGuard no_grad;
   std::vector<Work> gathers;
   std::vector<at::Tensor> sources;  // MPI wants distinct buffers
   for (Bucket& bucket : buckets_.buckets()) {
@@ -83,46 +110,55 @@ void ShardedOptimizer::step(double lr) {
 
 int64_t ShardedOptimizer::state_bytes() const {
   int64_t bytes = 0;
-  for (const Moments& moments : shards_) {
-    bytes += storage_bytes(moments.exp_avg) + storage_bytes(moments.exp_avg_sq);
+  for (const State& state : shards_) {
+    bytes += storage_bytes(state.master) + storage_bytes(state.exp_avg) +
+             storage_bytes(state.exp_avg_sq);
   }
   return bytes;
 }
 
-const std::vector<ShardedOptimizer::Moments>& ShardedOptimizer::begin_full_moments(bool for_load) {
+namespace {
+using State = ShardedOptimizer::State;
+// The state's tensors; master is undefined without master weights.
+constexpr at::Tensor State::*kParts[] = {&State::master, &State::exp_avg, &State::exp_avg_sq};
+}  // namespace
+
+const std::vector<State>& ShardedOptimizer::begin_full_state(bool for_load) {
   at::NoGradGuard no_grad;
   full_.clear();
   const auto& buckets = buckets_.buckets();
   for (size_t b = 0; b < buckets.size(); ++b) {
     const Bucket& bucket = buckets[b];
-    const Moments& own = shards_[b];
+    const State& own = shards_[b];
     if (bucket.shards == 1) {  // the own shard is the whole bucket
       full_.push_back(own);
       continue;
     }
-    Moments full{at::empty({bucket.numel}, own.exp_avg.options()),
-                 at::empty({bucket.numel}, own.exp_avg.options())};
-    if (!for_load) {
-      bucket.group->all_gather(full.exp_avg, own.exp_avg);
-      bucket.group->all_gather(full.exp_avg_sq, own.exp_avg_sq);
+    State full;
+    for (auto part : kParts) {
+      if (!(own.*part).defined()) continue;
+      full.*part = at::empty({bucket.numel}, (own.*part).options());
+      if (!for_load) bucket.group->all_gather(full.*part, own.*part);
     }
     full_.push_back(std::move(full));
   }
   return full_;
 }
 
-void ShardedOptimizer::end_full_moments(bool loaded) {
+void ShardedOptimizer::end_full_state(bool loaded) {
   at::NoGradGuard no_grad;
   const auto& buckets = buckets_.buckets();
   for (size_t b = 0; b < buckets.size(); ++b) {
     const Bucket& bucket = buckets[b];
-    if (loaded && bucket.shards > 1) {
-      const int64_t start = bucket.shard_start(), length = bucket.shard_numel();
-      shards_[b].exp_avg.copy_(full_[b].exp_avg.narrow(0, start, length));
-      shards_[b].exp_avg_sq.copy_(full_[b].exp_avg_sq.narrow(0, start, length));
+    if (!loaded || bucket.shards == 1) continue;
+    const int64_t start = bucket.shard_start(), length = bucket.shard_numel();
+    for (auto part : kParts) {
+      if (!(shards_[b].*part).defined()) continue;
+      (shards_[b].*part).copy_((full_[b].*part).narrow(0, start, length));
     }
   }
   full_.clear();
+  if (loaded) parameters_from_masters();
 }
 
 }  // namespace strata

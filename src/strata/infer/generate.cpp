@@ -6,16 +6,18 @@
 
 #include "strata/ckpt/checkpoint.h"
 #include "strata/core/error.h"
+#include "strata/core/precision.h"
 
 namespace strata {
 
 std::unique_ptr<GPT> load_model_from_checkpoint(const std::string& dir, Config* config_out,
-                                                Comm* tp) {
+                                                Comm* tp, std::optional<Precision> precision) {
   nlohmann::json state = read_checkpoint_state(dir);
   Config config = parse_config(state.at("config").get<std::string>(), dir + "/state.json");
-  auto model = std::make_unique<GPT>(
-      config.model, config.train.seed,
-      config.train.dtype == DType::float64 ? at::kDouble : at::kFloat, TensorParallel{tp, false});
+  if (precision) config.train.precision = *precision;
+  auto model =
+      std::make_unique<GPT>(config.model, config.train.seed, compute_dtype(config.train.precision),
+                            TensorParallel{tp, false});
   std::vector<ShardedTensor> tensors;
   for (auto& parameter : model->parameters()) {
     for (auto& slice :

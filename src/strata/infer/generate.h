@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -23,9 +24,12 @@ struct SamplingOptions {
 // Builds the model the checkpoint's config describes and loads its parameters (any layout
 // the checkpoint was written with). With a tp group, the model is split over it and every tp
 // rank must call generate() with the same arguments: each rank samples the same tokens.
-// Throws UserError if dir is not a complete checkpoint.
+// The model computes in `precision` (default: the train.precision it was trained with); the
+// checkpoint's float32 values are rounded to it. Throws UserError if dir is not a complete
+// checkpoint.
 std::unique_ptr<GPT> load_model_from_checkpoint(const std::string& dir, Config* config_out,
-                                                Comm* tp = nullptr);
+                                                Comm* tp = nullptr,
+                                                std::optional<Precision> precision = {});
 
 // Continues `prompt` (token ids) and returns only the new tokens. Stops early at seq_len.
 std::vector<int64_t> generate(GPT& model, const std::vector<int64_t>& prompt,

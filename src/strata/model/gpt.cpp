@@ -9,8 +9,10 @@
 #include <cmath>
 
 #include "strata/core/error.h"
+#include "strata/core/precision.h"
 #include "strata/dist/comm.h"
 #include "strata/kernels/attention.h"
+#include "strata/model/activation.h"
 #include "strata/model/recompute.h"
 #include "strata/parallel/linear.h"
 #include "strata/parallel/regions.h"
@@ -193,12 +195,16 @@ at::Tensor GPT::leave_tp(const at::Tensor& x, bool sequence_parallel) {
 }
 
 at::Tensor GPT::norm(const at::Tensor& x, size_t weight_index, size_t bias_index) const {
+  // In float32 (float64) whatever the model computes in; the result in x's dtype.
+  const auto wide = at::promote_types(x.scalar_type(), at::kFloat);
+  const at::Tensor xw = x.to(wide), w = weight(weight_index).to(wide);
+  at::Tensor y;
   if (bias_index != kNone) {
-    return at::layer_norm(x, {config_.d_model}, weight(weight_index), weight(bias_index),
-                          config_.norm_eps);
+    y = at::layer_norm(xw, {config_.d_model}, w, weight(bias_index).to(wide), config_.norm_eps);
+  } else {
+    y = xw * at::rsqrt(xw.pow(2).mean(-1, /*keepdim=*/true) + config_.norm_eps) * w;
   }
-  auto scale = at::rsqrt(x.pow(2).mean(-1, /*keepdim=*/true) + config_.norm_eps);
-  return x * scale * weight(weight_index);
+  return y.to(x.scalar_type());
 }
 
 at::Tensor GPT::token_positions(int64_t T, int64_t past, bool tp_part) const {
@@ -282,10 +288,13 @@ at::Tensor GPT::attention_core(const at::Tensor& q, const at::Tensor& k, const a
   if (config_.attention == AttentionKernel::blockwise) {
     return blockwise_attention(q, k, v, scale, AttentionPositions{past, 0});
   }
+  // Eager: products in the model's dtype (float16 on CPU through float32), softmax in float32.
   const int64_t T = q.size(2);
-  auto scores = at::matmul(q, k.transpose(-2, -1)) * scale;
+  const at::Tensor qc = computable(q), kc = computable(k), vc = computable(v);
+  auto scores = at::matmul(qc, kc.transpose(-2, -1)) * scale;
   scores = scores.masked_fill(causal_mask(T, past + T), -std::numeric_limits<double>::infinity());
-  return at::matmul(at::softmax(scores, -1), v);
+  auto probs = at::softmax(scores, -1, at::promote_types(scores.scalar_type(), at::kFloat));
+  return at::matmul(probs.to(vc.scalar_type()), vc).to(q.scalar_type());
 }
 
 bool GPT::recomputes(int64_t block, Recompute mode) const {
@@ -300,12 +309,7 @@ void GPT::set_recompute(Recompute mode, int64_t layers) {
 
 at::Tensor GPT::mlp(const at::Tensor& x, const BlockParams& block, bool sequence_parallel) {
   auto h = strata::linear(enter_tp(x, sequence_parallel), weight(block.fc_weight));
-  if (config_.activation == Activation::swiglu) {
-    const int64_t F_l = config_.ff_dim() / tp_size_;
-    h = at::silu(h.narrow(-1, 0, F_l)) * h.narrow(-1, F_l, F_l);
-  } else {
-    h = at::gelu(h, "tanh");
-  }
+  h = ffn_activation(h, config_.activation);
   return leave_tp(strata::linear(h, weight(block.fc_out_weight)), sequence_parallel);
 }
 
@@ -453,7 +457,9 @@ at::Tensor GPT::forward_stage(const at::Tensor& input, const at::Tensor& targets
 at::Tensor GPT::head_loss(const at::Tensor& last_hidden, const at::Tensor& targets) {
   at::Tensor x =
       enter_tp(norm(last_hidden, final_norm_weight_, final_norm_bias_), sequence_parallel_);
+  // The loss in float32 (float64) whatever the model computes in.
   at::Tensor local_logits = strata::linear(x, weight(head_weight_));  // (B, T, V_l)
+  local_logits = local_logits.to(at::promote_types(local_logits.scalar_type(), at::kFloat));
   if (!tp_comm_) {
     return at::cross_entropy_loss(local_logits.view({-1, config_.vocab_size}), targets.reshape(-1));
   }

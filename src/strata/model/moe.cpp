@@ -26,24 +26,20 @@
 #include <cmath>
 
 #include "strata/core/error.h"
+#include "strata/core/precision.h"
 #include "strata/dist/comm.h"
+#include "strata/model/activation.h"
 #include "strata/parallel/context_parallel.h"
 #include "strata/parallel/experts.h"
+#include "strata/parallel/linear.h"
 
 namespace strata {
 namespace {
 
 // rows (n, C) through one expert: fc (F or 2F, C), out (C, F).
 at::Tensor expert_ffn(const at::Tensor& rows, const at::Tensor& fc, const at::Tensor& out,
-                      bool swiglu) {
-  at::Tensor h = at::matmul(rows, fc.t());
-  if (swiglu) {
-    const int64_t F = out.size(1);
-    h = at::silu(h.narrow(-1, 0, F)) * h.narrow(-1, F, F);
-  } else {
-    h = at::gelu(h, "tanh");
-  }
-  return at::matmul(h, out.t());
+                      Activation activation) {
+  return strata::linear(ffn_activation(strata::linear(rows, fc), activation), out);
 }
 
 std::vector<int64_t> to_vector(const at::Tensor& t) {
@@ -119,8 +115,10 @@ MoeOutput moe_forward(const at::Tensor& x, const MoeWeights& weights, const Mode
   MoeOutput result;
   MoeLayerStats& stats = result.stats;
 
-  // 1. Route.
-  at::Tensor logits = at::matmul(x, weights.router.t());  // (B, T, E)
+  // 1. Route, in float32 (or float64) whatever the model computes in: the choice of experts
+  // and the gates should not depend on bf16 rounding.
+  const auto wide = at::promote_types(x.scalar_type(), at::kFloat);
+  at::Tensor logits = at::matmul(x.to(wide), weights.router.to(wide).t());  // (B, T, E)
   result.z_loss = at::logsumexp(logits, -1).pow(2).mean();
   at::Tensor probs = at::softmax(logits, -1);
   at::Tensor remaining = probs.detach().clone();
@@ -203,11 +201,10 @@ MoeOutput moe_forward(const at::Tensor& x, const MoeWeights& weights, const Mode
   at::Tensor grouped_index = at::tensor(grouped, at::kLong);
   at::Tensor expert_input = received.index_select(0, grouped_index);
   std::vector<at::Tensor> pieces;
-  const bool swiglu = moe.activation == Activation::swiglu;
   int64_t start = 0;
   for (int64_t e = 0; e < E_l; ++e) {  // every expert runs, with no rows too: defined grads
     pieces.push_back(expert_ffn(expert_input.narrow(0, start, rows_of_expert[e]), weights.fc[e],
-                                weights.out[e], swiglu));
+                                weights.out[e], moe.activation));
     start += rows_of_expert[e];
   }
   at::Tensor inverse =
@@ -217,7 +214,7 @@ MoeOutput moe_forward(const at::Tensor& x, const MoeWeights& weights, const Mode
   // 4. Combine.
   at::Tensor returned =
       ep ? all_to_all_tokens(expert_output, recv_counts, send_counts, *ep) : expert_output;
-  at::Tensor weight = gate.reshape(-1).index_select(0, assignment);
+  at::Tensor weight = gate.reshape(-1).index_select(0, assignment).to(x.scalar_type());
   result.y = at::zeros({N, C}, x.options())
                  .index_add(0, token, returned * weight.unsqueeze(1))
                  .view({B, T, C});

@@ -4,11 +4,13 @@
 // Its three products go through kernels/tile_gemm.h in float32 when oneDNN is loaded: oneDNN
 // picks its kernels from the CPU, where Debian's OpenBLAS (behind ATen's matmul) may not know
 // the CPU and run generic SSE3 kernels at a fifth of the speed (docs/performance.md). Other
-// dtypes, and a process without oneDNN, use ATen's matmul.
+// dtypes, and a process without oneDNN, use ATen's matmul; float16 on CPU, which ATen cannot
+// multiply in libtorch 1.13, is multiplied in float32 and rounded.
 #include "strata/parallel/linear.h"
 
 #include <torch/csrc/autograd/custom_function.h>
 
+#include "strata/core/precision.h"
 #include "strata/kernels/tile_gemm.h"
 
 namespace strata {
@@ -26,7 +28,10 @@ bool onednn_products(const at::Tensor& a, const at::Tensor& b) {
 
 // a (M, K) @ op(b) with b (N, K) when b_transposed, else (K, N); row-major matrices.
 at::Tensor product(const at::Tensor& a, const at::Tensor& b, bool a_transposed, bool b_transposed) {
-  if (!onednn_products(a, b)) {
+  if (computable(a).scalar_type() != a.scalar_type()) {  // float16 on CPU: rounded float32
+    return product(computable(a), computable(b), a_transposed, b_transposed).to(a.scalar_type());
+  }
+  if (!onednn_products(a, b) || a.numel() == 0 || b.numel() == 0) {
     return at::matmul(a_transposed ? a.t() : a, b_transposed ? b.t() : b);
   }
   const at::Tensor ac = a.contiguous(), bc = b.contiguous();

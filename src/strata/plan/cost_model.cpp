@@ -45,6 +45,7 @@ constexpr double kGradAccumulatePasses = 3;       // M: .grad += dW, two reads a
 double optimizer_bytes_per_parameter(Precision precision) {
   switch (precision) {
     case Precision::bf16:
+    case Precision::fp16:
       return 30;
     case Precision::fp32:
       return 108;

@@ -6,27 +6,14 @@
 namespace strata {
 
 Precision parse_precision(const std::string& name) {
-  if (name == "bf16") return Precision::bf16;
-  if (name == "fp32") return Precision::fp32;
-  if (name == "fp64") return Precision::fp64;
-  throw UserError(str("precision '", name, "' must be bf16, fp32 or fp64"));
-}
-
-const char* precision_name(Precision precision) {
-  switch (precision) {
-    case Precision::bf16:
-      return "bf16";
-    case Precision::fp32:
-      return "fp32";
-    case Precision::fp64:
-      return "fp64";
-  }
-  return "?";
+  if (auto precision = parse_choice<Precision>(name)) return *precision;
+  throw UserError(str("precision '", name, "' must be ", spellings_quoted<Precision>()));
 }
 
 StateBytesPerParameter state_bytes_per_parameter(Precision precision) {
   switch (precision) {
     case Precision::bf16:
+    case Precision::fp16:
       return {2, 2, 12, 2};
     case Precision::fp32:
       return {4, 4, 8, 4};

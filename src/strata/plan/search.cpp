@@ -347,8 +347,8 @@ AutoLayout choose_layout(const Config& config, int64_t world, const ClusterProfi
     ranks.nodes = world / cluster.devices_per_node;
   }
   PlanInputs inputs = plan_inputs(transformer_of(config.model), ranks, config.train.global_batch);
-  // The runtime trains in train.dtype whatever the profile's device would use.
-  inputs.precision = config.train.dtype == DType::float64 ? Precision::fp64 : Precision::fp32;
+  // The runtime trains in train.precision whatever the profile's device would use.
+  inputs.precision = config.train.precision;
 
   SearchOptions options;
   options.top = 2;

@@ -33,6 +33,11 @@ nlohmann::json to_json(const StepMetrics& metrics) {
                          {"comm_wait_s", metrics.comm_wait},
                          {"comm_share", metrics.comm_share}};
   if (!metrics.moe.is_null()) line["moe"] = metrics.moe;
+  if (metrics.loss_scaling) {
+    line["loss_scale"] = metrics.loss_scale;
+    line["skipped"] = metrics.skipped;
+    line["skipped_steps"] = metrics.skipped_steps;
+  }
   return line;
 }
 

@@ -28,6 +28,13 @@ struct StepMetrics {
   nlohmann::json comm_wait = nlohmann::json::object();  // seconds blocked per kind, this step
   double comm_share = 0;  // seconds blocked in communication / step time (rank 0)
   nlohmann::json moe;     // mixture-of-experts statistics (null for a dense model)
+  // fp16's dynamic loss scaling (reported only when train.precision = "fp16"): the scale this
+  // step's backward used, whether its gradients overflowed and the update was skipped, and how
+  // many steps were skipped so far.
+  bool loss_scaling = false;
+  double loss_scale = 1.0;
+  bool skipped = false;
+  int64_t skipped_steps = 0;
 };
 
 nlohmann::json to_json(const StepMetrics& metrics);

@@ -56,10 +56,13 @@ void PipelineExecutor::forward(const Action& action, const MicrobatchSource& mic
   const Microbatch batch = microbatches(action.microbatch);
   at::Tensor input = chunk.stage().first ? batch.input : s.input;
   STRATA_CHECK(input.defined(), "forward of ", to_string(action), " before its input arrived");
-  s.output = chunk.forward_stage(input, batch.targets, objective_scale_);
+  // What backward starts from: the loss (and MoE's auxiliary losses) as a share of the step's
+  // mean, times the loss scale.
+  const double gradient_scale = objective_scale_ * loss_scale_;
+  s.output = chunk.forward_stage(input, batch.targets, gradient_scale);
   if (chunk.stage().last) {
     stats.loss += s.output.item<double>() * objective_scale_;
-    s.output = s.output * objective_scale_;
+    s.output = s.output * gradient_scale;
   }
   s.holds_activations = true;
   stats.peak_inflight = std::max(stats.peak_inflight, ++inflight_);

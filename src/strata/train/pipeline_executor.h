@@ -54,6 +54,9 @@ class PipelineExecutor {
   // one place that scaling happens. `step` only labels trace events.
   PipelineStepStats run(const MicrobatchSource& microbatches, int64_t step);
   void set_listener(BackwardListener* listener) { listener_ = listener; }  // may be null
+  // Backward starts from the loss times `scale` (fp16's loss scale; the gradients come out
+  // multiplied by it). The reported loss is not scaled.
+  void set_loss_scale(double scale) { loss_scale_ = scale; }
 
  private:
   struct Slot {
@@ -78,6 +81,7 @@ class PipelineExecutor {
   Trace* trace_;
   BackwardListener* listener_ = nullptr;
   double objective_scale_;  // 1 / microbatches
+  double loss_scale_ = 1.0;
   bool forward_only_;
   int rank_;
   std::map<std::pair<int, int>, Slot> slots_;

@@ -5,10 +5,13 @@
 
 #include <chrono>
 #include <cmath>
+#include <limits>
+#include <map>
 
 #include "strata/ckpt/checkpoint.h"
 #include "strata/core/error.h"
 #include "strata/core/memory.h"
+#include "strata/core/precision.h"
 #include "strata/data/dataset.h"
 #include "strata/data_parallel/data_parallel.h"
 #include "strata/dist/trace.h"
@@ -40,13 +43,16 @@ nlohmann::json per_kind_json(const std::array<T, N>& values) {
 
 }  // namespace
 
-double measure_matmul_peak_flops() {
-  // Measured once per process: the best of a few 1024^3 float32 multiplies (~2 GFLOP each)
+double measure_matmul_peak_flops(at::ScalarType dtype) {
+  // Measured once per dtype and process: the best of a few 1024^3 multiplies (~2 GFLOP each)
   // through the linear layers' own product (parallel/linear.h).
-  static const double peak = [] {
+  static std::map<at::ScalarType, double> measured;
+  auto found = measured.find(dtype);
+  if (found != measured.end()) return found->second;
+  const double peak = [dtype] {
     constexpr int64_t n = 1024;
     at::NoGradGuard no_grad;
-    const at::Tensor a = at::randn({n, n}), weight = at::randn({n, n});
+    const at::Tensor a = at::randn({n, n}).to(dtype), weight = at::randn({n, n}).to(dtype);
     strata::linear(a, weight);  // warm-up: threads, caches
     double best = 0;
     for (int trial = 0; trial < 3; ++trial) {
@@ -56,6 +62,7 @@ double measure_matmul_peak_flops() {
     }
     return best;
   }();
+  measured[dtype] = peak;
   return peak;
 }
 
@@ -94,7 +101,8 @@ void check_runnable(const Config& validated) {
 Trainer::Trainer(const Config& config, Mesh& mesh)
     : config_(config),
       mesh_(mesh),
-      dtype_(config.train.dtype == DType::float64 ? at::kDouble : at::kFloat) {
+      dtype_(compute_dtype(config.train.precision)),
+      loss_scaler_(config.train.precision == Precision::fp16, LossScaler::Policy{}) {
   STRATA_CHECK(mesh_.shape() == mesh_shape_of(config_), "the mesh ", to_string(mesh_.shape()),
                " is not the config's layout ", to_string(mesh_shape_of(config_)),
                "; build the mesh with Mesh(world, mesh_shape_of(config))");
@@ -149,7 +157,7 @@ Trainer::Trainer(const Config& config, Mesh& mesh)
       chunk_pointers, mesh_, config_,
       tied_ && (mesh_.pp_is_first_stage() || mesh_.pp_is_last_stage()) ? tied_.get() : nullptr);
   executor_->set_listener(data_parallel_.get());
-  peak_flops_ = measure_matmul_peak_flops();
+  peak_flops_ = measure_matmul_peak_flops(dtype_);
 }
 
 Trainer::~Trainer() = default;
@@ -194,6 +202,8 @@ double Trainer::global_mean_loss(double last_stage_mean) {
 Trainer::StepResult Trainer::train_step(int64_t step) {
   Trace::Scope scope(*trace_, "step", step);
   StepResult result;
+  result.loss_scale = loss_scaler_.scale();
+  executor_->set_loss_scale(result.loss_scale);
   data_parallel_->begin_step();
   for (auto& chunk : chunks_) chunk->take_moe_stats();  // drop evaluation's
   const PipelineStepStats pipeline = executor_->run(microbatches_of(Split::Train, step), step);
@@ -201,11 +211,21 @@ Trainer::StepResult Trainer::train_step(int64_t step) {
     Trace::Scope finish(*trace_, "finish_gradients", step);
     data_parallel_->finish_gradients();  // the last buckets; most ran during backward
   }
+  if (gradient_hook_) gradient_hook_(step);
   {
     Trace::Scope update(*trace_, "clip_and_update", step);
-    result.grad_norm = data_parallel_->clip_gradients(config_.train.grad_clip);
     result.lr = learning_rate(config_.train, step);
-    data_parallel_->step(result.lr);
+    // fp16: a step whose gradients overflowed on any rank is skipped everywhere (the learning
+    // rate schedule still advances); the others are unscaled as they are clipped.
+    result.skipped =
+        loss_scaler_.update(loss_scaler_.enabled() && data_parallel_->gradients_overflowed());
+    if (result.skipped) {
+      result.grad_norm = std::numeric_limits<double>::quiet_NaN();
+    } else {
+      result.grad_norm =
+          data_parallel_->clip_gradients(config_.train.grad_clip, 1.0 / result.loss_scale);
+      data_parallel_->step(result.lr);
+    }
   }
   result.loss = global_mean_loss(pipeline.loss);
   at::Tensor wait = at::tensor({pipeline.wait_s}, at::kDouble);
@@ -277,12 +297,11 @@ double Trainer::evaluate() {
 }
 
 void Trainer::save(int64_t steps_done, TrainResult& result) {
-  nlohmann::json state = {{"step", steps_done},
-                          {"optimizer_steps", data_parallel_->optimizer().step_count()},
-                          {"seed", config_.train.seed},
-                          {"layout", mesh_.to_string()},
-                          {"world_size", mesh_.shape().world()},
-                          {"config", to_toml(config_)}};
+  nlohmann::json state = {
+      {"step", steps_done},          {"optimizer_steps", data_parallel_->optimizer().step_count()},
+      {"seed", config_.train.seed},  {"loss_scaler", loss_scaler_.state()},
+      {"layout", mesh_.to_string()}, {"world_size", mesh_.shape().world()},
+      {"config", to_toml(config_)}};
   std::vector<ShardedTensor> tensors = data_parallel_->checkpoint_tensors(/*for_load=*/false);
   result.last_checkpoint = save_checkpoint(config_.checkpoint.dir, steps_done, tensors, state,
                                            mesh_.world(), config_.checkpoint.keep);
@@ -317,6 +336,7 @@ int64_t Trainer::maybe_resume() {
   }
   data_parallel_->checkpoint_done(/*loaded=*/true);
   data_parallel_->optimizer().set_step_count(state.at("optimizer_steps").get<int64_t>());
+  loss_scaler_.load_state(state.value("loss_scaler", nlohmann::json()));
   return state.at("step").get<int64_t>();
 }
 
@@ -344,6 +364,10 @@ StepMetrics Trainer::step_metrics(int64_t step, const StepResult& result, double
   m.comm = per_kind_json(counters.bytes);
   m.comm_wait = per_kind_json(counters.wait_s);
   m.comm_share = counters.total_wait_s() / step_time_s;
+  m.loss_scaling = loss_scaler_.enabled();
+  m.loss_scale = result.loss_scale;
+  m.skipped = result.skipped;
+  m.skipped_steps = loss_scaler_.skipped_steps();
   if (config_.model.moe.num_experts > 0) {
     const MoeStepStats& moe = result.moe;
     m.moe = {{"load", moe.load},

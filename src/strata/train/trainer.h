@@ -11,6 +11,7 @@
 #include "strata/dist/mesh.h"
 #include "strata/model/gpt.h"
 #include "strata/optim/adamw.h"
+#include "strata/optim/loss_scale.h"
 #include "strata/train/metrics.h"
 #include "strata/train/pipeline_executor.h"
 
@@ -58,12 +59,20 @@ class Trainer {
   const std::vector<Parameter*>& parameters() const { return parameters_; }
   int64_t num_parameters() const;  // of the whole model
   AdamW& optimizer();
+  // Called with the step index after each step's gradients are complete (reduced, and still
+  // scaled by the loss scale), before the overflow check and the update: tests inject faults
+  // through it.
+  void set_gradient_hook(std::function<void(int64_t step)> hook) {
+    gradient_hook_ = std::move(hook);
+  }
 
  private:
   // What one optimizer step produced; step_metrics() turns it into the reported metrics.
   struct StepResult {
     double loss = 0;            // mean over the step's global batch
-    double grad_norm = 0;       // global, before clipping
+    double grad_norm = 0;       // global, before clipping (NaN when the step was skipped)
+    double loss_scale = 1.0;    // what the backward's loss was multiplied by
+    bool skipped = false;       // fp16: the gradients overflowed, the update was skipped
     double lr = 0;              // the learning rate the update used
     double receive_wait_s = 0;  // longest time a pipeline stage blocked in receives: the bubble
     int64_t peak_inflight = 0;  // most microbatch activations this rank held at once
@@ -87,6 +96,8 @@ class Trainer {
   std::vector<std::unique_ptr<GPT>> chunks_;
   std::vector<Parameter*> parameters_;
   std::unique_ptr<DataParallel> data_parallel_;  // gradients, ZeRO shards, the optimizer
+  LossScaler loss_scaler_;                       // fp16 only
+  std::function<void(int64_t)> gradient_hook_;
   std::unique_ptr<PipelineExecutor> executor_, eval_executor_;
   std::unique_ptr<Comm> tied_;  // first and last pipeline stage, for the tied embedding
   std::shared_ptr<TokenDataset> dataset_;
@@ -104,8 +115,8 @@ void check_runnable(const Config& validated);
 // by cost with balanced_partition.
 std::vector<int64_t> stage_layers(const Config& validated);
 
-// Best of a few dense float32 products of the linear layers (parallel/linear.h) on this rank's
-// threads, in FLOP/s.
-double measure_matmul_peak_flops();
+// Best of a few dense products of the linear layers (parallel/linear.h) in `dtype` on this
+// rank's threads, in FLOP/s (measured once per dtype and process).
+double measure_matmul_peak_flops(at::ScalarType dtype = at::kFloat);
 
 }  // namespace strata
