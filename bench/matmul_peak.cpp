@@ -9,7 +9,9 @@
 // at::set_num_threads would repeat the first row's number. The "trainer-probe-1024" rows
 // therefore time the same products the same way here, afresh for each thread count.
 //
-//   matmul_peak [--threads 1,2] [--tokens 2048] [--d-model 768]
+// --dtype bf16 measures the same products in bfloat16 (train.precision = "bf16"'s peak).
+//
+//   matmul_peak [--threads 1,2] [--tokens 2048] [--d-model 768] [--dtype fp32|bf16]
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
@@ -36,11 +38,12 @@ struct Shape {
 // Best of three timed trials of (m, k) @ (k, n) after one untimed warm-up product. A trial
 // repeats the product until it lasts min_trial_seconds (0.2 s keeps small shapes above the
 // clock's resolution); with 0 a trial is a single product, as the trainer's probe times it.
-double gemm_gflops(const Shape& shape, double min_trial_seconds, bool through_aten) {
+double gemm_gflops(const Shape& shape, double min_trial_seconds, bool through_aten,
+                   at::ScalarType dtype) {
   at::NoGradGuard no_grad;
-  auto a = at::randn({shape.m, shape.k}), b = at::randn({shape.k, shape.n});
+  auto a = at::randn({shape.m, shape.k}).to(dtype), b = at::randn({shape.k, shape.n}).to(dtype);
   const at::Tensor weight = b.t().contiguous();  // (n, k): a linear layer's weight
-  auto c = at::empty({shape.m, shape.n});
+  auto c = at::empty({shape.m, shape.n}, a.options());
   auto multiply = [&] {
     if (through_aten) {
       at::mm_out(c, a, b);
@@ -65,12 +68,12 @@ double gemm_gflops(const Shape& shape, double min_trial_seconds, bool through_at
   return best / 1e9;
 }
 
-void print_row(int threads, const Shape& shape, double gflops) {
+void print_row(int threads, const char* dtype_name, const Shape& shape, double gflops) {
   std::printf(
-      "{\"threads\": %d, \"shape\": \"%s\", \"m\": %lld, \"k\": %lld, \"n\": %lld, "
-      "\"gflops\": %.2f}\n",
-      threads, shape.name, static_cast<long long>(shape.m), static_cast<long long>(shape.k),
-      static_cast<long long>(shape.n), gflops);
+      "{\"threads\": %d, \"dtype\": \"%s\", \"shape\": \"%s\", \"m\": %lld, \"k\": %lld, "
+      "\"n\": %lld, \"gflops\": %.2f}\n",
+      threads, dtype_name, shape.name, static_cast<long long>(shape.m),
+      static_cast<long long>(shape.k), static_cast<long long>(shape.n), gflops);
   std::fflush(stdout);
 }
 
@@ -87,6 +90,8 @@ std::vector<int> parse_list(const char* text) {
 int main(int argc, char** argv) {
   std::vector<int> thread_counts = {1, 2};
   int64_t tokens = 2048, d_model = 768;  // the throughput benchmark: 8 x 256 tokens, C = 768
+  at::ScalarType dtype = at::kFloat;
+  const char* dtype_name = "fp32";
   for (int i = 1; i + 1 < argc; i += 2) {
     if (std::strcmp(argv[i], "--threads") == 0) {
       thread_counts = parse_list(argv[i + 1]);
@@ -94,6 +99,10 @@ int main(int argc, char** argv) {
       tokens = std::atoll(argv[i + 1]);
     } else if (std::strcmp(argv[i], "--d-model") == 0) {
       d_model = std::atoll(argv[i + 1]);
+    } else if (std::strcmp(argv[i], "--dtype") == 0 && std::strcmp(argv[i + 1], "fp32") == 0) {
+      dtype = at::kFloat, dtype_name = "fp32";
+    } else if (std::strcmp(argv[i], "--dtype") == 0 && std::strcmp(argv[i + 1], "bf16") == 0) {
+      dtype = at::kBFloat16, dtype_name = "bf16";
     } else {
       std::fprintf(stderr, "matmul_peak: unknown option %s\n", argv[i]);
       return 2;
@@ -111,10 +120,12 @@ int main(int argc, char** argv) {
       return 2;
     }
     at::set_num_threads(threads);
-    print_row(threads, trainer_probe, gemm_gflops(trainer_probe, 0.0, false));
-    for (const Shape& shape : shapes) print_row(threads, shape, gemm_gflops(shape, 0.2, false));
+    print_row(threads, dtype_name, trainer_probe, gemm_gflops(trainer_probe, 0.0, false, dtype));
+    for (const Shape& shape : shapes) {
+      print_row(threads, dtype_name, shape, gemm_gflops(shape, 0.2, false, dtype));
+    }
     const Shape aten = {"aten-square-1024", 1024, 1024, 1024};
-    print_row(threads, aten, gemm_gflops(aten, 0.2, true));
+    print_row(threads, dtype_name, aten, gemm_gflops(aten, 0.2, true, dtype));
   }
   return 0;
 }

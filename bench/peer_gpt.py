@@ -43,6 +43,9 @@ def parse_args():
     p.add_argument("--foreach", action="store_true",
                    help="AdamW foreach=True (default False: one tensor at a time, as strata)")
     p.add_argument("--seed", type=int, default=1234)
+    p.add_argument("--autocast", choices=["none", "bf16"], default="none",
+                   help="bf16: forward under torch.autocast('cpu', bfloat16), the usual PyTorch "
+                        "mixed precision (fp32 parameters, gradients and AdamW)")
     p.add_argument("--profile", action="store_true",
                    help="print torch.profiler's op table for the last step to stderr (that step is "
                         "then timed with the profiler's overhead)")
@@ -195,7 +198,8 @@ def main():
         optimizer.zero_grad(set_to_none=False)
         rows = torch.randint(0, a.vocab, (a.micro_batch, a.seq_len + 1))
         loss_sum = torch.zeros(1, dtype=torch.float64)
-        loss = model.loss(rows.narrow(1, 0, a.seq_len), rows.narrow(1, 1, a.seq_len))
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.autocast == "bf16"):
+            loss = model.loss(rows.narrow(1, 0, a.seq_len), rows.narrow(1, 1, a.seq_len))
         (loss / float(microbatches)).backward()
         loss_sum += loss.detach().to(torch.float64)
         mean_loss = (loss_sum / microbatches).item()
@@ -233,6 +237,7 @@ def main():
         "first_loss": losses[0],
         "threads": torch.get_num_threads(),
         "adamw_foreach": a.foreach,
+        "autocast": a.autocast,
     }))
 
 

@@ -10,6 +10,7 @@
 #   ROUNDS=3 STEPS=5 WARMUP=2 BATCH=8 THREADS=2   runs per system, steps per run (the first
 #                                                 WARMUP dropped), sequences per step, threads
 #   D_MODEL=768 N_LAYERS=6 N_HEADS=12 SEQ_LEN=256 VOCAB=256   the model (smaller for a smoke run)
+#   PRECISION=fp32 strata's train.precision; bf16 runs the peer under torch.autocast(bfloat16)
 #   BLAS_DIR=DIR   put DIR first on LD_LIBRARY_PATH for both (e.g. an unpacked OpenBLAS)
 #   KEEP=DIR       keep the logs and per-run JSON in DIR instead of a deleted temp dir
 set -euo pipefail
@@ -24,7 +25,12 @@ ROUNDS=${ROUNDS:-3} STEPS=${STEPS:-5} WARMUP=${WARMUP:-2} BATCH=${BATCH:-8} THRE
 if ((STEPS <= WARMUP)); then echo "throughput: STEPS ($STEPS) must exceed WARMUP ($WARMUP)" >&2; exit 2; fi
 # The model of the foundation issue: GPT-2-small width, 6 layers, byte-level vocabulary.
 D_MODEL=${D_MODEL:-768} N_LAYERS=${N_LAYERS:-6} N_HEADS=${N_HEADS:-12} SEQ_LEN=${SEQ_LEN:-256}
-VOCAB=${VOCAB:-256}
+VOCAB=${VOCAB:-256} PRECISION=${PRECISION:-fp32}
+case $PRECISION in
+  fp32) autocast=none ;;
+  bf16) autocast=bf16 ;;
+  *) echo "throughput: PRECISION must be fp32 or bf16 (the peer's autocast has no CPU fp16)" >&2; exit 2 ;;
+esac
 
 bench_workdir
 if [[ -n ${BLAS_DIR:-} ]]; then export LD_LIBRARY_PATH="$BLAS_DIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"; fi
@@ -42,11 +48,12 @@ if [[ $blas == */blas/libblas.so* ]]; then
        "(docs/performance.md)."
 fi
 echo "model:   d_model $D_MODEL, $N_LAYERS layers, $N_HEADS heads, seq $SEQ_LEN, vocab $VOCAB (bytes)," \
-     "learned positions, LayerNorm, GELU, tied head, float32"
+     "learned positions, LayerNorm, GELU, tied head, $PRECISION (peer: autocast $autocast)"
 echo "run:     batch $BATCH x $SEQ_LEN tokens, $STEPS steps (first $WARMUP dropped), $THREADS threads," \
      "1 rank, $ROUNDS alternating rounds"
 
-"$peak_binary" --threads "1,$THREADS" --tokens $((BATCH * SEQ_LEN)) --d-model $D_MODEL >"$work/peak.jsonl"
+"$peak_binary" --threads "1,$THREADS" --tokens $((BATCH * SEQ_LEN)) --d-model $D_MODEL \
+  --dtype "$PRECISION" >"$work/peak.jsonl"
 
 {
   bench_model_section
@@ -56,7 +63,7 @@ echo "run:     batch $BATCH x $SEQ_LEN tokens, $STEPS steps (first $WARMUP dropp
 steps = $STEPS
 global_batch = $BATCH
 micro_batch = $BATCH
-dtype = "float32"
+precision = "$PRECISION"
 threads = $THREADS
 warmup_steps = $WARMUP
 eval_every = 0
@@ -89,7 +96,8 @@ EOF
 run_peer() {  # $1 = round
   $python "$repo/bench/peer_gpt.py" --d-model $D_MODEL --n-layers $N_LAYERS --n-heads $N_HEADS \
     --seq-len $SEQ_LEN --vocab $VOCAB --micro-batch "$BATCH" --steps "$STEPS" \
-    --warmup-steps "$WARMUP" --lr-warmup "$WARMUP" --threads "$THREADS" >"$work/peer-$1.out" 2>"$work/peer-$1.log" ||
+    --warmup-steps "$WARMUP" --lr-warmup "$WARMUP" --threads "$THREADS" --autocast "$autocast" \
+    >"$work/peer-$1.out" 2>"$work/peer-$1.log" ||
     { cat "$work/peer-$1.log" >&2; echo "throughput: peer failed" >&2; exit 1; }
   $python - "$work/peer-$1.out" "$WARMUP" "$BATCH" "$SEQ_LEN" "$(cut -d' ' -f1 /proc/loadavg)" \
     >"$work/peer-$1.json" <<'EOF'
