@@ -107,5 +107,68 @@ TEST(Recompute, FullKeepsAFractionOfTheActivations) {
   EXPECT_LT(first_layer, none);
 }
 
+// The activation memory of shared/reference/formulas.md (Korthikanti et al. 2022), item by
+// item for strata's layer (docs/parallelism.md, "Activation recomputation"): e bytes per
+// element (4 in fp32, 2 in bf16), n = s*b tokens of one microbatch, F = 4h, a heads.
+//   both norm inputs, kept in float32 whatever e:        2 * 4 * n*h
+//   the q/kv and out-projection inputs, Q, K, V:          5 * e * n*h (K = V = h wide here)
+//   the MLP input, up-projection output, GELU output:     e * (n*h + 2 * n*F)
+//   attention core (dropped by selective recompute): blockwise: its output e*n*h and
+//     log-sum-exp 4*a*n; eager: the float32 softmax a*s*s*b (and its e-byte copy in bf16)
+// Korthikanti's 34*s*b*h + 5*a*s*s*b bytes are these items at e = 2 with two dropout masks
+// (1 byte each per element) and the dropout's own copy of the softmax, which strata lacks.
+// Full recomputation keeps each layer's input e*n*h, plus one layer's items while that layer
+// is recomputed. The head keeps the final norm's float32 input, its e-byte output, the
+// float32 log-probabilities 4*n*V and, at the peak, their gradient.
+double activation_formula_bytes(const Config& config, Recompute mode) {
+  const ModelConfig& model = config.model;
+  const double e = config.train.precision == Precision::fp32 ? 4.0 : 2.0;
+  const double n = static_cast<double>(config.train.micro_batch * model.seq_len);
+  const double s = static_cast<double>(model.seq_len), h = static_cast<double>(model.d_model);
+  const double a = static_cast<double>(model.n_heads), F = 4 * h;
+  const double L = static_cast<double>(model.n_layers), V = static_cast<double>(model.vocab_size);
+  const double kept = 2 * 4 * n * h + 5 * e * n * h + e * (n * h + 2 * n * F);
+  const double core = model.attention == AttentionKernel::blockwise
+                          ? e * n * h + 4 * a * n
+                          : (4 + (e < 4 ? e : 0)) * a * s * n;
+  const double head = 4 * n * h + e * n * h + 2 * 4 * n * V;
+  switch (mode) {
+    case Recompute::none:
+      return L * (kept + core) + head;
+    case Recompute::selective:
+      return L * kept + head;
+    case Recompute::full:
+      return L * e * n * h + kept + core + head;
+  }
+  return 0;
+}
+
+// mem.activations_peak within 10% of the formula in every mode, for both attention kernels,
+// in fp32 and bf16 (one rank: each rank of the test checks alone).
+TEST(Recompute, ActivationPeakMatchesTheFormula) {
+  Comm world = Comm::world(120);
+  Comm self = world.split(world.rank(), 0, "self");
+  // Wide enough that the layers, not the head's logits, hold most of the activations.
+  Config config = testing::tiny_training_run(2, 4, 4);
+  config.model.d_model = 128;
+  config.model.n_layers = 8;
+  config.model.seq_len = 128;
+  config.model.tie_embeddings = true;
+  for (AttentionKernel kernel : {AttentionKernel::blockwise, AttentionKernel::eager}) {
+    for (Precision precision : {Precision::fp32, Precision::bf16}) {
+      for (Recompute mode : {Recompute::none, Recompute::selective, Recompute::full}) {
+        config.model.attention = kernel;
+        config.train.precision = precision;
+        config.train.recompute = mode;
+        const double measured = static_cast<double>(
+            testing::train_on(self, config).metrics.back().mem.activations_peak);
+        const double formula = activation_formula_bytes(config, mode);
+        EXPECT_NEAR(measured, formula, 0.1 * formula)
+            << name_of(kernel) << " " << name_of(precision) << " " << name_of(mode);
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace strata
