@@ -129,6 +129,15 @@ TEST(Cli, TensorParallelCheckpointServesSplitOrWhole) {
   EXPECT_EQ(whole.rfind("The ", 0), 0u) << whole;
   EXPECT_GT(whole.size(), 4u + 20u) << whole;
   EXPECT_EQ(split, whole) << "greedy decoding of the tp=2 checkpoint on 2 ranks and on 1";
+  // The float32 checkpoint computes in bf16 when asked; a precision it does not know is refused.
+  std::string bf16;
+  ASSERT_EQ(testing::run_command(generate + " --precision bf16", &bf16), 0) << bf16;
+  EXPECT_EQ(bf16.rfind("The ", 0), 0u) << bf16;
+  EXPECT_GT(bf16.size(), 4u + 20u) << bf16;
+  EXPECT_EQ(testing::run_command(generate + " --precision half", &output), 2) << output;
+  EXPECT_NE(output.find("--precision must be one of fp32, bf16, fp16, fp64, got 'half'"),
+            std::string::npos)
+      << output;
 }
 
 // A context-parallel checkpoint holds the same global tensors: one rank generates from it.
