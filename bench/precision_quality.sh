@@ -24,7 +24,7 @@ run() {  # $1 = precision, $2 = tp
   "$strata" train "$repo/configs/demo.toml" "${nproc[@]}" \
     --set parallel.pp=1 --set "parallel.tp=$2" --set parallel.dp=1 --set parallel.zero=0 \
     --set "train.precision=\"$1\"" --set "train.steps=$STEPS" --set "train.eval_every=$STEPS" \
-    --set "train.threads=$((2 / $2))" --set 'checkpoint.dir=""' --set 'log.progress="none"' \
+    --set "train.threads=$((2 / $2))" --set 'checkpoint.dir=""' --set checkpoint.every=0 --set 'log.progress="none"' \
     --set "log.dir=\"$dir\"" >"$dir.log" 2>&1 || { cat "$dir.log" >&2; exit 1; }
   echo "$1 tp $2: $((SECONDS - start)) s" >&2
 }
