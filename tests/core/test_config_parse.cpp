@@ -87,6 +87,10 @@ TEST(ConfigParse, UnknownKeysSuggestTheClosestAndListAllowed) {
   EXPECT_CONTAINS(parse_error("[model]\nsteps = 4\n"),
                   "unknown key 'model.steps' in run.toml:2:1; did you mean 'train.steps'?");
   EXPECT_CONTAINS(parse_error("[model.extra]\nsize = 1\n"), "unknown key 'model.extra'");
+  // The collective timeout of hang detection is the communication timeout.
+  EXPECT_CONTAINS(parse_error("[fault]\ncollective_timeout_s = 5.0\n"),
+                  "key 'fault.collective_timeout_s' in run.toml:2:1 was replaced by "
+                  "parallel.comm_timeout_s");
 }
 
 TEST(ConfigParse, UnknownSectionsAndKeysOutsideSections) {
@@ -94,7 +98,8 @@ TEST(ConfigParse, UnknownSectionsAndKeysOutsideSections) {
   EXPECT_CONTAINS(message, "unknown section [modle] in run.toml:1");
   EXPECT_CONTAINS(message, "did you mean [model]?");
   EXPECT_CONTAINS(message,
-                  "allowed sections: model, model.moe, parallel, train, data, checkpoint, log");
+                  "allowed sections: model, model.moe, parallel, train, data, checkpoint, fault, "
+                  "log");
 
   const std::string outside = parse_error("steps = 10\n");
   EXPECT_CONTAINS(outside, "key 'steps' in run.toml:1:1 is outside any section");
@@ -230,7 +235,8 @@ Config unusual_config() {
   config.train.threads = 17;
   config.data = {DataSource::shards, "dir with \"quotes\"\\back\tslash\nline\x01 caf\xc3\xa9",
                  "bpe", 0.25};
-  config.checkpoint = {"ckpt", 18, "none", 0};
+  config.checkpoint = {"ckpt", 18, "none", 0, true};
+  config.fault = {0, 2.5, 600.0};
   config.log = {"", true, ProgressDisplay::lines, 19};
   return config;
 }
@@ -290,7 +296,7 @@ TEST(ConfigParse, ToTomlPrintsEverySectionAndKeyInOrder) {
   EXPECT_CONTAINS(text, "\ndir = \"\"\n");
   const std::vector<std::string> keys = config_keys();
   EXPECT_CONTAINS(text, "[model.moe]\nnum_experts = 0\n");
-  EXPECT_EQ(keys.size(), 68u);
+  EXPECT_EQ(keys.size(), 72u);
   EXPECT_EQ(keys.front(), "model.vocab_size");
   EXPECT_EQ(keys.back(), "log.every");
   EXPECT_EQ(std::set<std::string>(keys.begin(), keys.end()).size(), keys.size());

@@ -275,6 +275,9 @@ TEST(ConfigValidate, SizesAndRanges) {
       {"data.tokenizer=", "data.tokenizer must not be empty"},
       {"checkpoint.every=-1", "checkpoint.every (-1) must be >= 0"},
       {"checkpoint.keep=-1", "checkpoint.keep (-1) must be >= 0"},
+      {"fault.max_restarts=-1", "fault.max_restarts (-1) must be >= 0 (0 = no restarts)"},
+      {"fault.restart_backoff_s=-1", "fault.restart_backoff_s (-1.0) must be >= 0.0"},
+      {"fault.step_timeout_s=-5", "fault.step_timeout_s (-5.0) must be >= 0.0"},
       {"log.dir=", "log.dir must not be empty"},
       {"log.every=0", "log.every (0) must be >= 1"},
   };

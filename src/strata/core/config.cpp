@@ -89,6 +89,9 @@ const char* replacement_of(const std::string& full_name) {
   if (full_name == "train.dtype") {
     return "train.precision (\"fp32\", \"bf16\", \"fp16\" or \"fp64\"; float64 is \"fp64\")";
   }
+  if (full_name == "fault.collective_timeout_s") {
+    return "parallel.comm_timeout_s (seconds any collective or point-to-point wait may take)";
+  }
   return nullptr;
 }
 

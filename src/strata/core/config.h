@@ -111,6 +111,15 @@ struct CheckpointConfig {
   int64_t every = 0;            // 0 = only at the end
   std::string resume = "auto";  // "auto" | "none" | a checkpoint directory
   int64_t keep = 3;             // newest complete checkpoints kept; 0 = keep all
+  bool async = false;           // write in a background thread; the step only copies
+};
+
+// What `strata train --nproc N` and each rank do when a rank dies or hangs (docs/launch.md).
+// The collective timeout is parallel.comm_timeout_s.
+struct FaultConfig {
+  int64_t max_restarts = 3;        // restarts of the job by the supervisor; 0 = none
+  double restart_backoff_s = 1.0;  // pause before each restart
+  double step_timeout_s = 0.0;     // a rank with no step finished for this long exits; 0 = off
 };
 
 struct LogConfig {
@@ -126,6 +135,7 @@ struct Config {
   TrainConfig train;
   DataConfig data;
   CheckpointConfig checkpoint;
+  FaultConfig fault;
   LogConfig log;
 };
 

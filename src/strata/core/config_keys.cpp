@@ -95,6 +95,11 @@ const std::vector<Key>& keys() {
       STRATA_CONFIG_KEY(checkpoint, every),
       STRATA_CONFIG_KEY(checkpoint, resume),
       STRATA_CONFIG_KEY(checkpoint, keep),
+      STRATA_CONFIG_KEY(checkpoint, async),
+
+      STRATA_CONFIG_KEY(fault, max_restarts),
+      STRATA_CONFIG_KEY(fault, restart_backoff_s),
+      STRATA_CONFIG_KEY(fault, step_timeout_s),
 
       STRATA_CONFIG_KEY(log, dir),
       STRATA_CONFIG_KEY(log, trace),

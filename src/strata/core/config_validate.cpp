@@ -148,7 +148,7 @@ void check_data(const Config& config, Problems& problems) {
   }
 }
 
-void check_checkpoint_and_log(const Config& config, Problems& problems) {
+void check_checkpoint_fault_and_log(const Config& config, Problems& problems) {
   const CheckpointConfig& checkpoint = config.checkpoint;
   require_at_least<int64_t>(problems, "checkpoint.every", checkpoint.every, 0,
                             " (0 = only at the end)");
@@ -161,6 +161,12 @@ void check_checkpoint_and_log(const Config& config, Problems& problems) {
     problems.push_back(str("checkpoint.every (", checkpoint.every,
                            ") needs checkpoint.dir, the directory to write checkpoints to"));
   }
+  const FaultConfig& fault = config.fault;
+  require_at_least<int64_t>(problems, "fault.max_restarts", fault.max_restarts, 0,
+                            " (0 = no restarts)");
+  require_at_least<double>(problems, "fault.restart_backoff_s", fault.restart_backoff_s, 0.0);
+  require_at_least<double>(problems, "fault.step_timeout_s", fault.step_timeout_s, 0.0,
+                           " (0 = no step watchdog)");
   const LogConfig& log = config.log;
   if (log.dir.empty()) problems.push_back("log.dir must not be empty");
   require_at_least<int64_t>(problems, "log.every", log.every, 1);
@@ -260,7 +266,7 @@ Problems collect_consistency(Config& config, int64_t world_size) {
   check_model(config.model, problems);
   check_train(config.train, problems);
   check_data(config, problems);
-  check_checkpoint_and_log(config, problems);
+  check_checkpoint_fault_and_log(config, problems);
   if (config.parallel.auto_layout) {  // the layout is checked once the planner chose it
     check_auto(config, problems);
     return problems;
