@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "expect_error.h"
+#include "strata/ckpt/async_checkpoint.h"
 #include "strata/ckpt/checkpoint.h"
 #include "strata/ckpt/checkpoint_index.h"
 #include "strata/ckpt/crc32.h"
@@ -376,6 +377,63 @@ TEST(Checkpoint, FindLatestOrdersByStepNumberAndSkipsOtherNames) {
   fs::create_directory(root.file("step_9x"));
   std::ofstream(root.file("step_9x/COMPLETE")) << "";
   EXPECT_EQ(find_latest_checkpoint(root.path()), root.file("step_123456789"));
+}
+
+TEST(Checkpoint, ListsEveryStepDirectoryNewestFirst) {
+  TempDir root;
+  EXPECT_TRUE(list_checkpoints(root.file("missing")).empty());
+  save(root.path(), 9, {});
+  save(root.path(), 10, {});
+  fs::create_directory(root.file("step_00000011"));  // no COMPLETE: listed, but not the latest
+  fs::create_directory(root.file(".tmp.step_00000012"));
+  EXPECT_EQ(list_checkpoints(root.path()),
+            (std::vector<std::string>{root.file("step_00000011"), root.file("step_00000010"),
+                                      root.file("step_00000009")}));
+  EXPECT_EQ(find_latest_checkpoint(root.path()), root.file("step_00000010"));
+}
+
+// The background writer works on copies: the originals change right after save() returns,
+// and the checkpoint still holds the values of the moment of the save.
+TEST(AsyncCheckpoint, CommitsTheValuesOfTheMomentOfTheSave) {
+  TempDir root;
+  SingleProcessGroup group;
+  AsyncCheckpointer checkpointer(group);
+  at::Tensor weight = global_tensor({64, 32}, at::kFloat);
+  const at::Tensor saved = weight.clone();
+  checkpointer.save(root.path(), 1, {{"w", weight, {64, 32}, {0, 0}}}, {{"step", 1}}, 0);
+  EXPECT_TRUE(checkpointer.in_flight());
+  weight.add_(1);
+  EXPECT_EQ(find_latest_checkpoint(root.path()), "") << "committed before poll() or finish()";
+  std::string committed;
+  while (committed.empty()) committed = checkpointer.poll();
+  EXPECT_EQ(committed, root.file("step_00000001"));
+  EXPECT_FALSE(checkpointer.in_flight());
+
+  // A second save while one is in flight waits for it and commits it first.
+  checkpointer.save(root.path(), 2, {{"w", weight, {64, 32}, {0, 0}}}, {{"step", 2}}, 0);
+  checkpointer.save(root.path(), 3, {{"w", weight, {64, 32}, {0, 0}}}, {{"step", 3}}, 0);
+  EXPECT_EQ(find_latest_checkpoint(root.path()), root.file("step_00000002"));
+  EXPECT_EQ(checkpointer.finish(), root.file("step_00000003"));
+  EXPECT_EQ(checkpointer.finish(), "");
+
+  std::vector<ShardedTensor> loaded = {region("w", {64, 32}, {0, 0}, {64, 32}, at::kFloat)};
+  EXPECT_EQ(load_checkpoint(root.file("step_00000001"), loaded)["step"], 1);
+  EXPECT_TRUE(at::equal(loaded[0].local, saved));
+  load_checkpoint(root.file("step_00000003"), loaded);
+  EXPECT_TRUE(at::equal(loaded[0].local, weight));
+}
+
+TEST(AsyncCheckpoint, WriteFailureIsReportedAtTheCommit) {
+  TempDir root;
+  SingleProcessGroup group;
+  AsyncCheckpointer checkpointer(group);
+  checkpointer.save(root.path(), 1, {{"w", global_tensor({4}, at::kFloat), {4}, {0}}}, {}, 0);
+  // The staging directory disappears under the writer, or before it starts.
+  fs::remove_all(root.file(".tmp.step_00000001"));
+  std::string message = testing::user_error([&] { checkpointer.finish(); });
+  EXPECT_CONTAINS(message, "saving checkpoint " + root.file("step_00000001") + " failed on rank 0");
+  EXPECT_FALSE(checkpointer.in_flight());
+  EXPECT_EQ(find_latest_checkpoint(root.path()), "");
 }
 
 TEST(Checkpoint, UnwritableRootIsAUserErrorNamingIt) {

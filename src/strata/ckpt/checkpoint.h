@@ -14,6 +14,7 @@
 #include <ATen/ATen.h>
 
 #include <cstdint>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -75,11 +76,37 @@ std::string save_checkpoint(const std::string& root, int64_t step,
                             const std::vector<ShardedTensor>& tensors, const nlohmann::json& state,
                             CheckpointGroup& group, int64_t keep = 0);
 
+// save_checkpoint in its three steps, for a save whose file is written apart from the
+// collectives (AsyncCheckpointer writes it on a background thread):
+//   CheckpointSave save(root, step, group, keep);   collective: the prepare phase
+//   nlohmann::json record = save.write(tensors);    this rank's file; no communication
+//   save.commit([&] { return record; }, state);     collective: gather the records, commit
+// `record` passed to commit returns this rank's record or throws its write's failure; any
+// rank's failure throws on every rank. Until commit renames it into place the save lives in
+// a hidden staging directory that loaders ignore and the next save removes.
+class CheckpointSave {
+ public:
+  CheckpointSave(const std::string& root, int64_t step, CheckpointGroup& group, int64_t keep);
+  nlohmann::json write(const std::vector<ShardedTensor>& tensors) const;
+  std::string commit(const std::function<nlohmann::json()>& record, const nlohmann::json& state);
+  int64_t step() const { return step_; }
+
+ private:
+  std::string root_;
+  int64_t step_, keep_;
+  CheckpointGroup& group_;
+  std::string staging_dir_, what_;
+};
+
 // <root>/step_<8 digits>: where save_checkpoint puts `step`.
 std::string checkpoint_dir(const std::string& root, int64_t step);
 
 // The newest complete checkpoint directory under root, or "" if there is none.
 std::string find_latest_checkpoint(const std::string& root);
+
+// Every step_* directory under root, newest first, complete or not (a resume reports the
+// ones it cannot use before it falls back to older ones). Empty if root does not exist.
+std::vector<std::string> list_checkpoints(const std::string& root);
 
 // Reads state.json of a complete checkpoint. Throws UserError if dir is not one.
 nlohmann::json read_checkpoint_state(const std::string& dir);

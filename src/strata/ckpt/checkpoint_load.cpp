@@ -2,7 +2,9 @@
 // slice it overlaps, reading only those bytes (positioned reads), after the file holding them
 // has been checked against the size and CRC-32 that index.json records. Also finding the
 // newest complete checkpoint and reading its training state.
+#include <algorithm>
 #include <filesystem>
+#include <functional>
 #include <map>
 
 #include "strata/ckpt/checkpoint.h"
@@ -196,20 +198,27 @@ void load_tensor(const fs::path& dir, const CheckpointIndex& index, CheckpointFi
 
 }  // namespace
 
-std::string find_latest_checkpoint(const std::string& root) {
+std::vector<std::string> list_checkpoints(const std::string& root) {
   std::error_code error;
-  int64_t best_step = -1;
-  fs::path best;
+  std::vector<std::pair<int64_t, std::string>> found;
   for (fs::directory_iterator it(root, error), end; !error && it != end; it.increment(error)) {
     int64_t step;
-    std::error_code ignored;
-    if (parse_step_dir_name(it->path().filename().string(), &step) && step > best_step &&
-        fs::is_regular_file(it->path() / kCompleteMarker, ignored)) {
-      best_step = step;
-      best = it->path();
+    if (parse_step_dir_name(it->path().filename().string(), &step)) {
+      found.emplace_back(step, it->path().string());
     }
   }
-  return best.string();
+  std::sort(found.begin(), found.end(), std::greater<>());
+  std::vector<std::string> dirs;
+  for (auto& [step, dir] : found) dirs.push_back(std::move(dir));
+  return dirs;
+}
+
+std::string find_latest_checkpoint(const std::string& root) {
+  for (const std::string& dir : list_checkpoints(root)) {
+    std::error_code ignored;
+    if (fs::is_regular_file(fs::path(dir) / kCompleteMarker, ignored)) return dir;
+  }
+  return "";
 }
 
 nlohmann::json read_checkpoint_state(const std::string& dir) {

@@ -228,19 +228,19 @@ std::string checkpoint_dir(const std::string& root, int64_t step) {
   return (fs::path(root) / step_dir_name(step)).string();
 }
 
-std::string save_checkpoint(const std::string& root, int64_t step,
-                            const std::vector<ShardedTensor>& tensors, const nlohmann::json& state,
-                            CheckpointGroup& group, int64_t keep) {
+CheckpointSave::CheckpointSave(const std::string& root, int64_t step, CheckpointGroup& group,
+                               int64_t keep)
+    : root_(root),
+      step_(step),
+      keep_(keep),
+      group_(group),
+      staging_dir_((fs::path(root) / (kTmpPrefix + step_dir_name(step))).string()),
+      what_(str("saving checkpoint ", checkpoint_dir(root, step))) {
   STRATA_REQUIRE(step >= 0, "checkpoint step must be >= 0, got ", step);
   STRATA_REQUIRE(keep >= 0, "checkpoint keep must be >= 0 (0 keeps all), got ", keep);
-  const fs::path root_path(root);
-  const fs::path final_dir = root_path / step_dir_name(step);
-  const fs::path staging_dir = root_path / (kTmpPrefix + step_dir_name(step));
-  const bool is_writer_of_index = group.rank() == 0;
-  const std::string what = str("saving checkpoint ", final_dir.string());
-
-  run_phase(group, what, [&]() -> nlohmann::json {
-    if (is_writer_of_index) {
+  run_phase(group_, what_, [&]() -> nlohmann::json {
+    if (group_.rank() == 0) {
+      const fs::path root_path(root_), staging_dir(staging_dir_);
       filesystem_op("create", root_path,
                     [&](std::error_code& error) { fs::create_directories(root_path, error); });
       clean_interrupted_saves(root_path);
@@ -249,27 +249,40 @@ std::string save_checkpoint(const std::string& root, int64_t step,
     }
     return nullptr;
   });
+}
 
-  std::vector<nlohmann::json> records = run_phase(group, what, [&]() -> nlohmann::json {
-    return file_record_to_json(write_rank_file(staging_dir, step, group.rank(), tensors));
-  });
+nlohmann::json CheckpointSave::write(const std::vector<ShardedTensor>& tensors) const {
+  return file_record_to_json(write_rank_file(staging_dir_, step_, group_.rank(), tensors));
+}
 
-  run_phase(group, what, [&]() -> nlohmann::json {
-    if (!is_writer_of_index) return nullptr;
+std::string CheckpointSave::commit(const std::function<nlohmann::json()>& record,
+                                   const nlohmann::json& state) {
+  const fs::path root_path(root_), staging_dir(staging_dir_);
+  const fs::path final_dir = root_path / step_dir_name(step_);
+  std::vector<nlohmann::json> records = run_phase(group_, what_, record);
+  run_phase(group_, what_, [&]() -> nlohmann::json {
+    if (group_.rank() != 0) return nullptr;
     std::vector<FileRecord> parsed;
-    for (const nlohmann::json& record : records) parsed.push_back(file_record_from_json(record));
-    CheckpointIndex index = build_index(step, parsed);
+    for (const nlohmann::json& json : records) parsed.push_back(file_record_from_json(json));
+    CheckpointIndex index = build_index(step_, parsed);
     write_file_synced((staging_dir / kIndexFile).string(), index_to_text(index));
     write_file_synced((staging_dir / kStateFile).string(), state.dump(1) + "\n");
     // Written last: its presence promises that everything above is on disk.
-    write_file_synced((staging_dir / kCompleteMarker).string(), str("step ", step, "\n"));
+    write_file_synced((staging_dir / kCompleteMarker).string(), str("step ", step_, "\n"));
     sync_directory(staging_dir.string());
     install(staging_dir, final_dir);
     sync_directory(root_path.string());
-    prune(root_path, keep);
+    prune(root_path, keep_);
     return nullptr;
   });
   return final_dir.string();
+}
+
+std::string save_checkpoint(const std::string& root, int64_t step,
+                            const std::vector<ShardedTensor>& tensors, const nlohmann::json& state,
+                            CheckpointGroup& group, int64_t keep) {
+  CheckpointSave save(root, step, group, keep);
+  return save.commit([&] { return save.write(tensors); }, state);
 }
 
 }  // namespace strata
