@@ -6,6 +6,7 @@
 
 #include "data_test_helpers.h"
 #include "expect_error.h"
+#include "mutation.h"
 #include "strata/data/prepare.h"
 #include "strata/data/token_shard.h"
 #include "test_support.h"
@@ -185,6 +186,38 @@ TEST(LoadTokenShards, RefusesShardsThatDisagreeWithTheManifest) {
   write_token_shard(dir + "/shard-00000.tok", std::vector<int32_t>{1, 2}, "byte", 256);
   expect_user_error([&] { load_token_shards(dir); },
                     {"shard-00000.tok", "holds 2 tokens but its manifest says"});
+}
+
+// Prepared directories are untrusted input: thousands of corrupted manifests and shard
+// headers end in a UserError (or a valid load), never a crash or an allocation the files do
+// not justify (a manifest may claim 2^63 tokens).
+TEST(LoadTokenShards, CorruptManifestsAndShardHeadersAreRefusedCleanly) {
+  TextTree tree;
+  TempDir out;
+  ByteTokenizer tokenizer;
+  const std::string dir = out.file("p");
+  PrepareOptions options;
+  options.max_shard_bytes = 16;  // several shards
+  prepare_corpus({tree.dir.path()}, dir, tokenizer, options);
+  const std::string manifest = read_bytes(dir + "/manifest.json");
+  const std::string shard_path = dir + "/shard-00000.tok";
+  const std::string shard = read_bytes(shard_path);
+
+  std::mt19937 random(14);
+  int refused = 0;
+  constexpr int kMutations = 2000;
+  for (int mutation = 0; mutation < kMutations; ++mutation) {
+    const bool of_manifest = mutation % 2 == 0;
+    if (of_manifest) {
+      write_text(dir + "/manifest.json", testing::mutate(manifest, random));
+    } else {  // the binary header: its 64 bytes mutated, the tokens kept
+      write_text(shard_path, testing::mutate(shard.substr(0, kShardHeaderBytes), random) +
+                                 shard.substr(kShardHeaderBytes));
+    }
+    refused += testing::refused_cleanly(mutation, [&] { load_token_shards(dir); });
+    write_text(of_manifest ? dir + "/manifest.json" : shard_path, of_manifest ? manifest : shard);
+  }
+  EXPECT_GT(refused, kMutations / 2) << "most mutations must be refused";
 }
 
 TEST(RunDataPrepare, PreparesAndReturnsZero) {

@@ -2,6 +2,7 @@
 // trustworthy) and parsing (with the checks that make a load safe).
 #include "strata/ckpt/checkpoint_index.h"
 
+#include <algorithm>
 #include <cstdio>
 
 #include "strata/core/error.h"
@@ -259,6 +260,10 @@ CheckpointIndex index_from_json(const nlohmann::json& json, const std::string& p
     index.step = json.at("step").get<int64_t>();
     index.world_size = json.at("world_size").get<int64_t>();
     for (const auto& [name, file] : json.at("files").items()) {
+      // Opened as <checkpoint>/<name>: a path that leads elsewhere is not a checkpoint file.
+      if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos) {
+        throw malformed(str("file name \"", name, "\" is not a plain file name"));
+      }
       IndexFile& entry = index.files[name];
       entry.size = file.at("size").get<int64_t>();
       std::string crc = file.at("crc32").get<std::string>();
@@ -270,6 +275,9 @@ CheckpointIndex index_from_json(const nlohmann::json& json, const std::string& p
       IndexTensor& tensor = index.tensors[name];
       tensor.dtype = entry.at("dtype").get<std::string>();
       tensor.shape = entry.at("shape").get<std::vector<int64_t>>();
+      if (std::any_of(tensor.shape.begin(), tensor.shape.end(), [](int64_t s) { return s < 0; })) {
+        throw malformed(str("tensor '", name, "' has a negative dimension"));
+      }
       for (const auto& slice_json : entry.at("slices")) {
         IndexSlice slice{slice_json.at("file").get<std::string>(),
                          slice_json.at("key").get<std::string>(), box_from_json(slice_json)};
@@ -286,7 +294,8 @@ CheckpointIndex index_from_json(const nlohmann::json& json, const std::string& p
         bool fits = true;
         for (size_t d = 0; fits && d < tensor.shape.size(); ++d) {
           fits = slice.box.offsets[d] >= 0 && slice.box.shape[d] >= 0 &&
-                 slice.box.offsets[d] + slice.box.shape[d] <= tensor.shape[d];
+                 slice.box.offsets[d] <= tensor.shape[d] &&
+                 slice.box.shape[d] <= tensor.shape[d] - slice.box.offsets[d];
         }
         if (!fits) {
           throw malformed(str("tensor '", name, "' ", shape_to_string(tensor.shape),

@@ -32,12 +32,6 @@ constexpr int64_t kMaxHeaderBytes = 100'000'000;
                       "; the file is damaged or was not written by a safetensors writer"));
 }
 
-int64_t numel_of(const std::vector<int64_t>& shape) {
-  int64_t numel = 1;
-  for (int64_t size : shape) numel *= size;
-  return numel;
-}
-
 // Feeds every byte written into the CRC, so the caller learns the file's checksum for free.
 class ChecksummingWriter {
  public:
@@ -166,7 +160,15 @@ SafetensorsHeader read_safetensors_header(File& file) {
       if (std::any_of(entry.shape.begin(), entry.shape.end(), [](int64_t s) { return s < 0; })) {
         malformed(path, str("tensor '", key, "' has a negative dimension"));
       }
-      const int64_t bytes = numel_of(entry.shape) * at::elementSize(entry.dtype);
+      // The product is checked against the data section as it grows: a corrupt shape must
+      // not overflow it.
+      int64_t bytes = static_cast<int64_t>(at::elementSize(entry.dtype));
+      for (int64_t size : entry.shape) {
+        if (__builtin_mul_overflow(bytes, size, &bytes) || bytes > data_size) {
+          malformed(path, str("tensor '", key, "' has shape ", nlohmann::json(entry.shape).dump(),
+                              ", larger than the data section of ", data_size, " bytes"));
+        }
+      }
       if (offsets[0] < 0 || offsets[1] < offsets[0] || offsets[1] > data_size ||
           offsets[1] - offsets[0] != bytes) {
         malformed(path, str("tensor '", key, "' has data_offsets [", offsets[0], ", ", offsets[1],

@@ -3,6 +3,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -175,7 +176,20 @@ TokenStream load_token_shards(const std::string& path) {
   }
   CorpusManifest manifest = read_manifest(path);
   stream.tokenizer = manifest.tokenizer;
-  stream.tokens.reserve(static_cast<size_t>(std::max<int64_t>(0, manifest.total_tokens)));
+  // The manifest is untrusted: reserve no more than its shard files can hold (2-byte tokens
+  // at the least), and read only files inside the directory.
+  uint64_t capacity = 0;
+  for (const auto& entry : manifest.shards) {
+    STRATA_REQUIRE(!entry.file.empty() && entry.file != "." && entry.file != ".." &&
+                       entry.file.find('/') == std::string::npos,
+                   "manifest of ", path, " names shard \"", entry.file,
+                   "\", which is not a plain file name; prepare the directory again with "
+                   "`strata data prepare`");
+    const uintmax_t bytes = fs::file_size(path + "/" + entry.file, error);
+    if (!error) capacity += bytes / 2;
+  }
+  stream.tokens.reserve(static_cast<size_t>(std::min<uint64_t>(
+      capacity, static_cast<uint64_t>(std::max<int64_t>(0, manifest.total_tokens)))));
   for (const auto& entry : manifest.shards) {
     std::string file = path + "/" + entry.file;
     TokenShard shard = read_token_shard(file);
