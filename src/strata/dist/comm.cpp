@@ -138,6 +138,7 @@ void count_bytes(CommState& comm, CommKind kind, int64_t bytes) {
 }
 
 Work make_work(const std::shared_ptr<CommState>& comm, std::unique_ptr<InFlight> op) {
+  comm->record_posted(*op);
   return Work(std::make_unique<Work::Impl>(comm, std::move(op)));
 }
 

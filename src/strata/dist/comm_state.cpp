@@ -148,6 +148,12 @@ std::unique_ptr<InFlight> CommState::begin(const std::string& op, OpCode code,
   return flight;
 }
 
+void CommState::record_posted(InFlight& op) const {
+  const int peer_world_rank = op.peer >= 0 && op.peer < size ? world_ranks[op.peer] : -1;
+  const int64_t bytes = op.buffers.empty() ? 0 : static_cast<int64_t>(op.buffers[0].nbytes());
+  op.flight_id = flight_posted(op.op, name, peer_world_rank, op.tag, op.seq, bytes);
+}
+
 int64_t CommState::agree_on_group_id(const std::string& op) {
   auto agreement = begin(op, OpCode::Split, {});
   auto id = at::full({1}, next_census_group_id(), at::kLong);
@@ -155,6 +161,7 @@ int64_t CommState::agree_on_group_id(const std::string& op) {
   check(MPI_Iallreduce(MPI_IN_PLACE, id.data_ptr(), 1, MPI_INT64_T, MPI_MAX, comm, &request), op);
   agreement->requests.push_back(request);
   agreement->buffers.push_back(id);
+  record_posted(*agreement);
   wait_in_flight(*this, agreement);
   const int64_t agreed = id.item<int64_t>();
   set_next_census_group_id(agreed + 1);

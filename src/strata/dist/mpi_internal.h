@@ -48,6 +48,7 @@ struct InFlight {
   std::function<void()> on_success;  // runs once when every request completed (e.g. Avg)
   Clock::time_point started;
   double timeout_s = 0;
+  int64_t flight_id = -1;  // its entry in the flight record, once posted
 };
 
 // The state of one communicator, shared by its Comm and the Works it issued (a Work may
@@ -78,6 +79,8 @@ class CommState {
   // Starts an operation: bumps and publishes the sequence number for collectives, reaps the
   // graveyard. The caller fills in requests and buffers.
   std::unique_ptr<InFlight> begin(const std::string& op, OpCode code, const CommOptions& options);
+  // Enters a posted operation (requests and buffers filled in) in the flight record.
+  void record_posted(InFlight& op) const;
   // "ranks that had not arrived: [1]" (and more) for collective `seq`.
   std::string census(int64_t seq, OpCode code);
   // A timed collective over this group that agrees on a fresh census group id (the largest
@@ -142,6 +145,12 @@ bool test_in_flight(CommState& comm, std::unique_ptr<InFlight>& op);
 void bury_globally(std::unique_ptr<InFlight> op);
 // Waits up to `seconds` for globally buried operations; leaks (never frees) the rest.
 void drain_global_graveyard(double seconds);
+
+// The flight record (flight_record.h): an operation posted, and how it ended ("done",
+// "failed", "timed out"). flight_posted returns the id flight_finished takes.
+int64_t flight_posted(const std::string& op, const std::string& group, int peer_world_rank, int tag,
+                      int64_t seq, int64_t bytes);
+void flight_finished(int64_t id, const char* state);
 
 bool mpi_finalized();
 std::string mpi_error_string(int rc);

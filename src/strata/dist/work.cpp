@@ -45,6 +45,7 @@ std::string op_title(const CommState& comm, const InFlight& op) {
 [[noreturn]] void throw_timeout(CommState& comm, std::unique_ptr<InFlight>& op) {
   std::string message = str(op_title(comm, *op), " on group '", comm.name, "' timed out after ",
                             format_seconds(op->timeout_s), comm.where(), "; ");
+  flight_finished(op->flight_id, "timed out");
   if (op->code != OpCode::None) {
     message += comm.census(op->seq, op->code);
   } else {
@@ -65,6 +66,7 @@ bool test_in_flight(CommState& comm, std::unique_ptr<InFlight>& op) {
     const int rc = MPI_Test(&request, &done, &status);
     if (rc != MPI_SUCCESS) {
       const std::string title = op_title(comm, *op);
+      flight_finished(op->flight_id, "failed");
       comm.bury(std::move(op));  // other requests of the op may still be running
       comm.check(rc, title);
     }
@@ -76,11 +78,13 @@ bool test_in_flight(CommState& comm, std::unique_ptr<InFlight>& op) {
         const std::string message =
             str(op_title(comm, *op), " on group '", comm.name, "'", comm.where(), ": expected ",
                 op->expected_recv_count, " elements, received ", received);
+        flight_finished(op->flight_id, "failed");
         op.reset();
         throw CommError(message);
       }
     }
   }
+  flight_finished(op->flight_id, "done");
   std::function<void()> on_success = std::move(op->on_success);
   op.reset();
   if (on_success) on_success();
