@@ -14,6 +14,13 @@ class UserError : public std::runtime_error {
   explicit UserError(const std::string& message) : std::runtime_error(message) {}
 };
 
+// A UserError that every rank of a job raises alike (a config error, a verdict the ranks
+// agreed on), so that it is reported once, by rank 0, rather than once per rank.
+class UserErrorOnEveryRank : public UserError {
+ public:
+  explicit UserErrorOnEveryRank(const std::string& message) : UserError(message) {}
+};
+
 // Raised by communication failures (MPI errors, timed-out collectives).
 class CommError : public std::runtime_error {
  public:

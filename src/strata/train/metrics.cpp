@@ -8,6 +8,7 @@
 #include <iostream>
 
 #include "strata/core/error.h"
+#include "strata/data/atomic_file.h"
 
 namespace strata {
 
@@ -38,17 +39,37 @@ nlohmann::json to_json(const StepMetrics& metrics) {
     line["skipped"] = metrics.skipped;
     line["skipped_steps"] = metrics.skipped_steps;
   }
+  if (metrics.checkpoint_stall_s >= 0) line["checkpoint_stall_s"] = metrics.checkpoint_stall_s;
   return line;
 }
 
-MetricsLog::MetricsLog(const std::string& dir, bool active) {
+MetricsLog::MetricsLog(const std::string& dir, bool active, int64_t first_step) {
   if (!active || dir.empty()) return;
   std::error_code error;
   std::filesystem::create_directories(dir, error);
   STRATA_REQUIRE(!error, "cannot create log.dir '", dir, "': ", error.message());
   const std::string path = dir + "/metrics.jsonl";
+  drop_records_after(path, first_step);
   file_.open(path, std::ios::app);
   STRATA_REQUIRE(file_.good(), "cannot open ", path, " for writing; check log.dir");
+}
+
+void MetricsLog::drop_records_after(const std::string& path, int64_t step) {
+  std::ifstream in(path);
+  if (!in.is_open()) return;
+  std::string kept, line;
+  bool dropped = false;
+  while (std::getline(in, line)) {
+    // A line cut short by a crash does not parse: it goes too.
+    const nlohmann::json record = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (record.is_object() && record.contains("step") && record["step"].is_number_integer() &&
+        record["step"].get<int64_t>() <= step) {
+      kept += line + "\n";
+    } else {
+      dropped = true;
+    }
+  }
+  if (dropped) write_file_atomically(path, kept.data(), kept.size());
 }
 
 void MetricsLog::write(const nlohmann::json& line) {

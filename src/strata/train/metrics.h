@@ -35,6 +35,7 @@ struct StepMetrics {
   double loss_scale = 1.0;
   bool skipped = false;
   int64_t skipped_steps = 0;
+  double checkpoint_stall_s = -1;  // seconds the loop was blocked saving after it; < 0: no save
 };
 
 nlohmann::json to_json(const StepMetrics& metrics);
@@ -42,10 +43,14 @@ nlohmann::json to_json(const StepMetrics& metrics);
 class MetricsLog {
  public:
   // Opens <dir>/metrics.jsonl for appending (creating dir); inactive when !active or dir is "".
-  MetricsLog(const std::string& dir, bool active);
+  // A run that starts at `first_step` (a resume, or 0) first drops the records of later
+  // steps, which it is about to run again, so that no step is recorded twice.
+  MetricsLog(const std::string& dir, bool active, int64_t first_step);
   void write(const nlohmann::json& line);
 
  private:
+  static void drop_records_after(const std::string& path, int64_t step);
+
   std::ofstream file_;
 };
 

@@ -5,15 +5,20 @@
 
 #include <chrono>
 #include <cmath>
+#include <filesystem>
+#include <iostream>
 #include <limits>
 #include <map>
 
+#include "strata/ckpt/async_checkpoint.h"
 #include "strata/ckpt/checkpoint.h"
 #include "strata/core/error.h"
+#include "strata/core/fault_injection.h"
 #include "strata/core/memory.h"
 #include "strata/core/precision.h"
 #include "strata/data/dataset.h"
 #include "strata/data_parallel/data_parallel.h"
+#include "strata/dist/flight_record.h"
 #include "strata/dist/trace.h"
 #include "strata/parallel/context_parallel.h"
 #include "strata/parallel/linear.h"
@@ -21,6 +26,7 @@
 #include "strata/pipeline/partition.h"
 #include "strata/train/metrics.h"
 #include "strata/train/pipeline_executor.h"
+#include "strata/train/watchdog.h"
 
 namespace strata {
 namespace {
@@ -157,6 +163,17 @@ Trainer::Trainer(const Config& config, Mesh& mesh)
       chunk_pointers, mesh_, config_,
       tied_ && (mesh_.pp_is_first_stage() || mesh_.pp_is_last_stage()) ? tied_.get() : nullptr);
   executor_->set_listener(data_parallel_.get());
+  checkpoint_group_ = std::make_unique<CommCheckpointGroup>(mesh_.world());
+  if (config_.checkpoint.async) {
+    async_checkpointer_ = std::make_unique<AsyncCheckpointer>(*checkpoint_group_);
+  }
+  if (!config_.log.dir.empty()) {
+    std::error_code error;  // rank 0's MetricsLog reports an unusable log.dir
+    std::filesystem::create_directories(config_.log.dir, error);
+    char name[32];
+    std::snprintf(name, sizeof name, "/flight_rank_%05d.json", mesh_.rank());
+    set_flight_record_path(config_.log.dir + name);
+  }
   peak_flops_ = measure_matmul_peak_flops(dtype_);
 }
 
@@ -296,48 +313,110 @@ double Trainer::evaluate() {
   return global_mean_loss(loss / static_cast<double>(config_.train.eval_batches));
 }
 
-void Trainer::save(int64_t steps_done, TrainResult& result) {
+double Trainer::save(int64_t steps_done, TrainResult& result) {
+  const auto start = Clock::now();
   nlohmann::json state = {
       {"step", steps_done},          {"optimizer_steps", data_parallel_->optimizer().step_count()},
       {"seed", config_.train.seed},  {"loss_scaler", loss_scaler_.state()},
       {"layout", mesh_.to_string()}, {"world_size", mesh_.shape().world()},
       {"config", to_toml(config_)}};
+  const CheckpointConfig& checkpoint = config_.checkpoint;
   std::vector<ShardedTensor> tensors = data_parallel_->checkpoint_tensors(/*for_load=*/false);
-  result.last_checkpoint = save_checkpoint(config_.checkpoint.dir, steps_done, tensors, state,
-                                           mesh_.world(), config_.checkpoint.keep);
+  if (async_checkpointer_) {
+    async_checkpointer_->save(checkpoint.dir, steps_done, tensors, state, checkpoint.keep);
+  } else {
+    CheckpointSave save(checkpoint.dir, steps_done, *checkpoint_group_, checkpoint.keep);
+    result.last_checkpoint = save.commit(
+        [&] {
+          nlohmann::json record = save.write(tensors);
+          inject_fault("save", steps_done, mesh_.rank());
+          return record;
+        },
+        state);
+  }
   data_parallel_->checkpoint_done(/*loaded=*/false);
+  return seconds_since(start);
 }
 
+namespace {
+
+// Runs `action` on every rank; "" when it succeeded everywhere, else the first failing
+// rank's UserError message, the same on every rank. Collective over `group`.
+std::string first_failure_on_any_rank(CheckpointGroup& group, const std::function<void()>& action) {
+  std::string failure;
+  try {
+    action();
+  } catch (const UserErrorOnEveryRank&) {
+    throw;
+  } catch (const UserError& error) {
+    failure = error.what();
+  }
+  const std::vector<std::string> failures = group.all_gather_bytes(failure);
+  for (size_t rank = 0; rank < failures.size(); ++rank) {
+    if (!failures[rank].empty()) {
+      return failures.size() > 1 ? str(failures[rank], " (on rank ", rank, ")") : failures[rank];
+    }
+  }
+  return "";
+}
+
+}  // namespace
+
 int64_t Trainer::maybe_resume() {
-  const auto& resume = config_.checkpoint.resume;
-  std::string dir;
-  if (resume == "auto") {
-    if (config_.checkpoint.dir.empty()) return 0;
-    dir = find_latest_checkpoint(config_.checkpoint.dir);
-    if (dir.empty()) return 0;
-  } else if (resume != "none") {
-    dir = resume;
-  } else {
-    return 0;
+  const CheckpointConfig& checkpoint = config_.checkpoint;
+  const bool automatic = checkpoint.resume == "auto";
+  if (checkpoint.resume == "none" || (automatic && checkpoint.dir.empty())) return 0;
+  // Rank 0's listing, so that every rank tries the same directories in the same order.
+  std::vector<std::string> candidates = {checkpoint.resume};
+  if (automatic) {
+    std::string listing;
+    if (mesh_.rank() == 0) {
+      for (const std::string& dir : list_checkpoints(checkpoint.dir)) listing += dir + "\n";
+    }
+    listing = checkpoint_group_->all_gather_bytes(listing)[0];
+    candidates.clear();
+    for (size_t start = 0, end; (end = listing.find('\n', start)) != std::string::npos;
+         start = end + 1) {
+      candidates.push_back(listing.substr(start, end - start));
+    }
+    if (candidates.empty()) return 0;
   }
-  nlohmann::json state = read_checkpoint_state(dir);
-  Config saved = parse_config(state.at("config").get<std::string>(), dir + "/state.json");
-  Config saved_model, this_model;
-  saved_model.model = saved.model;
-  saved_model.model.attention = config_.model.attention;  // how it computes, not which model
-  this_model.model = config_.model;
-  STRATA_REQUIRE(to_toml(saved_model) == to_toml(this_model), "checkpoint ", dir,
-                 " was written for a different [model] section; resume it "
-                 "with the same model, or set checkpoint.resume = \"none\"");
   std::vector<ShardedTensor> tensors = data_parallel_->checkpoint_tensors(/*for_load=*/true);
-  {
-    at::NoGradGuard no_grad;
-    load_checkpoint(dir, tensors);
+  for (const std::string& dir : candidates) {
+    nlohmann::json state;
+    std::string failure =
+        first_failure_on_any_rank(*checkpoint_group_, [&] { state = read_checkpoint_state(dir); });
+    if (failure.empty()) {
+      Config saved = parse_config(state.at("config").get<std::string>(), dir + "/state.json");
+      Config saved_model, this_model;
+      saved_model.model = saved.model;
+      saved_model.model.attention = config_.model.attention;  // how it computes, not which model
+      this_model.model = config_.model;
+      if (to_toml(saved_model) != to_toml(this_model)) {
+        throw UserErrorOnEveryRank(str("checkpoint ", dir,
+                                       " was written for a different [model] section; resume it "
+                                       "with the same model, or set checkpoint.resume = \"none\""));
+      }
+      failure = first_failure_on_any_rank(*checkpoint_group_, [&] {
+        at::NoGradGuard no_grad;
+        load_checkpoint(dir, tensors);
+      });
+    }
+    if (failure.empty()) {
+      data_parallel_->checkpoint_done(/*loaded=*/true);
+      data_parallel_->optimizer().set_step_count(state.at("optimizer_steps").get<int64_t>());
+      loss_scaler_.load_state(state.value("loss_scaler", nlohmann::json()));
+      return state.at("step").get<int64_t>();
+    }
+    if (!automatic) throw UserErrorOnEveryRank(failure);
+    if (mesh_.rank() == 0) {
+      std::cerr << "strata: warning: skipping checkpoint " << dir << ": " << failure << std::endl;
+    }
   }
-  data_parallel_->checkpoint_done(/*loaded=*/true);
-  data_parallel_->optimizer().set_step_count(state.at("optimizer_steps").get<int64_t>());
-  loss_scaler_.load_state(state.value("loss_scaler", nlohmann::json()));
-  return state.at("step").get<int64_t>();
+  throw UserErrorOnEveryRank(
+      str("no usable checkpoint in ", checkpoint.dir, ": all ", candidates.size(),
+          " failed verification (see the warnings above); remove them, or set "
+          "checkpoint.resume = \"none\" to start from step 0"));
 }
 
 StepMetrics Trainer::step_metrics(int64_t step, const StepResult& result, double step_time_s,
@@ -381,25 +460,37 @@ StepMetrics Trainer::step_metrics(int64_t step, const StepResult& result, double
 
 TrainResult Trainer::run() {
   const bool is_rank0 = mesh_.rank() == 0;
-  MetricsLog metrics(config_.log.dir, is_rank0);
   Progress progress(config_.log.progress, config_.train.steps, config_.log.every, is_rank0);
   TrainResult result;
   result.first_step = maybe_resume();
+  MetricsLog metrics(config_.log.dir, is_rank0, result.first_step);
   if (result.first_step > 0) {
     progress.message(str("resumed from step ", result.first_step, " of ", config_.checkpoint.dir));
   }
   progress.message(str("strata: ", mesh_.to_string(), " | model ", num_parameters(),
                        " parameters | ", config_.train.global_batch, " x ", config_.model.seq_len,
                        " tokens per step"));
+  Watchdog watchdog(config_.fault.step_timeout_s, mesh_.rank());
 
   for (int64_t step = result.first_step; step < config_.train.steps; ++step) {
+    inject_fault("step", step, mesh_.rank());
     mesh_.world().counters().reset();
     reset_tracked_peak();
     const int64_t live_before = tracked_bytes_now();
     const auto start = Clock::now();
     const StepResult step_result = train_step(step);
-    const StepMetrics m = step_metrics(step, step_result, seconds_since(start), live_before);
+    StepMetrics m = step_metrics(step, step_result, seconds_since(start), live_before);
+    if (async_checkpointer_) {
+      const std::string committed = async_checkpointer_->poll();
+      if (!committed.empty()) result.last_checkpoint = committed;
+    }
 
+    const bool last = m.step == config_.train.steps;
+    const bool due = config_.checkpoint.every > 0 && m.step % config_.checkpoint.every == 0;
+    if (!config_.checkpoint.dir.empty() && (due || last)) {
+      Trace::Scope scope(*trace_, "checkpoint", step);
+      m.checkpoint_stall_s = save(m.step, result);
+    }
     metrics.write(to_json(m));
     progress.update(m);
     result.losses.push_back(step_result.loss);
@@ -408,7 +499,6 @@ TrainResult Trainer::run() {
     result.peak_inflight.push_back(step_result.peak_inflight);
     if (config_.model.moe.num_experts > 0) result.moe.push_back(step_result.moe);
 
-    const bool last = m.step == config_.train.steps;
     if (config_.train.eval_every > 0 && (m.step % config_.train.eval_every == 0 || last)) {
       Trace::Scope scope(*trace_, "evaluate", step);
       const double eval_loss = evaluate();
@@ -416,11 +506,11 @@ TrainResult Trainer::run() {
       metrics.write({{"step", m.step}, {"eval_loss", eval_loss}});
       progress.eval(m.step, eval_loss);
     }
-    const bool due = config_.checkpoint.every > 0 && m.step % config_.checkpoint.every == 0;
-    if (!config_.checkpoint.dir.empty() && (due || last)) {
-      Trace::Scope scope(*trace_, "checkpoint", step);
-      save(m.step, result);
-    }
+    watchdog.beat(m.step);
+  }
+  if (async_checkpointer_) {
+    const std::string committed = async_checkpointer_->finish();
+    if (!committed.empty()) result.last_checkpoint = committed;
   }
   progress.finish();
   trace_->write(config_.log.dir, mesh_.world());

@@ -18,6 +18,9 @@
 namespace strata {
 
 class Trace;
+class Watchdog;
+class AsyncCheckpointer;
+class CommCheckpointGroup;
 class PipelineExecutor;
 class DataParallel;
 struct ShardedTensor;
@@ -87,7 +90,9 @@ class Trainer {
   MicrobatchSource microbatches_of(Split split, int64_t batch) const;
   double evaluate();
   MoeStepStats collect_moe_stats();  // collective over dp and pp
-  void save(int64_t steps_done, TrainResult& result);
+  // Saves after `steps_done` steps (synchronously, or hands the copy to the background
+  // writer); returns the seconds the training loop was blocked.
+  double save(int64_t steps_done, TrainResult& result);
   int64_t maybe_resume();  // returns the step to start at
 
   Config config_;
@@ -104,6 +109,8 @@ class Trainer {
   int64_t rows_per_dp_rank_;  // sequences of the global batch this dp rank processes
   double peak_flops_ = 0;     // measured matmul rate of this rank
   std::unique_ptr<Trace> trace_;
+  std::unique_ptr<CommCheckpointGroup> checkpoint_group_;  // the world, for saves and resume
+  std::unique_ptr<AsyncCheckpointer> async_checkpointer_;  // checkpoint.async only
 };
 
 // Checks what validate_config cannot see from core/: that the pipeline schedule can be built
