@@ -1,20 +1,23 @@
 // The `strata` binary: train, config, generate, data prepare. User errors print one clear
 // message and exit 2; a failure on one rank of a running job aborts the whole job instead of
-// leaving the other ranks waiting.
+// leaving the other ranks waiting; `train --nproc N` supervises its job and restarts it.
 #include <CLI/CLI.hpp>
 
 #include <filesystem>
 #include <functional>
 #include <iostream>
+#include <memory>
 
 #include <unistd.h>
 
 #include "strata/cli/plan.h"
 #include "strata/cli/simulate.h"
+#include "strata/cli/supervisor.h"
 #include "strata/core/config.h"
 #include "strata/core/error.h"
 #include "strata/data/prepare.h"
 #include "strata/data/tokenizer.h"
+#include "strata/dist/flight_record.h"
 #include "strata/dist/launcher.h"
 #include "strata/dist/mesh.h"
 #include "strata/dist/runtime.h"
@@ -26,9 +29,24 @@
 namespace strata {
 namespace {
 
-// Runs body(world_size, &rank) on every rank of the job with MPI initialized. A UserError
-// (bad config or file: identical on every rank, before any work) is printed once by rank 0
-// and exits 2; any other failure on one rank aborts the whole job so no rank is left waiting.
+// A UserError of a step every rank runs alike (the config, the layout), reported once.
+template <typename Action>
+auto alike_on_every_rank(Action action) {
+  try {
+    return action();
+  } catch (const UserErrorOnEveryRank&) {
+    throw;
+  } catch (const UserError& error) {
+    throw UserErrorOnEveryRank(error.what());
+  }
+}
+
+// Runs body(world_size, &rank) on every rank of the job with MPI initialized. A user error
+// reaches the user once, whichever rank raised it: one every rank raised alike
+// (UserErrorOnEveryRank) is printed by rank 0, any other by the rank that raised it; the job
+// exits 2. Any other failure on one rank is printed by that rank, with the flight record of
+// its last communication written, and aborts the whole job (exit 1) so no rank is left
+// waiting.
 int run_on_ranks(const std::function<void(int, int*)>& body) {
   int argc = 0;
   char** no_args = nullptr;
@@ -37,12 +55,19 @@ int run_on_ranks(const std::function<void(int, int*)>& body) {
   try {
     body(world_size, &rank);
   } catch (const UserError& error) {
-    if (rank == 0) std::cerr << "strata: error: " << error.what() << std::endl;
+    const bool alike = dynamic_cast<const UserErrorOnEveryRank*>(&error) != nullptr;
+    if (world_size == 1 || (alike && rank == 0)) {
+      std::cerr << "strata: error: " << error.what() << std::endl;
+    } else if (!alike) {
+      std::cerr << "strata: error: rank " << rank << ": " << error.what() << std::endl;
+    }
     if (world_size > 1) abort_job(2);
     finalize_mpi();
     return 2;
   } catch (const std::exception& error) {
-    std::cerr << "strata: rank " << rank << ": " << error.what() << std::endl;
+    const std::string record = write_flight_record(error.what());
+    std::cerr << "strata: rank " << rank << ": " << error.what()
+              << (record.empty() ? "" : "; flight record " + record) << std::endl;
     abort_job(1);
   }
   finalize_mpi();
@@ -58,24 +83,26 @@ int run_train(const std::string& config_path, const std::vector<std::string>& ov
     if (!validated.parallel.auto_layout) check_runnable(validated);
     // mpirun gives ranks a pseudo-terminal: tell them what the user's stdout really is.
     setenv("STRATA_STDOUT_IS_TTY", isatty(STDOUT_FILENO) ? "1" : "0", 1);
-    if (nproc > 1) relaunch_under_mpirun(nproc, argv);
+    if (nproc > 1) return supervise_training(validated, nproc, argv);
   }
   return run_on_ranks([&](int world_size, int* rank) {
-    config = validate_config(config, world_size);
+    config = alike_on_every_rank([&] { return validate_config(config, world_size); });
     Comm world = Comm::world(config.parallel.comm_timeout_s);
     *rank = world.rank();
     configure_rank_threads(static_cast<int>(config.train.threads));
     if (config.parallel.auto_layout) {
       std::string note;
       const ClusterProfile local = local_profile_on_ranks(world, &note);
-      const AutoLayout choice = choose_layout(config, world_size, local);
+      const AutoLayout choice =
+          alike_on_every_rank([&] { return choose_layout(config, world_size, local); });
       if (world.rank() == 0) std::cout << choice.explanation << " (" << note << ")" << std::endl;
-      config = validate_config(choice.config, world_size);
+      config = alike_on_every_rank([&] { return validate_config(choice.config, world_size); });
     }
-    check_runnable(config);
+    alike_on_every_rank([&] { check_runnable(config); });
     Mesh mesh(world, mesh_shape_of(config));
-    Trainer trainer(config, mesh);
-    trainer.run();
+    // Building the model and opening the data read the same config and files on every rank.
+    auto trainer = alike_on_every_rank([&] { return std::make_unique<Trainer>(config, mesh); });
+    trainer->run();
   });
 }
 
@@ -182,7 +209,8 @@ int main(int argc, char** argv) {
       return run_generate(checkpoint, prompt, sampling, precision, nproc, args);
     if (*prepare) return run_data_prepare(inputs, out_dir);
   } catch (const UserError& error) {
-    std::cerr << "strata: error: " << error.what() << std::endl;
+    // Before MPI starts, under an external launcher every rank fails alike: rank 0 reports.
+    if (launcher_rank() <= 0) std::cerr << "strata: error: " << error.what() << std::endl;
     return 2;
   }
   return 0;

@@ -60,6 +60,14 @@ bool started_by_mpi_launcher() {
   return false;
 }
 
+int launcher_rank() {
+  for (const char* name : {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID"}) {
+    const char* value = env(name);
+    if (value != nullptr) return std::atoi(value);
+  }
+  return -1;
+}
+
 int available_cores() {
   cpu_set_t set;
   CPU_ZERO(&set);

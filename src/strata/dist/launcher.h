@@ -15,6 +15,10 @@ namespace strata {
 // PMIX_RANK or SLURM_PROCID in the environment).
 bool started_by_mpi_launcher();
 
+// This process's world rank as the MPI launcher set it in the environment (Open MPI, PMI,
+// Slurm), before MPI starts; -1 when not started by one.
+int launcher_rank();
+
 // Number of cores this process may use (sched_getaffinity), at least 1.
 int available_cores();
 

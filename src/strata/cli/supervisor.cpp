@@ -1,0 +1,227 @@
+// The supervisor: mpirun as a child whose stderr passes through this process (forwarded as
+// it comes, and read for the first failure), a restart loop around it, and stop signals
+// forwarded to it.
+#include "strata/cli/supervisor.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <csignal>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <thread>
+
+#include "strata/ckpt/checkpoint.h"
+#include "strata/core/error.h"
+#include "strata/dist/launcher.h"
+
+namespace strata {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// How long mpirun gets to end its ranks after a stop signal before it is killed.
+constexpr double kStopGraceS = 10.0;
+
+volatile sig_atomic_t stop_signal = 0;
+volatile pid_t running_job = 0;
+
+void on_stop_signal(int signal) {
+  stop_signal = signal;
+  if (running_job > 0) kill(running_job, SIGTERM);  // mpirun ends its ranks
+}
+
+void install_stop_handlers() {
+  struct sigaction action {};
+  action.sa_handler = on_stop_signal;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = 0;  // no SA_RESTART: poll and sleeps return early
+  sigaction(SIGINT, &action, nullptr);
+  sigaction(SIGTERM, &action, nullptr);
+}
+
+std::string prefix() { return "strata: supervisor: "; }
+
+struct AttemptResult {
+  int exit_code = 0;  // of mpirun; 128 + signal when a signal ended it
+  FailureReport report;
+};
+
+void write_all(int fd, const char* data, size_t size) {
+  while (size > 0) {
+    const ssize_t written = write(fd, data, size);
+    if (written < 0 && errno == EINTR) continue;
+    if (written <= 0) return;
+    data += written;
+    size -= static_cast<size_t>(written);
+  }
+}
+
+[[noreturn]] void exec_job(const std::vector<std::string>& command, int stderr_fd, int attempt) {
+  dup2(stderr_fd, STDERR_FILENO);
+  setenv("STRATA_ATTEMPT", std::to_string(attempt).c_str(), 1);
+  signal(SIGINT, SIG_DFL);
+  signal(SIGTERM, SIG_DFL);
+  std::vector<char*> argv;
+  for (const std::string& arg : command) argv.push_back(const_cast<char*>(arg.c_str()));
+  argv.push_back(nullptr);
+  execvp(argv[0], argv.data());
+  std::fprintf(stderr, "strata: error: could not start %s: %s; install Open MPI (openmpi-bin)\n",
+               argv[0], std::strerror(errno));
+  std::_Exit(2);
+}
+
+AttemptResult run_attempt(const std::vector<std::string>& command, int attempt) {
+  int pipe_fds[2];
+  STRATA_REQUIRE(pipe2(pipe_fds, O_CLOEXEC) == 0, "cannot create a pipe: ", std::strerror(errno));
+  std::fflush(stdout);
+  std::fflush(stderr);
+  const pid_t pid = fork();
+  STRATA_REQUIRE(pid >= 0, "cannot fork mpirun: ", std::strerror(errno));
+  if (pid == 0) exec_job(command, pipe_fds[1], attempt);
+  close(pipe_fds[1]);
+  running_job = pid;
+  if (stop_signal != 0) kill(pid, SIGTERM);  // a signal came before the pid was known
+
+  AttemptResult result;
+  std::string line;
+  bool exited = false;
+  int status = 0;
+  Clock::time_point stop_seen{};
+  for (bool open = true; open;) {
+    pollfd entry{pipe_fds[0], POLLIN, 0};
+    const int ready = poll(&entry, 1, 200);
+    if (ready > 0) {
+      char buffer[4096];
+      const ssize_t count = read(pipe_fds[0], buffer, sizeof buffer);
+      if (count > 0) {
+        write_all(STDERR_FILENO, buffer, static_cast<size_t>(count));
+        for (ssize_t i = 0; i < count; ++i) {
+          if (buffer[i] != '\n') {
+            line += buffer[i];
+            continue;
+          }
+          read_failure_line(line, &result.report);
+          line.clear();
+        }
+      } else if (count == 0 || errno != EINTR) {
+        open = false;
+      }
+    }
+    // mpirun gone but a straggler still holds the pipe: stop reading soon after.
+    if (!exited && waitpid(pid, &status, WNOHANG) == pid) exited = true;
+    if (exited && ready == 0) open = false;
+    if (stop_signal != 0 && !exited) {
+      if (stop_seen == Clock::time_point{}) stop_seen = Clock::now();
+      if (Clock::now() - stop_seen > std::chrono::duration<double>(kStopGraceS)) kill(pid, SIGKILL);
+    }
+  }
+  if (!line.empty()) read_failure_line(line, &result.report);
+  close(pipe_fds[0]);
+  while (!exited && waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  running_job = 0;
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return result;
+}
+
+// The largest step metrics.jsonl records a loss for, or 0.
+int64_t last_completed_step(const std::string& log_dir) {
+  std::ifstream metrics(log_dir + "/metrics.jsonl");
+  std::string line;
+  int64_t last = 0;
+  while (std::getline(metrics, line)) {
+    const auto record = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (record.is_object() && record.contains("loss") && record["step"].is_number_integer()) {
+      last = std::max(last, record["step"].get<int64_t>());
+    }
+  }
+  return last;
+}
+
+void sleep_unless_stopped(double seconds) {
+  const auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
+  while (stop_signal == 0 && Clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
+}  // namespace
+
+void read_failure_line(const std::string& line, FailureReport* report) {
+  static const std::regex signal_report(
+      R"(process rank (\d+) with PID \d+ on node \S+ exited on signal (\d+)( \(([^)]*)\))?)");
+  static const std::regex rank_message(R"(^strata: (error: )?rank (\d+): (.*)$)");
+  static const std::regex user_error(R"(^strata: error: (.*)$)");
+  std::smatch match;
+  if (line.find("MPI_ABORT was invoked") != std::string::npos) report->aborted = true;
+  if (!report->aborted && std::regex_search(line, match, signal_report)) {
+    report->rank = std::stoi(match[1]);
+    report->what = str("killed by signal ", match[2].str(),
+                       match[4].matched ? " (" + match[4].str() + ")" : "");
+    report->user_error = false;
+    return;
+  }
+  if (!report->what.empty()) return;  // the first failure wins
+  if (std::regex_search(line, match, rank_message)) {
+    report->rank = std::stoi(match[2]);
+    report->what = match[3];
+    report->user_error = match[1].matched;
+  } else if (std::regex_search(line, match, user_error)) {
+    report->what = match[1];
+    report->user_error = true;
+  }
+}
+
+int supervise_training(const Config& validated, int nproc,
+                       const std::vector<std::string>& program_args) {
+  install_stop_handlers();
+  const FaultConfig& fault = validated.fault;
+  const std::string& checkpoint_root = validated.checkpoint.dir;
+  std::vector<std::string> args = program_args;
+  for (int attempt = 0;; ++attempt) {
+    const AttemptResult result = run_attempt(mpirun_command(nproc, args), attempt);
+    if (stop_signal != 0) {
+      std::cerr << prefix() << "stopped by " << (stop_signal == SIGINT ? "SIGINT" : "SIGTERM")
+                << "; every rank has ended" << std::endl;
+      return 128 + stop_signal;
+    }
+    if (result.exit_code == 0) return 0;
+    const FailureReport& report = result.report;
+    if (report.user_error) return 2;  // the ranks printed it; a restart would fail alike
+
+    std::string what = report.what.empty() ? "no rank said why" : report.what;
+    if (report.rank >= 0) what = str("rank ", report.rank, ": ", what);
+    std::cerr << prefix() << "the job failed (mpirun exit code " << result.exit_code
+              << "): " << what << "; last completed step " << last_completed_step(validated.log.dir)
+              << std::endl;
+    if (attempt >= fault.max_restarts) {
+      std::cerr << prefix() << "giving up after " << attempt << " restart"
+                << (attempt == 1 ? "" : "s") << " (fault.max_restarts = " << fault.max_restarts
+                << ")" << std::endl;
+      return result.exit_code == 0 ? 1 : result.exit_code;
+    }
+    const std::string checkpoint =
+        checkpoint_root.empty() ? "" : find_latest_checkpoint(checkpoint_root);
+    std::cerr << prefix() << "restart " << attempt + 1 << " of " << fault.max_restarts << " in "
+              << fault.restart_backoff_s << " s, from "
+              << (checkpoint.empty() ? std::string("step 0 (no checkpoint yet)")
+                                     : "checkpoint " + checkpoint)
+              << std::endl;
+    sleep_unless_stopped(fault.restart_backoff_s);
+    if (stop_signal != 0) return 128 + stop_signal;
+    if (attempt == 0 && !checkpoint_root.empty()) {
+      args.push_back("--set");
+      args.push_back("checkpoint.resume=auto");
+    }
+  }
+}
+
+}  // namespace strata
