@@ -206,7 +206,7 @@ int supervise_training(const Config& validated, int nproc,
       std::cerr << prefix() << "giving up after " << attempt << " restart"
                 << (attempt == 1 ? "" : "s") << " (fault.max_restarts = " << fault.max_restarts
                 << ")" << std::endl;
-      return result.exit_code == 0 ? 1 : result.exit_code;
+      return result.exit_code;
     }
     const std::string checkpoint =
         checkpoint_root.empty() ? "" : find_latest_checkpoint(checkpoint_root);
