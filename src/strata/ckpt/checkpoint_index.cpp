@@ -298,8 +298,10 @@ CheckpointIndex index_from_json(const nlohmann::json& json, const std::string& p
                  slice.box.shape[d] <= tensor.shape[d] - slice.box.offsets[d];
         }
         if (!fits) {
+          // Offsets and shape as read: their sum may not even be representable.
           throw malformed(str("tensor '", name, "' ", shape_to_string(tensor.shape),
-                              " has a slice ", box_to_string(slice.box), " outside it"));
+                              " has a slice at offsets ", nlohmann::json(slice.box.offsets).dump(),
+                              " of shape ", nlohmann::json(slice.box.shape).dump(), " outside it"));
         }
         tensor.slices.push_back(std::move(slice));
       }
