@@ -132,13 +132,16 @@ double activation_formula_bytes(const Config& config, Recompute mode) {
                           ? e * n * h + 4 * a * n
                           : (4 + (e < 4 ? e : 0)) * a * s * n;
   const double head = 4 * n * h + e * n * h + 2 * 4 * n * V;
+  // 16-bit products run in float32 on CPU (parallel/linear.cpp): the up-projection's float32
+  // output 4*n*F lives until it is rounded, on top of whatever the peak holds.
+  const double transient = e < 4 ? 4 * n * F : 0.0;
   switch (mode) {
     case Recompute::none:
-      return L * (kept + core) + head;
+      return L * (kept + core) + head + transient;
     case Recompute::selective:
-      return L * kept + head;
+      return L * kept + head + transient;
     case Recompute::full:
-      return L * e * n * h + kept + core + head;
+      return L * e * n * h + kept + core + head + transient;
   }
   return 0;
 }

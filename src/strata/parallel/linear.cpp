@@ -4,13 +4,12 @@
 // Its three products go through kernels/tile_gemm.h in float32 when oneDNN is loaded: oneDNN
 // picks its kernels from the CPU, where Debian's OpenBLAS (behind ATen's matmul) may not know
 // the CPU and run generic SSE3 kernels at a fifth of the speed (docs/performance.md). Other
-// dtypes, and a process without oneDNN, use ATen's matmul; float16 on CPU, which ATen cannot
-// multiply in libtorch 1.13, is multiplied in float32 and rounded.
+// dtypes, and a process without oneDNN, use ATen's matmul; bf16 and fp16 on CPU are multiplied
+// in float32 and rounded (multiplies_in_float32 below).
 #include "strata/parallel/linear.h"
 
 #include <torch/csrc/autograd/custom_function.h>
 
-#include "strata/core/precision.h"
 #include "strata/kernels/tile_gemm.h"
 
 namespace strata {
@@ -21,6 +20,15 @@ WeightGradQueue* active_queue = nullptr;
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
+// 16-bit operands on CPU multiply in float32 and the product is rounded: a product of two
+// 16-bit numbers is exact in float32, so this is what a bf16 GEMM accumulating in float32
+// computes. oneDNN's float32 sgemm runs about 3x faster than its bf16 GEMM on a CPU without
+// AMX (2 threads of this machine: ~250 against ~80 GFLOP/s, docs/performance.md), and
+// libtorch 1.13 has no CPU float16 GEMM at all. A CUDA tensor multiplies natively.
+bool multiplies_in_float32(const at::Tensor& a) {
+  return a.is_cpu() && (a.scalar_type() == at::kBFloat16 || a.scalar_type() == at::kHalf);
+}
+
 bool onednn_products(const at::Tensor& a, const at::Tensor& b) {
   static const bool available = preferred_tile_gemm_backend() == TileGemmBackend::onednn;
   return available && a.scalar_type() == at::kFloat && b.scalar_type() == at::kFloat;
@@ -28,8 +36,9 @@ bool onednn_products(const at::Tensor& a, const at::Tensor& b) {
 
 // a (M, K) @ op(b) with b (N, K) when b_transposed, else (K, N); row-major matrices.
 at::Tensor product(const at::Tensor& a, const at::Tensor& b, bool a_transposed, bool b_transposed) {
-  if (computable(a).scalar_type() != a.scalar_type()) {  // float16 on CPU: rounded float32
-    return product(computable(a), computable(b), a_transposed, b_transposed).to(a.scalar_type());
+  if (multiplies_in_float32(a)) {
+    return product(a.to(at::kFloat), b.to(at::kFloat), a_transposed, b_transposed)
+        .to(a.scalar_type());
   }
   if (!onednn_products(a, b) || a.numel() == 0 || b.numel() == 0) {
     return at::matmul(a_transposed ? a.t() : a, b_transposed ? b.t() : b);
