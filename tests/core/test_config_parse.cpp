@@ -99,7 +99,7 @@ TEST(ConfigParse, UnknownSectionsAndKeysOutsideSections) {
   EXPECT_CONTAINS(message, "did you mean [model]?");
   EXPECT_CONTAINS(message,
                   "allowed sections: model, model.moe, parallel, train, data, checkpoint, fault, "
-                  "log");
+                  "log, serve");
 
   const std::string outside = parse_error("steps = 10\n");
   EXPECT_CONTAINS(outside, "key 'steps' in run.toml:1:1 is outside any section");
@@ -238,6 +238,7 @@ Config unusual_config() {
   config.checkpoint = {"ckpt", 18, "none", 0, true};
   config.fault = {0, 2.5, 600.0};
   config.log = {"", true, ProgressDisplay::lines, 19};
+  config.serve = {"0.0.0.0", 0, 0.5, 7, 3, 2.5};
   return config;
 }
 
@@ -296,9 +297,10 @@ TEST(ConfigParse, ToTomlPrintsEverySectionAndKeyInOrder) {
   EXPECT_CONTAINS(text, "\ndir = \"\"\n");
   const std::vector<std::string> keys = config_keys();
   EXPECT_CONTAINS(text, "[model.moe]\nnum_experts = 0\n");
-  EXPECT_EQ(keys.size(), 72u);
+  EXPECT_EQ(keys.size(), 78u);
   EXPECT_EQ(keys.front(), "model.vocab_size");
-  EXPECT_EQ(keys.back(), "log.every");
+  EXPECT_EQ(keys.back(), "serve.request_timeout_s");
+  EXPECT_CONTAINS(text, "[serve]\nhost = \"127.0.0.1\"\nport = 8000\n");
   EXPECT_EQ(std::set<std::string>(keys.begin(), keys.end()).size(), keys.size());
 }
 

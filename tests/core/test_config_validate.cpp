@@ -280,6 +280,13 @@ TEST(ConfigValidate, SizesAndRanges) {
       {"fault.step_timeout_s=-5", "fault.step_timeout_s (-5.0) must be >= 0.0"},
       {"log.dir=", "log.dir must not be empty"},
       {"log.every=0", "log.every (0) must be >= 1"},
+      {"serve.host=", "serve.host must not be empty"},
+      {"serve.port=65536", "serve.port (65536) must be in [0, 65535]"},
+      {"serve.port=-1", "serve.port (-1) must be in [0, 65535]"},
+      {"serve.kv_cache_mb=0", "serve.kv_cache_mb (0.0) must be > 0"},
+      {"serve.max_batch_tokens=0", "serve.max_batch_tokens (0) must be >= 1"},
+      {"serve.max_queue=0", "serve.max_queue (0) must be >= 1"},
+      {"serve.request_timeout_s=0", "serve.request_timeout_s (0.0) must be > 0"},
   };
   for (const Case& c : cases) EXPECT_CONTAINS(validate_error({c.setting}), c.expected);
   EXPECT_CONTAINS(validate_error({"parallel.grad_reduce_dtype=bf16", "train.precision=fp64"}),

@@ -1,5 +1,5 @@
 // The run configuration: the TOML sections [model] [parallel] [train] [data] [checkpoint]
-// [log], parsed, overridden by --set, validated, and printed back. The key names are the
+// [log] [serve], parsed, overridden by --set, validated, and printed back. The key names are the
 // public interface (docs/config.md); every field below is one key.
 #pragma once
 #include <cstdint>
@@ -129,6 +129,16 @@ struct LogConfig {
   int64_t every = 1;  // plain progress line every N steps
 };
 
+// [serve]: `strata serve`, the HTTP server with continuous batching (docs/serving.md).
+struct ServeConfig {
+  std::string host = "127.0.0.1";    // the address to bind; the default answers only this machine
+  int64_t port = 8000;               // 0 = any free port (the one bound is printed)
+  double kv_cache_mb = 64.0;         // per rank: the pool of 16-token KV cache blocks, MiB
+  int64_t max_batch_tokens = 256;    // tokens one engine step runs: prefill chunks + decodes
+  int64_t max_queue = 64;            // requests waiting to be admitted; one more is refused (429)
+  double request_timeout_s = 600.0;  // a sequence not finished this long after arrival is cancelled
+};
+
 struct Config {
   ModelConfig model;
   ParallelConfig parallel;
@@ -137,6 +147,7 @@ struct Config {
   CheckpointConfig checkpoint;
   FaultConfig fault;
   LogConfig log;
+  ServeConfig serve;
 };
 
 // Reads a TOML file and applies "section.key=value" overrides (values parsed as TOML).

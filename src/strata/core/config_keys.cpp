@@ -105,6 +105,13 @@ const std::vector<Key>& keys() {
       STRATA_CONFIG_KEY(log, trace),
       STRATA_CONFIG_KEY(log, progress),
       STRATA_CONFIG_KEY(log, every),
+
+      STRATA_CONFIG_KEY(serve, host),
+      STRATA_CONFIG_KEY(serve, port),
+      STRATA_CONFIG_KEY(serve, kv_cache_mb),
+      STRATA_CONFIG_KEY(serve, max_batch_tokens),
+      STRATA_CONFIG_KEY(serve, max_queue),
+      STRATA_CONFIG_KEY(serve, request_timeout_s),
   };
   return table;
 }

@@ -26,7 +26,7 @@ struct Key {
   std::string full_name() const { return std::string(section) + "." + name; }
 };
 
-// Sections in the order of keys(): model, parallel, train, data, checkpoint, log.
+// Sections in the order of keys(): model, parallel, train, data, checkpoint, fault, log, serve.
 const std::vector<std::string>& sections();
 
 // Every key, grouped by section in sections() order, each section in struct order.

@@ -172,6 +172,18 @@ void check_checkpoint_fault_and_log(const Config& config, Problems& problems) {
   require_at_least<int64_t>(problems, "log.every", log.every, 1);
 }
 
+void check_serve(const ServeConfig& serve, Problems& problems) {
+  if (serve.host.empty()) problems.push_back("serve.host must not be empty (e.g. \"127.0.0.1\")");
+  if (serve.port < 0 || serve.port > 65535) {
+    problems.push_back(
+        str("serve.port (", serve.port, ") must be in [0, 65535] (0 = any free port)"));
+  }
+  require_positive(problems, "serve.kv_cache_mb", serve.kv_cache_mb);
+  require_at_least<int64_t>(problems, "serve.max_batch_tokens", serve.max_batch_tokens, 1);
+  require_at_least<int64_t>(problems, "serve.max_queue", serve.max_queue, 1);
+  require_positive(problems, "serve.request_timeout_s", serve.request_timeout_s);
+}
+
 // The keys of [parallel] that are not the layout's sizes.
 void check_parallel_settings(const Config& config, Problems& problems) {
   const ParallelConfig& parallel = config.parallel;
@@ -267,6 +279,7 @@ Problems collect_consistency(Config& config, int64_t world_size) {
   check_train(config.train, problems);
   check_data(config, problems);
   check_checkpoint_fault_and_log(config, problems);
+  check_serve(config.serve, problems);
   if (config.parallel.auto_layout) {  // the layout is checked once the planner chose it
     check_auto(config, problems);
     return problems;
