@@ -244,41 +244,65 @@ at::Tensor GPT::attention(const at::Tensor& x, const BlockParams& block, int64_t
   auto k = kv.narrow(-1, 0, K_l * D).view({B, T, K_l, D}).transpose(1, 2);  // (B, K_l, T, D)
   auto v = kv.narrow(-1, K_l * D, K_l * D).view({B, T, K_l, D}).transpose(1, 2);
   if (config_.pos == PositionEncoding::rope) {
-    const at::Tensor positions = token_positions(T, past, false);
+    const at::Tensor positions = paged_ ? paged_->positions : token_positions(T, past, false);
     q = rotate(q, positions);
     k = rotate(k, positions);
   }
-  if (cache) {
-    if (past > 0) {
-      k = at::cat({cache->keys[layer], k}, 2);
-      v = at::cat({cache->values[layer], v}, 2);
-    }
-    cache->keys[layer] = k;
-    cache->values[layer] = v;
-  }
-  // Grouped-query: each key/value head serves H / K query heads. With replicated kv heads,
-  // expand all of them and keep the ones this rank's query heads use; the blockwise kernel
-  // reads a shared kv head in place otherwise, eager attention expands them.
-  const int64_t group = config_.n_heads / config_.kv_heads();
-  const bool blockwise = config_.attention == AttentionKernel::blockwise;
-  if (kv_replicated_ || (group > 1 && !blockwise)) {
-    k = k.repeat_interleave(group, 1);
-    v = v.repeat_interleave(group, 1);
-    if (kv_replicated_) {
-      k = k.narrow(1, tp_rank_ * H_l, H_l);
-      v = v.narrow(1, tp_rank_ * H_l, H_l);
-    }
-  }
   at::Tensor y;  // (B, H_l, T, D)
-  if (!cache && recomputes(layer, Recompute::selective)) {
-    y = recomputed({q, k, v}, [this](const std::vector<at::Tensor>& in, bool) {
-      return attention_core(in[0], in[1], in[2], 0);
-    });
+  if (paged_) {
+    y = paged_attention(q, k, v, layer);
   } else {
-    y = attention_core(q, k, v, past);
+    if (cache) {
+      if (past > 0) {
+        k = at::cat({cache->keys[layer], k}, 2);
+        v = at::cat({cache->values[layer], v}, 2);
+      }
+      cache->keys[layer] = k;
+      cache->values[layer] = v;
+    }
+    k = expand_kv(k);
+    v = expand_kv(v);
+    if (!cache && recomputes(layer, Recompute::selective)) {
+      y = recomputed({q, k, v}, [this](const std::vector<at::Tensor>& in, bool) {
+        return attention_core(in[0], in[1], in[2], 0);
+      });
+    } else {
+      y = attention_core(q, k, v, past);
+    }
   }
   y = y.transpose(1, 2).reshape({B, T, H_l * D});
   return leave_tp(strata::linear(y, weight(block.attn_out_weight)), sequence_parallel);
+}
+
+at::Tensor GPT::expand_kv(const at::Tensor& kv) const {
+  // Each key/value head serves H / K query heads. With replicated kv heads, expand all of them
+  // and keep the ones this rank's query heads use; the blockwise kernel reads a shared kv head
+  // in place otherwise, eager attention expands them.
+  const int64_t group = config_.n_heads / config_.kv_heads();
+  const bool blockwise = config_.attention == AttentionKernel::blockwise;
+  if (!kv_replicated_ && (group == 1 || blockwise)) return kv;
+  at::Tensor expanded = kv.repeat_interleave(group, 1);
+  return kv_replicated_ ? expanded.narrow(1, tp_rank_ * local_heads_, local_heads_) : expanded;
+}
+
+at::Tensor GPT::paged_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                int64_t layer) {
+  // The new keys and values go to their slots first, so each sequence then reads its whole
+  // context (earlier steps and this one) from the pool, and attends as a cache would.
+  at::Tensor& keys = paged_->cache->keys[layer];  // (slots, K_l, D)
+  at::Tensor& values = paged_->cache->values[layer];
+  keys.index_copy_(0, paged_->write_slots, k[0].transpose(0, 1));
+  values.index_copy_(0, paged_->write_slots, v[0].transpose(0, 1));
+  std::vector<at::Tensor> outputs;
+  outputs.reserve(paged_->sequences.size());
+  for (const PagedBatch::Sequence& sequence : paged_->sequences) {
+    const at::Tensor& slots = sequence.context_slots;
+    at::Tensor k_s = expand_kv(keys.index_select(0, slots).transpose(0, 1).unsqueeze(0));
+    at::Tensor v_s = expand_kv(values.index_select(0, slots).transpose(0, 1).unsqueeze(0));
+    at::Tensor q_s = q.narrow(2, sequence.first_row, sequence.rows);
+    outputs.push_back(attention_core(q_s, k_s, v_s, slots.size(0) - sequence.rows));
+  }
+  return at::cat(outputs, 2);  // (1, H_l, N, D)
 }
 
 at::Tensor GPT::attention_core(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
@@ -323,7 +347,7 @@ at::Tensor GPT::moe(const at::Tensor& x, const BlockParams& block, int64_t layer
                   {weight(block.router_weight), weight(block.expert_fc_weight),
                    weight(block.expert_out_weight)},
                   config_, ep_comm_, cache ? &cache->expert_counts[layer] : nullptr, cp_.comm);
-  if (!cache && !recomputing_) {
+  if (!cache && !recomputing_ && !paged_) {
     out.stats.layer = stage_.first_layer + layer;
     moe_stats_.push_back(std::move(out.stats));
   }
@@ -357,7 +381,8 @@ at::Tensor GPT::embed(const at::Tensor& tokens, int64_t past, bool sequence_para
   }
   if (position_embedding_ != kNone) {
     x = x + weight(position_embedding_)
-                .index_select(0, token_positions(x.size(1), past, sequence_parallel));
+                .index_select(0, paged_ ? paged_->positions
+                                        : token_positions(x.size(1), past, sequence_parallel));
   }
   return x;
 }
@@ -430,14 +455,37 @@ at::Tensor GPT::logits(const at::Tensor& tokens, KVCache* cache) {
                "logits() needs the whole model and whole sequences on this rank");
   // Generation runs without sequence parallelism (one new token cannot be split); the
   // weights are the same either way.
-  at::Tensor local = strata::linear(hidden(tokens, cache, false), weight(head_weight_));
-  if (!tp_comm_) return local;                                 // (B, T, V)
-  at::Tensor vocab_first = local.movedim(-1, 0).contiguous();  // (V_l, B, T)
+  return vocab_logits(hidden(tokens, cache, false));
+}
+
+at::Tensor GPT::vocab_logits(const at::Tensor& normed) {
+  at::Tensor local = strata::linear(normed, weight(head_weight_));
+  if (!tp_comm_) return local;                                 // (..., V)
+  at::Tensor vocab_first = local.movedim(-1, 0).contiguous();  // (V_l, ...)
   auto shape = vocab_first.sizes().vec();
   shape[0] *= tp_size_;
   at::Tensor all = at::empty(shape, local.options());
   tp_comm_->all_gather(all, vocab_first);
   return all.narrow(0, 0, config_.vocab_size).movedim(0, -1);
+}
+
+at::Tensor GPT::forward_paged(const at::Tensor& input, const PagedBatch& batch,
+                              const at::Tensor& sample_rows) {
+  STRATA_CHECK(!cp_.comm, "forward_paged() runs whole sequences, not context-parallel chunks");
+  STRATA_CHECK(batch.cache && batch.cache->keys.size() == blocks_.size(),
+               "the paged cache must hold every layer of this chunk");
+  at::NoGradGuard no_grad;
+  // Generation runs without sequence parallelism (one new token cannot be split).
+  struct Reset {
+    const PagedBatch*& paged;
+    ~Reset() { paged = nullptr; }
+  } reset{paged_};
+  paged_ = &batch;
+  at::Tensor x = stage_.first ? embed(input, 0, false) : input;
+  x = blocks_forward(x, nullptr, false);
+  if (!stage_.last) return x;
+  x = x.select(0, 0).index_select(0, sample_rows);  // (R, C)
+  return vocab_logits(norm(x, final_norm_weight_, final_norm_bias_));
 }
 
 at::Tensor GPT::loss(const at::Tensor& tokens, const at::Tensor& targets) {

@@ -61,6 +61,28 @@ struct KVCache {
   int64_t length = 0;                     // positions already cached
 };
 
+// Keys and values for serving many sequences at once (serve/): a pool of slots per layer of
+// this chunk, each slot one position of one sequence. Which slots a sequence owns is the
+// caller's business (serve/ hands them out in 16-token blocks); the model only reads and writes
+// the slots a PagedBatch names.
+struct PagedKVCache {
+  std::vector<at::Tensor> keys;    // per layer (slots, local kv heads, head_dim)
+  std::vector<at::Tensor> values;  // per layer (slots, local kv heads, head_dim)
+};
+
+// One serving step: new tokens of several sequences, concatenated along the tokens (N of them).
+struct PagedBatch {
+  struct Sequence {
+    int64_t first_row = 0;     // its first new token among the N
+    int64_t rows = 0;          // its new tokens this step
+    at::Tensor context_slots;  // (past + rows) int64: the slots of all its positions, in order
+  };
+  at::Tensor positions;    // (N) int64: each new token's position in its sequence
+  at::Tensor write_slots;  // (N) int64: the slot each new token's key and value go to
+  std::vector<Sequence> sequences;
+  PagedKVCache* cache = nullptr;
+};
+
 struct TensorParallel {
   Comm* comm = nullptr;  // the tp group; nullptr = no tensor parallelism
   bool sequence_parallel = false;
@@ -105,6 +127,19 @@ class GPT {
   at::Tensor forward_stage(const at::Tensor& input, const at::Tensor& targets,
                            double objective_scale = 1.0);
   const StageSpec& stage() const { return stage_; }
+  int64_t num_layers() const { return static_cast<int64_t>(blocks_.size()); }  // of this chunk
+  // Key/value heads whose keys and values this rank computes and caches (all of them when
+  // they are replicated over tp).
+  int64_t local_kv_heads() const { return local_kv_heads_; }
+  at::ScalarType dtype() const { return dtype_; }
+
+  // One serving step through this chunk, without autograd: input is token ids (1, N) on the
+  // first stage, else the previous stage's output (1, N, C). Each sequence's new keys and
+  // values are written to its slots, and its queries attend to its whole context there. Returns
+  // (1, N, C) on all but the last stage; on the last, the logits (R, V) over the whole
+  // vocabulary of the rows `sample_rows` (R) int64.
+  at::Tensor forward_paged(const at::Tensor& input, const PagedBatch& batch,
+                           const at::Tensor& sample_rows);
 
   // Layer units (see UnitWrapper): how many, their orders, the unit of parameters()[index].
   static constexpr int64_t kOuterUnit = 0;
@@ -150,6 +185,14 @@ class GPT {
   at::Tensor norm(const at::Tensor& x, size_t weight_index, size_t bias_index) const;
   at::Tensor attention(const at::Tensor& x, const BlockParams& block, int64_t layer, KVCache* cache,
                        bool sequence_parallel);
+  // Grouped-query: the key/value heads (B, K_l, L, D) as the attention core wants them for
+  // this rank's query heads.
+  at::Tensor expand_kv(const at::Tensor& kv) const;
+  // attention() of a PagedBatch: q, k, v (1, heads, N, D) of the new tokens.
+  at::Tensor paged_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                             int64_t layer);
+  // Final-normed hidden states (..., C) -> logits (..., V) over the whole vocabulary.
+  at::Tensor vocab_logits(const at::Tensor& normed);
   // softmax(q k^T scale, causal) v by the configured kernel, or across the cp ranks.
   at::Tensor attention_core(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                             int64_t past);
@@ -179,9 +222,10 @@ class GPT {
   bool sequence_parallel_;
   Comm* ep_comm_;  // nullptr when every expert is on this rank
   int64_t ep_size_ = 1, ep_rank_ = 0;
-  ContextParallel cp_;            // comm nullptr without context parallelism
-  at::Tensor context_positions_;  // (seq_len / cp) int64: this rank's tokens' positions
-  double objective_scale_ = 1.0;  // of the forward_stage() running now
+  ContextParallel cp_;                 // comm nullptr without context parallelism
+  at::Tensor context_positions_;       // (seq_len / cp) int64: this rank's tokens' positions
+  double objective_scale_ = 1.0;       // of the forward_stage() running now
+  const PagedBatch* paged_ = nullptr;  // of the forward_paged() running now
   Recompute recompute_ = Recompute::none;
   int64_t recompute_layers_ = 0;  // the first blocks that recompute (all of them when 0)
   bool recomputing_ = false;      // inside a recomputation: statistics are not recorded again
