@@ -15,9 +15,16 @@ std::unique_ptr<GPT> load_model_from_checkpoint(const std::string& dir, Config* 
   nlohmann::json state = read_checkpoint_state(dir);
   Config config = parse_config(state.at("config").get<std::string>(), dir + "/state.json");
   if (precision) config.train.precision = *precision;
+  auto model = load_stage_from_checkpoint(dir, config, tp, StageSpec{});
+  if (config_out) *config_out = config;
+  return model;
+}
+
+std::unique_ptr<GPT> load_stage_from_checkpoint(const std::string& dir, const Config& config,
+                                                Comm* tp, const StageSpec& stage) {
   auto model =
       std::make_unique<GPT>(config.model, config.train.seed, compute_dtype(config.train.precision),
-                            TensorParallel{tp, false});
+                            TensorParallel{tp, false}, stage);
   std::vector<ShardedTensor> tensors;
   for (auto& parameter : model->parameters()) {
     for (auto& slice :
@@ -29,8 +36,28 @@ std::unique_ptr<GPT> load_model_from_checkpoint(const std::string& dir, Config* 
     at::NoGradGuard no_grad;
     load_checkpoint(dir, tensors);
   }
-  if (config_out) *config_out = config;
   return model;
+}
+
+int64_t sample_token(const at::Tensor& logits, const SamplingOptions& options,
+                     at::Generator& generator) {
+  if (options.temperature <= 0) return logits.argmax().item<int64_t>();
+  at::Tensor scaled = logits / options.temperature;
+  const float hidden = -std::numeric_limits<float>::infinity();
+  if (options.top_k > 0 && options.top_k < scaled.size(0)) {
+    auto threshold = std::get<0>(scaled.topk(options.top_k)).min();
+    scaled = scaled.masked_fill(scaled < threshold, hidden);
+  }
+  if (options.top_p < 1) {
+    // Keep the likeliest tokens up to and including the one whose cumulative probability
+    // reaches top_p; the rest are hidden.
+    auto [sorted, order] = at::softmax(scaled, 0).sort(0, /*descending=*/true);
+    at::Tensor before = sorted.cumsum(0) - sorted;  // probability of the likelier tokens
+    at::Tensor drop = at::zeros_like(before, at::kBool).scatter(0, order, before >= options.top_p);
+    scaled = scaled.masked_fill(drop, hidden);
+  }
+  auto probabilities = at::softmax(scaled, 0);
+  return at::multinomial(probabilities, 1, false, generator).item<int64_t>();
 }
 
 std::vector<int64_t> generate(GPT& model, const std::vector<int64_t>& prompt,
@@ -48,18 +75,7 @@ std::vector<int64_t> generate(GPT& model, const std::vector<int64_t>& prompt,
          cache.length + input.size(1) <= seq_len) {
     at::Tensor logits =
         model.logits(input, &cache).select(1, -1).select(0, 0).to(at::kFloat);  // (V)
-    int64_t next;
-    if (options.temperature <= 0) {
-      next = logits.argmax().item<int64_t>();
-    } else {
-      logits = logits / options.temperature;
-      if (options.top_k > 0 && options.top_k < logits.size(0)) {
-        auto threshold = std::get<0>(logits.topk(options.top_k)).min();
-        logits = logits.masked_fill(logits < threshold, -std::numeric_limits<float>::infinity());
-      }
-      auto probabilities = at::softmax(logits, 0);
-      next = at::multinomial(probabilities, 1, false, generator).item<int64_t>();
-    }
+    const int64_t next = sample_token(logits, options, generator);
     output.push_back(next);
     input = at::full({1, 1}, next, at::kLong);
   }

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include <ATen/core/Generator.h>
+
 #include "strata/core/config.h"
 #include "strata/model/gpt.h"
 
@@ -18,8 +20,16 @@ struct SamplingOptions {
   int64_t max_new_tokens = 200;
   double temperature = 0.8;  // 0 = greedy
   int64_t top_k = 40;        // 0 = whole vocabulary
+  double top_p = 1.0;        // nucleus: the likeliest tokens whose probability reaches top_p
   uint64_t seed = 0;
 };
+
+// One token drawn from logits (V) float: the argmax when temperature is 0, else a draw from
+// softmax(logits / temperature) over the top_k likeliest tokens (all when 0), then over the
+// smallest set of them whose probability reaches top_p (all when 1). `strata generate` and
+// `strata serve` both sample here, so a seed gives the same tokens in both.
+int64_t sample_token(const at::Tensor& logits, const SamplingOptions& options,
+                     at::Generator& generator);
 
 // Builds the model the checkpoint's config describes and loads its parameters (any layout
 // the checkpoint was written with). With a tp group, the model is split over it and every tp
@@ -30,6 +40,11 @@ struct SamplingOptions {
 std::unique_ptr<GPT> load_model_from_checkpoint(const std::string& dir, Config* config_out,
                                                 Comm* tp = nullptr,
                                                 std::optional<Precision> precision = {});
+
+// The same for one pipeline stage of the model `config` describes (the checkpoint's model),
+// split over the tp group (nullptr = none).
+std::unique_ptr<GPT> load_stage_from_checkpoint(const std::string& dir, const Config& config,
+                                                Comm* tp, const StageSpec& stage);
 
 // Continues `prompt` (token ids) and returns only the new tokens. Stops early at seq_len.
 std::vector<int64_t> generate(GPT& model, const std::vector<int64_t>& prompt,
