@@ -9,6 +9,7 @@ packages=(
   libopenblas0-openmp                 # fast BLAS for libtorch (the default reference BLAS is ~20x slower)
   libopenmpi-dev openmpi-bin          # all communication, and the launcher
   libtomlplusplus-dev nlohmann-json3-dev libcli11-dev
+  libcpp-httplib-dev                  # strata serve's HTTP server (and the tests' client)
   libgtest-dev googletest
   fortunes                            # the demo's English text corpus
   python3 python3-torch               # the PyTorch peer in bench/ only

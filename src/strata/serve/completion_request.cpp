@@ -1,0 +1,178 @@
+// Reading a completion request: every field's type and range, then the prompts against the
+// model's context.
+#include "strata/serve/completion_request.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "strata/core/error.h"
+
+namespace strata {
+namespace {
+
+const std::vector<std::string>& allowed_fields() {
+  static const std::vector<std::string> fields = {
+      "model", "prompt", "max_tokens", "temperature", "top_p", "top_k", "seed", "stop", "stream"};
+  return fields;
+}
+
+[[noreturn]] void invalid(const std::string& param, const std::string& message) {
+  throw ApiError(400, "invalid_request_error", message, param);
+}
+
+std::string join(const std::vector<std::string>& items) {
+  std::string out;
+  for (const auto& item : items) out += (out.empty() ? "" : ", ") + item;
+  return out;
+}
+
+// nlohmann's name of a JSON value's type, as the messages quote it.
+std::string type_of(const nlohmann::json& value) {
+  if (value.is_number_integer()) return "integer";
+  if (value.is_number_float()) return "number";
+  return value.type_name();
+}
+
+int64_t integer_field(const nlohmann::json& body, const char* name) {
+  const nlohmann::json& value = body.at(name);
+  if (!value.is_number_integer()) {
+    invalid(name, str("'", name, "' must be an integer, got ", type_of(value)));
+  }
+  if (value.is_number_unsigned() &&
+      value.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+    invalid(name, str("'", name, "' is out of range"));
+  }
+  return value.get<int64_t>();
+}
+
+double number_field(const nlohmann::json& body, const char* name) {
+  const nlohmann::json& value = body.at(name);
+  if (!value.is_number()) invalid(name, str("'", name, "' must be a number, got ", type_of(value)));
+  return value.get<double>();
+}
+
+// A string, or an array of strings (non-empty when `non_empty_list`).
+std::vector<std::string> strings_field(const nlohmann::json& body, const char* name) {
+  const nlohmann::json& value = body.at(name);
+  if (value.is_string()) return {value.get<std::string>()};
+  if (!value.is_array()) {
+    invalid(name,
+            str("'", name, "' must be a string or an array of strings, got ", type_of(value)));
+  }
+  std::vector<std::string> items;
+  for (size_t i = 0; i < value.size(); ++i) {
+    if (!value[i].is_string()) {
+      invalid(name, str("'", name, "[", i, "]' must be a string, got ", type_of(value[i])));
+    }
+    items.push_back(value[i].get<std::string>());
+  }
+  return items;
+}
+
+}  // namespace
+
+nlohmann::json error_body(const ApiError& error) {
+  nlohmann::json inner = {{"message", error.what()}, {"type", error.type}, {"code", nullptr}};
+  inner["param"] = error.param.empty() ? nlohmann::json(nullptr) : nlohmann::json(error.param);
+  return {{"error", inner}};
+}
+
+CompletionRequest parse_completion_request(const std::string& text, const std::string& model_name,
+                                           int64_t seq_len, const Tokenizer& tokenizer) {
+  nlohmann::json body;
+  try {
+    body = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::parse_error& error) {
+    invalid("", str("the body is not valid JSON: ", error.what()));
+  }
+  if (!body.is_object()) invalid("", str("the body must be a JSON object, got ", type_of(body)));
+  for (const auto& [name, value] : body.items()) {
+    const auto& allowed = allowed_fields();
+    if (std::find(allowed.begin(), allowed.end(), name) == allowed.end()) {
+      invalid(name, str("unknown field '", name, "'; allowed: ", join(allowed)));
+    }
+  }
+
+  CompletionRequest request;
+  if (body.contains("model")) {
+    if (!body["model"].is_string()) {
+      invalid("model", str("'model' must be a string, got ", type_of(body["model"])));
+    }
+    if (body["model"].get<std::string>() != model_name) {
+      throw ApiError(404, "invalid_request_error",
+                     str("the model '", body["model"].get<std::string>(),
+                         "' does not exist; this server serves '", model_name, "'"),
+                     "model");
+    }
+  }
+  if (!body.contains("prompt")) invalid("prompt", "'prompt' is required");
+  request.prompts = strings_field(body, "prompt");
+  if (request.prompts.empty()) invalid("prompt", "'prompt' must hold at least one string");
+  request.sampling.temperature = 1.0;
+  request.sampling.top_k = 0;
+  request.sampling.top_p = 1.0;
+  if (body.contains("temperature")) {
+    request.sampling.temperature = number_field(body, "temperature");
+    if (!(request.sampling.temperature >= 0 && request.sampling.temperature <= 2)) {
+      invalid("temperature", str("'temperature' (", request.sampling.temperature,
+                                 ") must be in [0, 2]; 0 = greedy"));
+    }
+  }
+  if (body.contains("top_p")) {
+    request.sampling.top_p = number_field(body, "top_p");
+    if (!(request.sampling.top_p > 0 && request.sampling.top_p <= 1)) {
+      invalid("top_p", str("'top_p' (", request.sampling.top_p, ") must be in (0, 1]"));
+    }
+  }
+  if (body.contains("top_k")) {
+    request.sampling.top_k = integer_field(body, "top_k");
+    if (request.sampling.top_k < 0) {
+      invalid("top_k", str("'top_k' (", request.sampling.top_k, ") must be >= 0; 0 = all tokens"));
+    }
+  }
+  if (body.contains("seed")) {
+    request.sampling.seed = static_cast<uint64_t>(integer_field(body, "seed"));
+    request.seeded = true;
+  }
+  if (body.contains("stop")) {
+    request.stop = strings_field(body, "stop");
+    for (const std::string& word : request.stop) {
+      if (word.empty()) invalid("stop", "'stop' strings must not be empty");
+    }
+  }
+  if (body.contains("stream")) {
+    if (!body["stream"].is_boolean()) {
+      invalid("stream", str("'stream' must be a boolean, got ", type_of(body["stream"])));
+    }
+    request.stream = body["stream"].get<bool>();
+  }
+
+  int64_t longest = 0;
+  for (size_t i = 0; i < request.prompts.size(); ++i) {
+    std::vector<int32_t> ids = tokenizer.encode(request.prompts[i]);
+    const auto length = static_cast<int64_t>(ids.size());
+    const std::string which = request.prompts.size() > 1 ? str("prompt[", i, "]") : "prompt";
+    if (length == 0) invalid("prompt", str("'", which, "' is empty; it needs at least one token"));
+    if (length >= seq_len) {
+      invalid("prompt", str("'", which, "' is ", length, " tokens; the model's context is ",
+                            seq_len, " tokens, so a prompt may hold at most ", seq_len - 1));
+    }
+    longest = std::max(longest, length);
+    request.prompt_ids.emplace_back(ids.begin(), ids.end());
+  }
+  if (body.contains("max_tokens")) {
+    const int64_t max_tokens = integer_field(body, "max_tokens");
+    if (max_tokens <= 0) invalid("max_tokens", str("'max_tokens' (", max_tokens, ") must be >= 1"));
+    if (longest + max_tokens > seq_len) {
+      invalid("max_tokens", str("'max_tokens' (", max_tokens, ") plus the prompt (", longest,
+                                " tokens) exceeds the model's context of ", seq_len,
+                                " tokens; at most ", seq_len - longest, " more fit"));
+    }
+    request.sampling.max_new_tokens = max_tokens;
+  } else {
+    request.sampling.max_new_tokens = std::min(kDefaultMaxTokens, seq_len - longest);
+  }
+  return request;
+}
+
+}  // namespace strata

@@ -1,0 +1,209 @@
+// The engine loop (engine.h) and the publication of generated text.
+#include "strata/serve/engine.h"
+
+#include "strata/core/error.h"
+
+namespace strata {
+
+size_t streamable_length(const std::string& text, const std::vector<std::string>& stop) {
+  size_t length = text.size();
+  // An incomplete UTF-8 character at the end: its lead byte announces more continuation bytes
+  // than follow it.
+  for (size_t back = 1; back <= 4 && back <= text.size(); ++back) {
+    const auto byte = static_cast<unsigned char>(text[text.size() - back]);
+    if ((byte & 0xC0) == 0x80) continue;  // a continuation byte: look further back
+    const size_t expected = byte >= 0xF0 ? 4 : byte >= 0xE0 ? 3 : byte >= 0xC0 ? 2 : 1;
+    if (expected > back) length = text.size() - back;
+    break;
+  }
+  for (const std::string& word : stop) {
+    for (size_t keep = std::min(word.size() - 1, text.size()); keep > 0; --keep) {
+      if (text.compare(text.size() - keep, keep, word, 0, keep) == 0) {
+        length = std::min(length, text.size() - keep);
+        break;
+      }
+    }
+  }
+  return length;
+}
+
+Engine::Engine(ServedStage& stage, Comm& world, const ServeConfig& config,
+               const Tokenizer& tokenizer, int64_t num_blocks)
+    : stage_(stage),
+      world_(world),
+      config_(config),
+      tokenizer_(tokenizer),
+      scheduler_(num_blocks, config.max_batch_tokens) {
+  update_gauges();
+}
+
+Admission Engine::submit(const std::vector<std::shared_ptr<Sequence>>& sequences) {
+  const int64_t seq_len = stage_.model().config().seq_len;
+  for (const auto& sequence : sequences) {
+    STRATA_CHECK(sequence->prompt_tokens >= 1 &&
+                     sequence->prompt_tokens + sequence->sampling.max_new_tokens <= seq_len,
+                 "sequence of ", sequence->prompt_tokens, " + ", sequence->sampling.max_new_tokens,
+                 " tokens was not checked against seq_len");
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (stopping_) return Admission::stopping;
+    const auto waiting = static_cast<int64_t>(incoming_.size() + scheduler_.waiting().size());
+    if (waiting + static_cast<int64_t>(sequences.size()) > config_.max_queue) {
+      return Admission::queue_full;
+    }
+    incoming_.insert(incoming_.end(), sequences.begin(), sequences.end());
+    metrics_.queue_depth = waiting + static_cast<int64_t>(sequences.size());
+  }
+  changed_.notify_all();
+  return Admission::accepted;
+}
+
+void Engine::wait_until(const std::function<bool()>& ready) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  changed_.wait(lock, ready);
+}
+
+void Engine::with_lock(const std::function<void()>& read) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  read();
+}
+
+void Engine::notify() {
+  { std::lock_guard<std::mutex> lock(mutex_); }
+  changed_.notify_all();
+}
+
+void Engine::stop() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  changed_.notify_all();
+}
+
+void Engine::update_gauges() {
+  metrics_.queue_depth = static_cast<int64_t>(incoming_.size() + scheduler_.waiting().size());
+  metrics_.running = static_cast<int64_t>(scheduler_.running().size());
+  metrics_.kv_blocks_used = scheduler_.pool().num_used();
+  metrics_.kv_blocks_free = scheduler_.pool().num_free();
+  metrics_.kv_tokens_stored = scheduler_.tokens_stored();
+  metrics_.preemptions = scheduler_.preemptions();
+}
+
+void Engine::finish(const std::shared_ptr<Sequence>& sequence, FinishReason reason) {
+  scheduler_.remove(sequence);
+  sequence->finish = reason;
+  sequence->streamable = sequence->text.size();
+}
+
+void Engine::retire_expired(ServeClock::time_point now) {
+  std::vector<std::shared_ptr<Sequence>> expired;
+  for (const auto* list : {&scheduler_.running()}) {
+    for (const auto& sequence : *list) {
+      if (sequence->cancelled || now >= sequence->deadline) expired.push_back(sequence);
+    }
+  }
+  for (const auto& sequence : scheduler_.waiting()) {
+    if (sequence->cancelled || now >= sequence->deadline) expired.push_back(sequence);
+  }
+  for (const auto& sequence : expired) {
+    finish(sequence, sequence->cancelled ? FinishReason::cancelled : FinishReason::timeout);
+  }
+}
+
+void Engine::publish(Sequence& sequence) {
+  const int64_t generated = sequence.generated();
+  std::string text = tokenizer_.decode(sequence.tokens.data() + sequence.prompt_tokens, generated);
+  size_t cut = std::string::npos;
+  for (const std::string& word : sequence.stop) cut = std::min(cut, text.find(word));
+  sequence.completion_tokens = generated;
+  if (cut != std::string::npos) {
+    text.resize(cut);
+    sequence.text = std::move(text);
+    sequence.finish = FinishReason::stop;
+  } else {
+    sequence.text = std::move(text);
+    if (generated >= sequence.sampling.max_new_tokens) sequence.finish = FinishReason::length;
+  }
+  sequence.streamable = sequence.finish == FinishReason::none
+                            ? streamable_length(sequence.text, sequence.stop)
+                            : sequence.text.size();
+}
+
+void Engine::apply(const std::vector<StepEntry>& step, const at::Tensor& logits) {
+  const auto now = ServeClock::now();
+  int64_t sample = 0;
+  std::vector<std::shared_ptr<Sequence>> finished;
+  for (const StepEntry& entry : step) {
+    Sequence& sequence = *entry.sequence;
+    sequence.computed += entry.rows;
+    if (sequence.computed < static_cast<int64_t>(sequence.tokens.size())) continue;
+    sequence.tokens.push_back(
+        sample_token(logits[sample++], sequence.sampling, sequence.generator));
+    ++metrics_.generation_tokens;
+    if (sequence.generated() == 1) {
+      metrics_.time_to_first_token.observe(
+          std::chrono::duration<double>(now - sequence.arrival).count());
+    } else {
+      metrics_.time_per_output_token.observe(
+          std::chrono::duration<double>(now - sequence.last_token_time).count());
+    }
+    sequence.last_token_time = now;
+    publish(sequence);
+    if (sequence.finish != FinishReason::none) finished.push_back(entry.sequence);
+  }
+  STRATA_CHECK(sample == (logits.defined() ? logits.size(0) : 0), "sampled ", sample,
+               " rows of the step's logits");
+  for (const auto& sequence : finished) finish(sequence, sequence->finish);
+}
+
+void Engine::serve() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  while (true) {
+    for (auto& sequence : incoming_) {
+      metrics_.prompt_tokens += sequence->prompt_tokens;
+      scheduler_.add(std::move(sequence));
+    }
+    incoming_.clear();
+    if (stopping_) break;
+    retire_expired(ServeClock::now());
+    const std::vector<StepEntry> step = scheduler_.schedule();
+    update_gauges();
+    if (step.empty()) {
+      changed_.notify_all();  // sequences retired above
+      changed_.wait(lock, [&] { return stopping_ || !incoming_.empty(); });
+      continue;
+    }
+    StepPlan plan = plan_of(step);
+    lock.unlock();
+    broadcast_plan(plan, world_);
+    const at::Tensor logits = stage_.run(plan);
+    lock.lock();
+    apply(step, logits);
+    update_gauges();
+    changed_.notify_all();
+  }
+  // Stopping: what is left is cancelled, and the other ranks leave their loop.
+  std::vector<std::shared_ptr<Sequence>> left(scheduler_.running().begin(),
+                                              scheduler_.running().end());
+  left.insert(left.end(), scheduler_.waiting().begin(), scheduler_.waiting().end());
+  for (const auto& sequence : left) finish(sequence, FinishReason::cancelled);
+  update_gauges();
+  lock.unlock();
+  changed_.notify_all();
+  StepPlan stop_plan;
+  stop_plan.stop = true;
+  broadcast_plan(stop_plan, world_);
+}
+
+void follow_engine(ServedStage& stage, Comm& world) {
+  while (true) {
+    StepPlan plan;
+    broadcast_plan(plan, world);
+    if (plan.stop) return;
+    stage.run(plan);
+  }
+}
+
+}  // namespace strata

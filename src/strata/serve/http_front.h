@@ -1,0 +1,59 @@
+// The HTTP side of `strata serve` on rank 0 (cpp-httplib): GET /health, GET /v1/models,
+// POST /v1/completions (JSON or Server-Sent Events) and GET /metrics. It listens before the
+// model has loaded (answering 503 until attach()), on threads of its own; the engine runs in
+// the MPI thread.
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "strata/core/config.h"
+#include "strata/data/tokenizer.h"
+#include "strata/serve/engine.h"
+
+namespace httplib {
+class Server;
+struct Request;
+struct Response;
+}  // namespace httplib
+
+namespace strata {
+
+class HttpFront {
+ public:
+  // model_name: the id of /v1/models and the only `model` requests may name.
+  HttpFront(const ServeConfig& config, std::string model_name, int64_t seq_len,
+            const Tokenizer& tokenizer);
+  ~HttpFront();
+
+  // Binds config.host:config.port (port 0: any free one) and starts answering. Returns the
+  // port bound; throws UserError naming serve.host and serve.port if it cannot bind.
+  int start();
+  // From now on requests go to `engine` and /health answers 200.
+  void attach(Engine* engine);
+  // Stops listening and waits for the listening thread. Requests in flight must have been
+  // released first (Engine::stop finishes their sequences).
+  void stop();
+
+ private:
+  void completions(const httplib::Request& request, httplib::Response& response);
+  void metrics(httplib::Response& response);
+  void count(int status);
+
+  ServeConfig config_;
+  std::string model_name_;
+  int64_t seq_len_;
+  const Tokenizer& tokenizer_;
+  std::unique_ptr<httplib::Server> server_;
+  std::thread listener_;
+  std::atomic<Engine*> engine_{nullptr};
+  std::atomic<int64_t> next_id_{0};
+  std::mutex counts_mutex_;
+  std::map<int, int64_t> requests_by_status_;
+};
+
+}  // namespace strata

@@ -1,0 +1,100 @@
+// The scheduling policy (scheduler.h) and the sequence's finish reasons.
+#include "strata/serve/scheduler.h"
+
+#include <algorithm>
+
+#include "strata/core/error.h"
+
+namespace strata {
+
+const char* finish_reason_name(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::none:
+      return "none";
+    case FinishReason::length:
+      return "length";
+    case FinishReason::stop:
+      return "stop";
+    case FinishReason::timeout:
+      return "timeout";
+    case FinishReason::cancelled:
+      return "cancelled";
+  }
+  return "?";
+}
+
+Scheduler::Scheduler(int64_t num_blocks, int64_t max_batch_tokens)
+    : pool_(num_blocks), max_batch_tokens_(max_batch_tokens) {
+  STRATA_CHECK(max_batch_tokens >= 1, "max_batch_tokens ", max_batch_tokens);
+}
+
+void Scheduler::add(std::shared_ptr<Sequence> sequence) { waiting_.push_back(std::move(sequence)); }
+
+void Scheduler::preempt(size_t running_index) {
+  std::shared_ptr<Sequence> victim = running_[running_index];
+  running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(running_index));
+  pool_.release(victim->blocks);
+  victim->computed = 0;
+  waiting_.push_front(std::move(victim));
+  ++preemptions_;
+}
+
+std::vector<StepEntry> Scheduler::schedule() {
+  std::vector<StepEntry> step;
+  int64_t budget = max_batch_tokens_;
+  bool preempted = false;
+  for (size_t i = 0; i < running_.size() && budget > 0;) {
+    Sequence& sequence = *running_[i];
+    const int64_t uncached = static_cast<int64_t>(sequence.tokens.size()) - sequence.computed;
+    STRATA_CHECK(uncached >= 1, "running sequence ", sequence.id, " has nothing to compute");
+    const int64_t rows = std::min(uncached, budget);
+    const int64_t needed =
+        blocks_for(sequence.computed + rows) - static_cast<int64_t>(sequence.blocks.size());
+    bool self_preempted = false;
+    while (needed > pool_.num_free()) {
+      const size_t victim = running_.size() - 1;
+      preempt(victim);
+      preempted = true;
+      if (victim == i) {
+        self_preempted = true;
+        break;
+      }
+    }
+    if (self_preempted) break;
+    STRATA_CHECK(pool_.allocate(needed, sequence.blocks), "blocks were counted free");
+    step.push_back({running_[i], rows});
+    budget -= rows;
+    ++i;
+  }
+  // Admission only when budget is left after every running sequence, and none had to make room.
+  while (!preempted && budget > 0 && !waiting_.empty()) {
+    std::shared_ptr<Sequence> sequence = waiting_.front();
+    const int64_t rows =
+        std::min(static_cast<int64_t>(sequence->tokens.size()) - sequence->computed, budget);
+    const int64_t needed = blocks_for(sequence->computed + rows);
+    if (needed > pool_.num_free()) break;
+    STRATA_CHECK(pool_.allocate(needed, sequence->blocks), "blocks were counted free");
+    waiting_.pop_front();
+    running_.push_back(sequence);
+    step.push_back({sequence, rows});
+    budget -= rows;
+  }
+  return step;
+}
+
+void Scheduler::remove(const std::shared_ptr<Sequence>& sequence) {
+  auto running = std::find(running_.begin(), running_.end(), sequence);
+  if (running != running_.end()) running_.erase(running);
+  auto waiting = std::find(waiting_.begin(), waiting_.end(), sequence);
+  if (waiting != waiting_.end()) waiting_.erase(waiting);
+  pool_.release(sequence->blocks);
+  sequence->computed = 0;
+}
+
+int64_t Scheduler::tokens_stored() const {
+  int64_t stored = 0;
+  for (const auto& sequence : running_) stored += sequence->computed;
+  return stored;
+}
+
+}  // namespace strata

@@ -1,0 +1,57 @@
+// Iteration-level (continuous) batching: before every engine step the scheduler picks which
+// sequences run and how many of their tokens, within a token budget and the free KV blocks.
+//
+// Running sequences go first, oldest first: each gets its uncached tokens (one, once it is
+// decoding; a chunk of its prompt while prefilling) as far as the budget reaches, and the
+// blocks those tokens need. When the pool runs dry, the newest running sequence is preempted:
+// its blocks are freed and it goes back to the front of the queue, to be recomputed (its
+// prompt and generated tokens prefilled again) when it is admitted next. Then, if nothing was
+// preempted, waiting sequences are admitted first come first served while budget and blocks
+// last. As long as one sequence of model.seq_len tokens fits in the pool, the oldest running
+// sequence always advances.
+#pragma once
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <vector>
+
+#include "strata/serve/block_pool.h"
+#include "strata/serve/sequence.h"
+
+namespace strata {
+
+// One sequence in one step: its tokens [computed, computed + rows) run.
+struct StepEntry {
+  std::shared_ptr<Sequence> sequence;
+  int64_t rows = 0;
+};
+
+class Scheduler {
+ public:
+  Scheduler(int64_t num_blocks, int64_t max_batch_tokens);
+
+  void add(std::shared_ptr<Sequence> sequence);  // to the back of the queue
+  // The next step's sequences (blocks allocated for them); empty when nothing can run.
+  std::vector<StepEntry> schedule();
+  // Takes a sequence out (finished, cancelled or timed out) and frees its blocks.
+  void remove(const std::shared_ptr<Sequence>& sequence);
+
+  const std::deque<std::shared_ptr<Sequence>>& waiting() const { return waiting_; }
+  const std::vector<std::shared_ptr<Sequence>>& running() const { return running_; }
+  const BlockPool& pool() const { return pool_; }
+  int64_t preemptions() const { return preemptions_; }
+  // Positions whose keys and values the blocks of running sequences hold (KV utilization is
+  // this over pool().num_used() * kBlockTokens).
+  int64_t tokens_stored() const;
+
+ private:
+  void preempt(size_t running_index);
+
+  BlockPool pool_;
+  int64_t max_batch_tokens_;
+  std::deque<std::shared_ptr<Sequence>> waiting_;
+  std::vector<std::shared_ptr<Sequence>> running_;  // in admission order
+  int64_t preemptions_ = 0;
+};
+
+}  // namespace strata

@@ -1,0 +1,47 @@
+// One sequence being served: a prompt and what has been generated for it. The engine thread
+// owns the scheduling and sampling fields; the HTTP thread that waits for the sequence reads
+// the published fields under the engine's mutex, and may set `cancelled` at any time.
+#pragma once
+#include <ATen/core/Generator.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "strata/infer/generate.h"
+
+namespace strata {
+
+using ServeClock = std::chrono::steady_clock;
+
+enum class FinishReason { none, length, stop, timeout, cancelled };
+const char* finish_reason_name(FinishReason reason);  // "length", "stop", ...
+
+struct Sequence {
+  int64_t id = 0;
+  int64_t prompt_tokens = 0;
+  std::vector<int64_t> tokens;  // the prompt, then every generated token
+  SamplingOptions sampling;     // max_new_tokens is the request's max_tokens
+  std::vector<std::string> stop;
+  at::Generator generator;
+  ServeClock::time_point arrival, deadline;
+
+  // Engine thread only.
+  int64_t computed = 0;         // leading tokens whose keys and values are in `blocks`
+  std::vector<int64_t> blocks;  // block table: position p lives in blocks[p / kBlockTokens]
+  ServeClock::time_point last_token_time;
+
+  // Published by the engine under its mutex.
+  std::string text;       // the decoded completion, cut before a stop string
+  size_t streamable = 0;  // leading bytes of `text` that are final (safe to stream)
+  int64_t completion_tokens = 0;
+  FinishReason finish = FinishReason::none;
+
+  std::atomic<bool> cancelled{false};  // set by the HTTP side: the client went away
+
+  int64_t generated() const { return static_cast<int64_t>(tokens.size()) - prompt_tokens; }
+};
+
+}  // namespace strata

@@ -1,0 +1,117 @@
+// The serving layout and the session's set-up and tear-down.
+#include "strata/serve/serve.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "strata/core/error.h"
+#include "strata/train/trainer.h"
+
+namespace strata {
+namespace {
+
+bool overrides_key(const std::vector<std::string>& overrides, const std::string& key) {
+  return std::any_of(overrides.begin(), overrides.end(),
+                     [&](const std::string& item) { return item.rfind(key + "=", 0) == 0; });
+}
+
+}  // namespace
+
+Config serving_config(const Config& checkpoint_config, const std::vector<std::string>& overrides,
+                      int64_t world_size) {
+  Config base = checkpoint_config;
+  base.parallel = ParallelConfig{};
+  base.parallel.comm_timeout_s = checkpoint_config.parallel.comm_timeout_s;
+  Config config = parse_config(to_toml(base), "the checkpoint's config", overrides);
+  if (!overrides_key(overrides, "parallel.tp") && config.parallel.pp >= 1 &&
+      world_size % config.parallel.pp == 0) {
+    config.parallel.tp = world_size / config.parallel.pp;
+  }
+  // The training batch does not apply to serving; these values satisfy its rules for any pp.
+  config.train.micro_batch = 1;
+  config.train.global_batch = std::max<int64_t>(1, config.parallel.pp);
+  config.parallel.microbatches = 0;
+  config = validate_config(config, world_size);
+  std::vector<std::string> problems;
+  const ParallelConfig& parallel = config.parallel;
+  if (parallel.dp != 1 || parallel.cp != 1 || parallel.ep != 1 || parallel.vpp != 1) {
+    problems.push_back(str("strata serve runs the model on parallel.tp * parallel.pp ranks (",
+                           parallel.tp, " * ", parallel.pp, " here, for ", world_size,
+                           " ranks); parallel.dp (", parallel.dp, "), parallel.cp (", parallel.cp,
+                           "), parallel.ep (", parallel.ep, ") and parallel.vpp (", parallel.vpp,
+                           ") must be 1"));
+  }
+  if (config.model.moe.num_experts > 0 && config.model.moe.capacity_factor != 0) {
+    problems.push_back(str("strata serve batches tokens of many sequences together, so ",
+                           "model.moe.capacity_factor (", config.model.moe.capacity_factor,
+                           ") must be 0 (dropless): --set model.moe.capacity_factor=0.0"));
+  }
+  if (!problems.empty()) throw UserError(problems.front());
+  check_runnable(config);
+  return config;
+}
+
+StageSpec serving_stage(const Config& validated, const MeshCoords& coords) {
+  const std::vector<int64_t> layers = stage_layers(validated);
+  const int64_t stages = static_cast<int64_t>(layers.size());
+  StageSpec stage;
+  for (int64_t s = 0; s < coords.pp; ++s) stage.first_layer += layers[s];
+  stage.num_layers = layers[coords.pp];
+  stage.first = coords.pp == 0;
+  stage.last = coords.pp == stages - 1;
+  return stage;
+}
+
+ServeSession::ServeSession(Mesh& mesh, const Config& config, const std::string& model_name,
+                           const Tokenizer& tokenizer, const StageLoader& load,
+                           const std::function<void(int port)>& on_listening)
+    : mesh_(mesh) {
+  if (mesh_.rank() == 0) {
+    front_ = std::make_unique<HttpFront>(config.serve, model_name, config.model.seq_len, tokenizer);
+    port_ = front_->start();
+    if (on_listening) on_listening(port_);
+  }
+  auto model = load(serving_stage(config, mesh_.coords()), &mesh_.tp());
+
+  // Every rank must hold the same blocks: the pool is what the tightest rank fits.
+  at::Tensor blocks = at::tensor({kv_blocks_in(*model, config.serve.kv_cache_mb)}, at::kLong);
+  at::Tensor block_bytes = at::tensor({kv_block_bytes(*model)}, at::kLong);
+  mesh_.world().all_reduce(blocks, ReduceOp::Min);
+  mesh_.world().all_reduce(block_bytes, ReduceOp::Max);
+  num_blocks_ = blocks.item<int64_t>();
+  const int64_t needed = blocks_for(config.model.seq_len);
+  if (num_blocks_ < needed) {
+    const double needed_mb =
+        static_cast<double>(needed * block_bytes.item<int64_t>()) / (1024.0 * 1024.0);
+    throw UserError(str("serve.kv_cache_mb (", config.serve.kv_cache_mb, ") holds ", num_blocks_,
+                        " KV blocks of ", kBlockTokens, " tokens on the fullest rank; one sequence",
+                        " of model.seq_len (", config.model.seq_len, ") needs ", needed,
+                        ": set serve.kv_cache_mb to at least ", std::ceil(needed_mb * 100) / 100));
+  }
+  stage_ = std::make_unique<ServedStage>(std::move(model), mesh_, num_blocks_);
+  if (mesh_.rank() == 0) {
+    engine_ =
+        std::make_unique<Engine>(*stage_, mesh_.world(), config.serve, tokenizer, num_blocks_);
+    front_->attach(engine_.get());
+  }
+}
+
+ServeSession::~ServeSession() {
+  if (front_) front_->stop();
+}
+
+void ServeSession::run() {
+  if (mesh_.rank() == 0) {
+    engine_->serve();
+    front_->stop();
+  } else {
+    follow_engine(*stage_, mesh_.world());
+  }
+}
+
+void ServeSession::stop() {
+  STRATA_CHECK(engine_, "stop() is for rank 0");
+  engine_->stop();
+}
+
+}  // namespace strata

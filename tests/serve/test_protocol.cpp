@@ -1,0 +1,94 @@
+// The HTTP side's pure parts: reading completion requests, what streaming holds back, and the
+// Prometheus histogram.
+#include <gtest/gtest.h>
+
+#include "expect_error.h"
+#include "strata/serve/completion_request.h"
+#include "strata/serve/engine.h"
+#include "strata/serve/metrics.h"
+
+namespace strata {
+namespace {
+
+CompletionRequest parse(const std::string& body, int64_t seq_len = 32) {
+  ByteTokenizer tokenizer;
+  return parse_completion_request(body, "m", seq_len, tokenizer);
+}
+
+ApiError error_of(const std::string& body) {
+  try {
+    parse(body);
+  } catch (const ApiError& error) {
+    return error;
+  }
+  ADD_FAILURE() << body << " was accepted";
+  return ApiError(0, "", "");
+}
+
+TEST(CompletionRequest, ReadsEveryField) {
+  CompletionRequest request = parse(
+      R"({"model": "m", "prompt": ["ab", "cde"], "max_tokens": 5, "temperature": 0.5,
+          "top_p": 0.25, "top_k": 3, "seed": 9, "stop": "x", "stream": true})");
+  EXPECT_EQ(request.prompts, (std::vector<std::string>{"ab", "cde"}));
+  EXPECT_EQ(request.prompt_ids[1], (std::vector<int64_t>{'c', 'd', 'e'}));
+  EXPECT_EQ(request.sampling.max_new_tokens, 5);
+  EXPECT_EQ(request.sampling.temperature, 0.5);
+  EXPECT_EQ(request.sampling.top_p, 0.25);
+  EXPECT_EQ(request.sampling.top_k, 3);
+  EXPECT_EQ(request.sampling.seed, 9u);
+  EXPECT_TRUE(request.seeded);
+  EXPECT_EQ(request.stop, (std::vector<std::string>{"x"}));
+  EXPECT_TRUE(request.stream);
+}
+
+TEST(CompletionRequest, DefaultsAreOpenAIsCutToTheContext) {
+  CompletionRequest request = parse(R"({"prompt": "abc"})");
+  EXPECT_EQ(request.sampling.max_new_tokens, kDefaultMaxTokens);
+  EXPECT_EQ(request.sampling.temperature, 1.0);
+  EXPECT_EQ(request.sampling.top_p, 1.0);
+  EXPECT_EQ(request.sampling.top_k, 0);
+  EXPECT_FALSE(request.seeded);
+  EXPECT_FALSE(request.stream);
+  EXPECT_EQ(parse(R"({"prompt": "abc"})", 10).sampling.max_new_tokens, 7);
+  EXPECT_EQ(parse(R"({"prompt": "abc", "max_tokens": 29})").sampling.max_new_tokens, 29);
+}
+
+TEST(CompletionRequest, ErrorsNameTheFieldAndStatus) {
+  ApiError error = error_of(R"({"prompt": "abc", "max_tokens": 30})");
+  EXPECT_EQ(error.status, 400);
+  EXPECT_EQ(error.param, "max_tokens");
+  EXPECT_EQ(error.type, "invalid_request_error");
+  EXPECT_CONTAINS(std::string(error.what()), "at most 29 more fit");
+  EXPECT_EQ(error_of(R"({"prompt": "a", "unknown": 1})").param, "unknown");
+  EXPECT_EQ(error_of(R"({"prompt": "a", "model": "other"})").status, 404);
+  nlohmann::json body = error_body(error);
+  EXPECT_EQ(body["error"]["param"], "max_tokens");
+  EXPECT_TRUE(body["error"]["code"].is_null());
+  EXPECT_TRUE(error_body(ApiError(429, "rate_limit_error", "full"))["error"]["param"].is_null());
+}
+
+TEST(Streaming, HoldsBackIncompleteCharactersAndPossibleStops) {
+  EXPECT_EQ(streamable_length("hello", {}), 5u);
+  EXPECT_EQ(streamable_length("caf\xc3", {}), 3u) << "half of a two-byte character";
+  EXPECT_EQ(streamable_length("caf\xc3\xa9", {}), 5u);
+  EXPECT_EQ(streamable_length("a\xe2\x82", {}), 1u) << "two of three bytes";
+  EXPECT_EQ(streamable_length("hello wo", {"world"}), 6u) << "'wo' may become 'world'";
+  EXPECT_EQ(streamable_length("hello w", {"xyz", "wa"}), 6u);
+  EXPECT_EQ(streamable_length("hello", {"abc"}), 5u);
+}
+
+TEST(Metrics, HistogramBucketsAreCumulative) {
+  Histogram histogram(0.5, 2.0, 3);  // 0.5, 1, 2
+  for (double value : {0.25, 0.5, 0.75, 1.5, 9.0}) histogram.observe(value);
+  const std::string text = histogram.prometheus("t", "help");
+  EXPECT_CONTAINS(text, "# TYPE t histogram\n");
+  EXPECT_CONTAINS(text, "t_bucket{le=\"0.5\"} 2\n");
+  EXPECT_CONTAINS(text, "t_bucket{le=\"1.0\"} 3\n");
+  EXPECT_CONTAINS(text, "t_bucket{le=\"2.0\"} 4\n");
+  EXPECT_CONTAINS(text, "t_bucket{le=\"+Inf\"} 5\n");
+  EXPECT_CONTAINS(text, "t_sum 12.0\n");
+  EXPECT_CONTAINS(text, "t_count 5\n");
+}
+
+}  // namespace
+}  // namespace strata
