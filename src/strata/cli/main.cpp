@@ -1,4 +1,4 @@
-// The `strata` binary: train, config, generate, data prepare. User errors print one clear
+// The `strata` binary: train, config, generate, serve, data prepare. User errors print one clear
 // message and exit 2; a failure on one rank of a running job aborts the whole job instead of
 // leaving the other ranks waiting; `train --nproc N` supervises its job and restarts it.
 #include <CLI/CLI.hpp>
@@ -8,8 +8,13 @@
 #include <iostream>
 #include <memory>
 
+#include <pthread.h>
+#include <signal.h>
 #include <unistd.h>
 
+#include <thread>
+
+#include "strata/ckpt/checkpoint.h"
 #include "strata/cli/plan.h"
 #include "strata/cli/simulate.h"
 #include "strata/cli/supervisor.h"
@@ -24,6 +29,7 @@
 #include "strata/infer/generate.h"
 #include "strata/plan/calibrate.h"
 #include "strata/plan/search.h"
+#include "strata/serve/serve.h"
 #include "strata/train/trainer.h"
 
 namespace strata {
@@ -139,6 +145,71 @@ int run_generate(const std::string& checkpoint, const std::string& prompt,
   });
 }
 
+struct ServeFlags {
+  std::string checkpoint, host;
+  std::vector<std::string> overrides;
+  int port = -1;  // -1 = serve.port
+  int nproc = 0;
+};
+
+// The HTTP server: rank 0 listens and schedules, every rank holds its stage of the model
+// (tensor parallel over parallel.tp, pipeline over parallel.pp). SIGINT or SIGTERM on rank 0
+// (mpirun forwards them) stops it after the current step.
+int run_serve(const ServeFlags& flags, const std::vector<std::string>& argv) {
+  std::vector<std::string> overrides = flags.overrides;
+  if (!flags.host.empty()) overrides.push_back("serve.host=" + flags.host);
+  if (flags.port >= 0) overrides.push_back("serve.port=" + std::to_string(flags.port));
+  const Config checkpoint_config =
+      parse_config(read_checkpoint_state(flags.checkpoint).at("config").get<std::string>(),
+                   flags.checkpoint + "/state.json");
+  if (flags.nproc > 0 && !started_by_mpi_launcher()) {
+    serving_config(checkpoint_config, overrides, flags.nproc);  // every error before launching
+    if (flags.nproc > 1) relaunch_under_mpirun(flags.nproc, argv);
+  }
+  // The signals go to a thread of their own that stops the engine; every other thread has
+  // them blocked (set before any thread starts).
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  return run_on_ranks([&](int world_size, int* rank) {
+    const Config config = serving_config(checkpoint_config, overrides, world_size);
+    Comm world = Comm::world(config.parallel.comm_timeout_s);
+    *rank = world.rank();
+    configure_rank_threads(static_cast<int>(config.train.threads));
+    Mesh mesh(world, mesh_shape_of(config));
+    auto tokenizer = make_tokenizer(config.data.tokenizer);
+    ServeSession session(
+        mesh, config, flags.checkpoint, *tokenizer,
+        [&](const StageSpec& stage, Comm* tp) {
+          return load_stage_from_checkpoint(flags.checkpoint, config, tp, stage);
+        },
+        [&](int port) {
+          std::cout << "strata serve: listening on http://" << config.serve.host << ":" << port
+                    << " (loading " << flags.checkpoint << ")" << std::endl;
+        });
+    if (*rank == 0) {
+      std::cout << "strata serve: ready: " << mesh.to_string() << ", " << session.num_blocks()
+                << " KV cache blocks of " << kBlockTokens << " tokens" << std::endl;
+    }
+    std::thread signal_watcher;
+    if (*rank == 0) {
+      signal_watcher = std::thread([&session, signals] {
+        int received = 0;
+        sigwait(&signals, &received);
+        session.stop();
+      });
+    }
+    session.run();
+    if (signal_watcher.joinable()) {
+      // run() returned by a signal, or the watcher is still waiting: wake it.
+      pthread_kill(signal_watcher.native_handle(), SIGTERM);
+      signal_watcher.join();
+    }
+  });
+}
+
 }  // namespace
 }  // namespace strata
 
@@ -175,6 +246,11 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   generate_command->add_option("--top-k", sampling.top_k, "Sample among the k likeliest (0 = all)")
       ->check(CLI::NonNegativeNumber);
+  generate_command
+      ->add_option("--top-p", sampling.top_p,
+                   "Sample among the likeliest tokens whose probability reaches p (1 = all)")
+      ->check(CLI::Range(0.0, 1.0).description("in (0, 1]"))
+      ->check(CLI::PositiveNumber);
   generate_command->add_option("--seed", sampling.seed, "Sampling seed");
   std::string precision;
   generate_command->add_option("--precision", precision,
@@ -183,6 +259,21 @@ int main(int argc, char** argv) {
   generate_command
       ->add_option("--nproc", nproc, "Serve the model split over N local ranks (tensor parallel)")
       ->check(CLI::PositiveNumber);
+
+  ServeFlags serve_flags;
+  auto* serve = app.add_subcommand(
+      "serve", "Serve a checkpoint over HTTP (OpenAI completions API, continuous batching)");
+  serve->add_option("--checkpoint", serve_flags.checkpoint, "Checkpoint directory (step_*)")
+      ->required();
+  serve
+      ->add_option("--nproc", serve_flags.nproc,
+                   "Start N local ranks (tensor parallel, or pipeline with --set parallel.pp)")
+      ->check(CLI::PositiveNumber);
+  serve->add_option("--set", serve_flags.overrides,
+                    "Override a key: section.key=value (repeatable), e.g. parallel.pp=2");
+  serve->add_option("--host", serve_flags.host, "Address to bind (serve.host; 127.0.0.1)");
+  serve->add_option("--port", serve_flags.port, "TCP port (serve.port; 0 = any free port)")
+      ->check(CLI::Range(0, 65535));
 
   std::vector<std::string> inputs;
   std::string out_dir;
@@ -207,6 +298,7 @@ int main(int argc, char** argv) {
     if (*config) return run_config(config_path, overrides, world_size);
     if (*generate_command)
       return run_generate(checkpoint, prompt, sampling, precision, nproc, args);
+    if (*serve) return run_serve(serve_flags, args);
     if (*prepare) return run_data_prepare(inputs, out_dir);
   } catch (const UserError& error) {
     // Before MPI starts, under an external launcher every rank fails alike: rank 0 reports.
