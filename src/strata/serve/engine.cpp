@@ -99,14 +99,11 @@ void Engine::finish(const std::shared_ptr<Sequence>& sequence, FinishReason reas
 
 void Engine::retire_expired(ServeClock::time_point now) {
   std::vector<std::shared_ptr<Sequence>> expired;
-  for (const auto* list : {&scheduler_.running()}) {
-    for (const auto& sequence : *list) {
-      if (sequence->cancelled || now >= sequence->deadline) expired.push_back(sequence);
-    }
-  }
-  for (const auto& sequence : scheduler_.waiting()) {
+  auto collect = [&](const std::shared_ptr<Sequence>& sequence) {
     if (sequence->cancelled || now >= sequence->deadline) expired.push_back(sequence);
-  }
+  };
+  for (const auto& sequence : scheduler_.running()) collect(sequence);
+  for (const auto& sequence : scheduler_.waiting()) collect(sequence);
   for (const auto& sequence : expired) {
     finish(sequence, sequence->cancelled ? FinishReason::cancelled : FinishReason::timeout);
   }

@@ -77,6 +77,9 @@ HttpFront::HttpFront(const ServeConfig& config, std::string model_name, int64_t 
   // A thread per request that can be waiting or running at once.
   const auto threads = static_cast<size_t>(config_.max_queue + config_.max_batch_tokens);
   server_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  // Streamed tokens are small writes: send each at once instead of holding it until the
+  // previous one is acknowledged (Nagle's algorithm).
+  server_->set_tcp_nodelay(true);
 
   server_->Get("/health", [this](const httplib::Request&, httplib::Response& response) {
     if (!engine_.load()) {
