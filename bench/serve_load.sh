@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# Serving under load: continuous batching against static batching (a batch of CONCURRENCY
+# requests fixed until all of them finish), the same generated workload of mixed lengths sent
+# by bench/serve_load to one `strata serve` on loopback, alternately for ROUNDS rounds each.
+# Reports each round's JSON line, then per mode the median and the range (min..max) of output
+# tokens/s, TTFT p50/p99, TPOT p50 and request latency p50, the throughput ratio, and the KV
+# utilization (tokens stored / tokens the used blocks reserve).
+#
+#   bench/serve_load.sh [BUILD_DIR]          (default: build; needs targets strata, serve_load)
+#
+# Environment knobs:
+#   ROUNDS=3 REQUESTS=64 CONCURRENCY=8 MAX_SECONDS=300   rounds per mode, workload, bounds
+#   SHORT_TOKENS=8 LONG_TOKENS=96 LONG_SHARE=0.2          completion lengths of the mix
+#   D_MODEL=256 N_LAYERS=4 N_HEADS=8 SEQ_LEN=256 VOCAB=256 THREADS=2   model and threads
+#   KEEP=DIR       keep the checkpoint, server log and JSON lines in DIR
+set -euo pipefail
+
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+bench_init serve_load "${1:-build}"
+load="$build/bench/serve_load"
+[[ -x $load ]] || { echo "serve_load: $load missing; ninja -C $build serve_load" >&2; exit 2; }
+ROUNDS=${ROUNDS:-3} REQUESTS=${REQUESTS:-64} CONCURRENCY=${CONCURRENCY:-8}
+MAX_SECONDS=${MAX_SECONDS:-300} SHORT_TOKENS=${SHORT_TOKENS:-8} LONG_TOKENS=${LONG_TOKENS:-96}
+LONG_SHARE=${LONG_SHARE:-0.2} THREADS=${THREADS:-2}
+D_MODEL=${D_MODEL:-256} N_LAYERS=${N_LAYERS:-4} N_HEADS=${N_HEADS:-8} SEQ_LEN=${SEQ_LEN:-256}
+VOCAB=${VOCAB:-256}
+
+bench_workdir
+bench_header
+{
+  bench_model_section
+  cat <<TOML
+[train]
+steps = 1
+global_batch = 1
+micro_batch = 1
+warmup_steps = 0
+threads = $THREADS
+[data]
+source = "synthetic"
+[log]
+progress = "none"
+dir = "$work/log"
+[checkpoint]
+dir = "$work/ckpt"
+TOML
+} >"$work/model.toml"
+"$strata" train "$work/model.toml" >"$work/train.log" 2>&1
+checkpoint="$work/ckpt/step_00000001"
+
+"$strata" serve --checkpoint "$checkpoint" --port 0 >"$work/serve.log" 2>&1 &
+server=$!
+trap 'kill $server 2>/dev/null || true; wait $server 2>/dev/null || true' EXIT
+port=""
+for _ in $(seq 600); do
+  port=$(sed -n 's/.*listening on http:\/\/127.0.0.1:\([0-9]*\).*/\1/p' "$work/serve.log")
+  if [[ -n $port ]] && grep -q "ready:" "$work/serve.log"; then break; fi
+  sleep 0.1
+done
+[[ -n $port ]] || { echo "serve_load: the server did not start:" >&2; cat "$work/serve.log" >&2; exit 1; }
+echo "model:   d_model $D_MODEL, $N_LAYERS layers, $N_HEADS heads, seq_len $SEQ_LEN; $THREADS threads"
+echo "load:    $REQUESTS requests x $ROUNDS rounds per mode, $CONCURRENCY clients;" \
+  "completions $SHORT_TOKENS tokens, or $LONG_TOKENS with probability $LONG_SHARE"
+
+for round in $(seq "$ROUNDS"); do
+  for mode in continuous static; do
+    "$load" --port "$port" --mode "$mode" --requests "$REQUESTS" --concurrency "$CONCURRENCY" \
+      --short-tokens "$SHORT_TOKENS" --long-tokens "$LONG_TOKENS" --long-share "$LONG_SHARE" \
+      --max-seconds "$MAX_SECONDS" --seed "$round" | tee -a "$work/rounds.jsonl"
+  done
+done
+
+python3 - "$work/rounds.jsonl" <<'PY'
+import json, statistics, sys
+rows = [json.loads(line) for line in open(sys.argv[1])]
+def summary(mode, key):
+    values = [row[key] for row in rows if row["mode"] == mode]
+    return statistics.median(values), min(values), max(values)
+for mode in ("continuous", "static"):
+    parts = []
+    for key, unit in (("output_tokens_per_s", "tok/s"), ("ttft_p50_s", "s"), ("ttft_p99_s", "s"),
+                      ("tpot_p50_s", "s"), ("latency_p50_s", "s"), ("kv_utilization", "")):
+        median, low, high = summary(mode, key)
+        parts.append(f"{key} {median:.4g} ({low:.4g}..{high:.4g}){' ' + unit if unit else ''}")
+    print(f"{mode}: " + "; ".join(parts))
+ratio = summary("continuous", "output_tokens_per_s")[0] / summary("static", "output_tokens_per_s")[0]
+print(f"throughput continuous / static (medians): {ratio:.2f}x")
+PY
