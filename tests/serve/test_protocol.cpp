@@ -6,6 +6,7 @@
 #include "strata/serve/completion_request.h"
 #include "strata/serve/engine.h"
 #include "strata/serve/metrics.h"
+#include "strata/serve/serve.h"
 
 namespace strata {
 namespace {
@@ -88,6 +89,39 @@ TEST(Metrics, HistogramBucketsAreCumulative) {
   EXPECT_CONTAINS(text, "t_bucket{le=\"+Inf\"} 5\n");
   EXPECT_CONTAINS(text, "t_sum 12.0\n");
   EXPECT_CONTAINS(text, "t_count 5\n");
+}
+
+TEST(ServingConfig, RunsTpTimesPpRanksWhateverTheTrainingLayout) {
+  Config checkpoint;  // trained on 8 ranks: dp 2 x pp 2 x tp 2, 4 microbatches
+  checkpoint.model.n_layers = 4;
+  checkpoint.parallel.tp = 2;
+  checkpoint.parallel.pp = 2;
+  checkpoint.parallel.dp = 2;
+  checkpoint.parallel.microbatches = 4;
+  Config config = serving_config(checkpoint, {}, 2);
+  EXPECT_EQ(config.parallel.tp, 2) << "tp = ranks / pp when not set";
+  EXPECT_EQ(config.parallel.pp, 1);
+  EXPECT_EQ(config.parallel.dp, 1);
+  config = serving_config(checkpoint, {"parallel.pp=2", "serve.max_queue=5"}, 4);
+  EXPECT_EQ(config.parallel.tp, 2);
+  EXPECT_EQ(config.parallel.pp, 2);
+  EXPECT_EQ(config.serve.max_queue, 5);
+  EXPECT_CONTAINS(testing::user_error([&] { serving_config(checkpoint, {"parallel.tp=1"}, 2); }),
+                  "parallel.tp * parallel.pp ranks (1 * 1 = 1, for 2 ranks)");
+  EXPECT_CONTAINS(testing::user_error([&] { serving_config(checkpoint, {"parallel.tp=3"}, 3); }),
+                  "parallel.tp (3) must divide model.n_heads (4)");
+  EXPECT_CONTAINS(
+      testing::user_error([&] {
+        serving_config(checkpoint, {"parallel.cp=2", "parallel.tp=1"}, 2);
+      }),
+      "parallel.dp, parallel.cp, parallel.ep and parallel.vpp must be 1 (got -1, 2, 1, 1)");
+  EXPECT_CONTAINS(
+      testing::user_error([&] { serving_config(checkpoint, {"serve.max_batch_tokens=0"}, 1); }),
+      "serve.max_batch_tokens (0) must be >= 1");
+  checkpoint.model.moe.num_experts = 2;
+  checkpoint.model.moe.capacity_factor = 1.25;
+  EXPECT_CONTAINS(testing::user_error([&] { serving_config(checkpoint, {}, 1); }),
+                  "model.moe.capacity_factor (1.25) must be 0 (dropless)");
 }
 
 }  // namespace

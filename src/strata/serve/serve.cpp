@@ -27,26 +27,26 @@ Config serving_config(const Config& checkpoint_config, const std::vector<std::st
       world_size % config.parallel.pp == 0) {
     config.parallel.tp = world_size / config.parallel.pp;
   }
+  const ParallelConfig& parallel = config.parallel;
+  const bool sizes_valid = parallel.tp >= 1 && parallel.pp >= 1;  // else validation says so
+  if (sizes_valid && (parallel.tp * parallel.pp != world_size || parallel.cp != 1 ||
+                      parallel.ep != 1 || parallel.vpp != 1 || parallel.dp > 1)) {
+    throw UserError(str("strata serve runs the model on parallel.tp * parallel.pp ranks (",
+                        parallel.tp, " * ", parallel.pp, " = ", parallel.tp * parallel.pp, ", for ",
+                        world_size, " ranks); parallel.dp, parallel.cp, parallel.ep and ",
+                        "parallel.vpp must be 1 (got ", parallel.dp, ", ", parallel.cp, ", ",
+                        parallel.ep, ", ", parallel.vpp, ")"));
+  }
+  if (config.model.moe.num_experts > 0 && config.model.moe.capacity_factor != 0) {
+    throw UserError(str("strata serve batches tokens of many sequences together, so ",
+                        "model.moe.capacity_factor (", config.model.moe.capacity_factor,
+                        ") must be 0 (dropless): --set model.moe.capacity_factor=0.0"));
+  }
   // The training batch does not apply to serving; these values satisfy its rules for any pp.
   config.train.micro_batch = 1;
   config.train.global_batch = std::max<int64_t>(1, config.parallel.pp);
   config.parallel.microbatches = 0;
   config = validate_config(config, world_size);
-  std::vector<std::string> problems;
-  const ParallelConfig& parallel = config.parallel;
-  if (parallel.dp != 1 || parallel.cp != 1 || parallel.ep != 1 || parallel.vpp != 1) {
-    problems.push_back(str("strata serve runs the model on parallel.tp * parallel.pp ranks (",
-                           parallel.tp, " * ", parallel.pp, " here, for ", world_size,
-                           " ranks); parallel.dp (", parallel.dp, "), parallel.cp (", parallel.cp,
-                           "), parallel.ep (", parallel.ep, ") and parallel.vpp (", parallel.vpp,
-                           ") must be 1"));
-  }
-  if (config.model.moe.num_experts > 0 && config.model.moe.capacity_factor != 0) {
-    problems.push_back(str("strata serve batches tokens of many sequences together, so ",
-                           "model.moe.capacity_factor (", config.model.moe.capacity_factor,
-                           ") must be 0 (dropless): --set model.moe.capacity_factor=0.0"));
-  }
-  if (!problems.empty()) throw UserError(problems.front());
   check_runnable(config);
   return config;
 }
