@@ -193,20 +193,24 @@ int run_serve(const ServeFlags& flags, const std::vector<std::string>& argv) {
       std::cout << "strata serve: ready: " << mesh.to_string() << ", " << session.num_blocks()
                 << " KV cache blocks of " << kBlockTokens << " tokens" << std::endl;
     }
-    std::thread signal_watcher;
+    // Rank 0: a thread waits for SIGINT or SIGTERM and stops the engine. Leaving this scope
+    // any other way (an error), the watcher is woken by a signal of our own and joined.
+    struct SignalWatcher {
+      std::thread thread;
+      ~SignalWatcher() {
+        if (!thread.joinable()) return;
+        pthread_kill(thread.native_handle(), SIGTERM);
+        thread.join();
+      }
+    } watcher;
     if (*rank == 0) {
-      signal_watcher = std::thread([&session, signals] {
+      watcher.thread = std::thread([&session, signals] {
         int received = 0;
         sigwait(&signals, &received);
         session.stop();
       });
     }
     session.run();
-    if (signal_watcher.joinable()) {
-      // run() returned by a signal, or the watcher is still waiting: wake it.
-      pthread_kill(signal_watcher.native_handle(), SIGTERM);
-      signal_watcher.join();
-    }
   });
 }
 
