@@ -42,7 +42,7 @@ std::unique_ptr<GPT> load_model_from_checkpoint(const std::string& dir, Config* 
                                                 std::optional<Precision> precision = {});
 
 // The same for one pipeline stage of the model `config` describes (the checkpoint's model),
-// split over the tp group (nullptr = none).
+// split over the tp group (nullptr = none), computing in config.train.precision.
 std::unique_ptr<GPT> load_stage_from_checkpoint(const std::string& dir, const Config& config,
                                                 Comm* tp, const StageSpec& stage);
 
