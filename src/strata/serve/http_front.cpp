@@ -4,7 +4,11 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <httplib.h>
 
+#include <sys/socket.h>
+
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <random>
 
 #include "strata/core/error.h"
@@ -80,6 +84,13 @@ HttpFront::HttpFront(const ServeConfig& config, std::string model_name, int64_t 
   // Streamed tokens are small writes: send each at once instead of holding it until the
   // previous one is acknowledged (Nagle's algorithm).
   server_->set_tcp_nodelay(true);
+  // cpp-httplib listens with a backlog of 5 (fixed when the library was built): clients that
+  // connect at once beyond it wait a second for their SYN to be retried. start() raises the
+  // backlog on the listening socket, kept here when it is created.
+  server_->set_socket_options([this](socket_t socket) {
+    httplib::default_socket_options(socket);
+    listen_socket_ = socket;
+  });
 
   server_->Get("/health", [this](const httplib::Request&, httplib::Response& response) {
     if (!engine_.load()) {
@@ -134,6 +145,8 @@ int HttpFront::start() {
                         " (serve.host, serve.port; --host, --port): the address is in use or "
                         "not this machine's"));
   }
+  STRATA_CHECK(::listen(listen_socket_, SOMAXCONN) == 0, "listen(backlog ", SOMAXCONN,
+               ") failed: ", std::strerror(errno));
   listener_ = std::thread([this] { server_->listen_after_bind(); });
   return port;
 }
