@@ -132,11 +132,6 @@ dir = ")" + dir.file("ckpt") + "\"\n";
                 &output),
             2);
   EXPECT_NE(output.find("parallel.pp"), std::string::npos) << output;
-  EXPECT_EQ(
-      testing::run_command(
-          kStrata + " serve --checkpoint " + checkpoint + " --set serve.kv_cache_mb=0.01", &output),
-      2);
-  EXPECT_NE(output.find("set serve.kv_cache_mb to at least"), std::string::npos) << output;
 
   for (const std::string& layout :
        {std::string(""), std::string(" --nproc 2 --set parallel.pp=2")}) {
