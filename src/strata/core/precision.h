@@ -15,9 +15,10 @@ inline bool mixed_precision(Precision precision) {
   return precision == Precision::bf16 || precision == Precision::fp16;
 }
 
-// x itself, or x in float32 where ATen has no CPU kernel for x's dtype (float16 products,
-// activations and softmax on CPU in libtorch 1.13): the caller rounds the result back with
-// .to(x.scalar_type()). A CUDA float16 tensor is returned as is.
+// x itself, or x in float32 where ATen has no CPU kernel for x's dtype (float16 activations,
+// eager attention's products and softmax on CPU in libtorch 1.13): the caller rounds the
+// result back with .to(x.scalar_type()). A CUDA float16 tensor is returned as is. The linear
+// layers' products have their own rule (parallel/linear.cpp, multiplies_in_float32).
 at::Tensor computable(const at::Tensor& x);
 
 }  // namespace strata
