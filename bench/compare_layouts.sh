@@ -117,7 +117,7 @@ for name in names:
                         for k in sorted({k for s in pooled for k in s.get("comm_wait_s", {})})},
         "comm_bytes": med(sum(s["comm_bytes"].values()) for s in pooled),
         "bubble_fraction": med(s["bubble_fraction"] for s in pooled),
-                "param_bytes": pooled[0]["mem"]["params"],
+        "param_bytes": pooled[0]["mem"]["params"],
         "activation_bytes": max(s["mem"]["activations_peak"] for s in pooled),
         "loss_last": runs[0][-1]["loss"],
     }
@@ -125,7 +125,8 @@ base = rows[names[0]]
 for name in names:  # per-round ratios cancel most load drift between rounds
     r = rows[name]
     r["ratio"] = r["step_time_s"] / base["step_time_s"]
-    r["ratio_paired"] = med(a / b for a, b in zip(r["round_medians"], base["round_medians"]))
+    r["round_ratios"] = [a / b for a, b in zip(r["round_medians"], base["round_medians"])]
+    r["ratio_paired"] = med(r["round_ratios"])
 print()
 print(f"| layout | step time (s) | vs {names[0]} (paired) | tokens/s | comm share | MB sent/step | bubble | param MB (rank 0) | activations peak MB (rank 0) | loss at last step |")
 print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
@@ -133,7 +134,15 @@ for name in names:
     r = rows[name]
     print(f"| {name} | {r['step_time_s']:.3f} | {r['ratio']:.3f} ({r['ratio_paired']:.3f}) | "
           f"{r['tokens_per_s']:.0f} | {100 * r['comm_share']:.1f}% | {r['comm_bytes'] / 1e6:.1f} | "
-                    f"{100 * r['bubble_fraction']:.1f}% | {r['param_bytes'] / 1e6:.1f} | "
+          f"{100 * r['bubble_fraction']:.1f}% | {r['param_bytes'] / 1e6:.1f} | "
           f"{r['activation_bytes'] / 1e6:.1f} | {r['loss_last']:.5f} |")
-print(json.dumps(rows))
+# The rows bench/record.sh records: the first layout's step time, then each other layout's step
+# time as a ratio to it (median of the per-round ratios, and those ratios as the spread).
+records = [{"name": names[0], "metric": "step time (s)", "value": base["step_time_s"],
+            "rounds": base["round_medians"], "tokens_per_s": base["tokens_per_s"]}]
+records += [{"name": name, "metric": f"step time / {names[0]}", "value": rows[name]["ratio_paired"],
+             "rounds": rows[name]["round_ratios"], "step_time_s": rows[name]["step_time_s"],
+             "tokens_per_s": rows[name]["tokens_per_s"], "comm_share": rows[name]["comm_share"],
+             "bubble_fraction": rows[name]["bubble_fraction"]} for name in names[1:]]
+print(json.dumps({"rows": records, "layouts": rows}))
 EOF

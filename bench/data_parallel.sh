@@ -1,21 +1,21 @@
 #!/usr/bin/env bash
 # Data-parallel benchmarks, side by side in one session (docs/performance.md):
 #   1. strata dp = 2 (2 ranks x 1 thread) against strata on 1 rank x 2 threads, same global batch
-#   2. strata ZeRO-3 against ZeRO-0 at dp = 2
+#   2. strata ZeRO-2 and ZeRO-3 against ZeRO-0 at dp = 2
 #   3. strata dp = 2 against PyTorch DistributedDataParallel (gloo, bench/peer_ddp.py), 2 x 1
 # Runs alternate over ROUNDS rounds, so drifting load on a shared machine hits all alike.
 # Reports the median step time of each and the ratios.
 #
 #   bench/data_parallel.sh [BUILD_DIR]     (default: build; needs the strata target)
 #
-# Knobs: ROUNDS=2 STEPS=8 WARMUP=2 BATCH=8 (global batch, sequences)
+# Knobs: ROUNDS=3 STEPS=8 WARMUP=2 BATCH=8 (global batch, sequences)
 #        D_MODEL=256 N_LAYERS=4 N_HEADS=4 SEQ_LEN=128 VOCAB=256   KEEP=DIR (keep logs)
 set -euo pipefail
 
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 bench_init data_parallel "${1:-build}"
 
-ROUNDS=${ROUNDS:-2} STEPS=${STEPS:-8} WARMUP=${WARMUP:-2} BATCH=${BATCH:-8}
+ROUNDS=${ROUNDS:-3} STEPS=${STEPS:-8} WARMUP=${WARMUP:-2} BATCH=${BATCH:-8}
 D_MODEL=${D_MODEL:-256} N_LAYERS=${N_LAYERS:-4} N_HEADS=${N_HEADS:-4} SEQ_LEN=${SEQ_LEN:-128}
 VOCAB=${VOCAB:-256}
 bench_workdir
@@ -72,14 +72,15 @@ run_ddp() {
     "$work/ddp-$round.out" >"$work/ddp-$round.time"
 }
 
-systems=(one_rank dp2 dp2_zero3 ddp)
+systems=(one_rank dp2 dp2_zero2 dp2_zero3 ddp)
 for ((round = 1; round <= ROUNDS; ++round)); do
   order=("${systems[@]}")
-  if ((round % 2 == 0)); then order=(ddp dp2_zero3 dp2 one_rank); fi
+  if ((round % 2 == 0)); then order=(ddp dp2_zero3 dp2_zero2 dp2 one_rank); fi
   for system in "${order[@]}"; do
     case $system in
       one_rank) run_strata one_rank 1 2 0 ;;
       dp2) run_strata dp2 2 1 0 ;;
+      dp2_zero2) run_strata dp2_zero2 2 1 2 ;;
       dp2_zero3) run_strata dp2_zero3 2 1 3 ;;
       ddp) run_ddp ;;
     esac
@@ -88,19 +89,27 @@ for ((round = 1; round <= ROUNDS; ++round)); do
 done
 
 $python - "$work" "$ROUNDS" <<'EOF'
-import statistics, sys
+import json, statistics, sys
 work, rounds = sys.argv[1], int(sys.argv[2])
 t = {s: [float(open(f"{work}/{s}-{r}.time").read()) for r in range(1, rounds + 1)]
-     for s in ("one_rank", "dp2", "dp2_zero3", "ddp")}
+     for s in ("one_rank", "dp2", "dp2_zero2", "dp2_zero3", "ddp")}
 names = {"one_rank": "strata 1 rank x 2 threads", "dp2": "strata dp=2 (2 ranks x 1 thread), zero 0",
-         "dp2_zero3": "strata dp=2, zero 3", "ddp": "PyTorch DDP gloo, 2 ranks x 1 thread"}
+         "dp2_zero2": "strata dp=2, zero 2", "dp2_zero3": "strata dp=2, zero 3",
+         "ddp": "PyTorch DDP gloo, 2 ranks x 1 thread"}
 print("\n| run | median step time (s) | per round |")
 print("| --- | --- | --- |")
 for s, name in names.items():
     print(f"| {name} | {statistics.median(t[s]):.3f} | {', '.join(f'{x:.3f}' for x in t[s])} |")
-def paired(a, b):  # median over rounds of the per-round ratio a/b (neighbours in time)
-    return statistics.median(x / y for x, y in zip(t[a], t[b]))
-print(f"\ndp=2 / 1 rank x 2 threads (step time): {paired('dp2', 'one_rank'):.3f}   (target <= 1.15)")
-print(f"zero 3 / zero 0 (step time, dp=2):     {paired('dp2_zero3', 'dp2'):.3f}   (target <= 1.3)")
-print(f"strata dp=2 / PyTorch DDP (step time): {paired('dp2', 'ddp'):.3f}   (target <= 1.0)")
+def ratios(a, b):  # the per-round ratios a/b (neighbours in time)
+    return [x / y for x, y in zip(t[a], t[b])]
+rows = [{"name": s, "metric": "step time (s)", "value": statistics.median(t[s]), "rounds": t[s]}
+        for s in names]
+for name, a, b in (("dp2/ddp", "dp2", "ddp"), ("dp2/one_rank", "dp2", "one_rank"),
+                   ("zero2/zero0", "dp2_zero2", "dp2"), ("zero3/zero0", "dp2_zero3", "dp2")):
+    rows.append({"name": name, "metric": f"step time {a} / {b}", "value": statistics.median(ratios(a, b)),
+                 "rounds": ratios(a, b)})
+print()
+for row in rows[len(names):]:
+    print(f"{row['metric']}: {row['value']:.3f}  (per round {', '.join(f'{x:.3f}' for x in row['rounds'])})")
+print(json.dumps({"rows": rows}))
 EOF

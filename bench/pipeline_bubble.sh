@@ -74,12 +74,13 @@ for schedule in $SCHEDULES; do
 import collections, json, statistics, sys
 work, schedule, rounds, warmup, pp, m = sys.argv[1], sys.argv[2], *map(int, sys.argv[3:])
 compute = {"F": "F", "B": "B", "Bi": "B", "W": "W"}
-bubbles, spans, steps_s = [], [], []
+bubbles, spans, steps_s, round_bubbles = [], [], [], []
 cost = collections.defaultdict(list)  # (stage, F|B|W) -> per-step totals / m
 for r in range(1, rounds + 1):
     events = [e for e in json.load(open(f"{work}/{schedule}-{r}/trace.json"))["traceEvents"]
               if e["ph"] == "X"]
     by_step = collections.defaultdict(list)
+    first = len(bubbles)
     for e in events:
         if e["name"] in compute and e["args"]["step"] >= warmup:
             by_step[e["args"]["step"]].append(e)
@@ -97,12 +98,13 @@ for r in range(1, rounds + 1):
         for s in range(pp):
             for k in "FBW":
                 cost[(s, k)].append(totals[(s, k)] / m / 1e6)
+    round_bubbles.append(statistics.median(bubbles[first:]))
     metrics = [json.loads(l) for l in open(f"{work}/{schedule}-{r}/metrics.jsonl")]
     steps_s += [s["step_time_s"] for s in metrics if "step_time_s" in s][warmup:]
 med = statistics.median
 costs = "/".join(",".join(f"{med(cost[(s, k)]):.6f}" for k in "FBW") for s in range(pp))
 print(json.dumps({"measured_bubble": med(bubbles), "span_s": med(spans), "step_time_s": med(steps_s),
-                  "costs": costs}))
+                  "costs": costs, "round_bubbles": round_bubbles}))
 EOF
   costs=$($python -c "import json,sys; print(json.load(open(sys.argv[1]))['costs'])" "$work/$schedule.json")
   "$strata" simulate --pp "$PP" --microbatches "$MICROBATCHES" --schedule "$schedule" \
@@ -126,5 +128,12 @@ for s in schedules:
 if len(schedules) == 2:
     a, b = schedules
     print(f"\nstep time {b} / {a}: {out[b]['step_time_s'] / out[a]['step_time_s']:.3f}")
-print(json.dumps(out))
+# The rows bench/record.sh records: per schedule, how far the measured bubble lies from the
+# simulator's, in percentage points (per round: that round's median measured bubble).
+rows = [{"name": s, "metric": "|measured - simulated bubble| (points)",
+         "value": 100 * abs(out[s]["measured_bubble"] - out[s]["simulated_bubble"]),
+         "rounds": [100 * abs(b - out[s]["simulated_bubble"]) for b in out[s]["round_bubbles"]],
+         "measured_bubble": out[s]["measured_bubble"], "simulated_bubble": out[s]["simulated_bubble"]}
+        for s in schedules]
+print(json.dumps({"rows": rows, "schedules": out}))
 EOF

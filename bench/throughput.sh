@@ -144,8 +144,17 @@ summary["strata"]["mfu_self_reported"] = statistics.median(pooled("strata", "mfu
 summary["ratio"] = summary["strata"]["tokens_per_s"] / summary["peer"]["tokens_per_s"]
 # Each round's two runs sat next to each other in time, so their ratio cancels most of the
 # machine's load drift: the median of those is the steadier number on a shared machine.
-summary["ratio_paired"] = statistics.median(
-    a / b for a, b in zip(summary["strata"]["round_medians"], summary["peer"]["round_medians"]))
+round_ratios = [a / b for a, b in zip(summary["strata"]["round_medians"], summary["peer"]["round_medians"])]
+summary["ratio_paired"] = statistics.median(round_ratios)
+# The rows bench/record.sh records: tokens/s of each, then strata's over the peer's per round.
+summary["rows"] = [
+    {"name": "strata", "metric": "tokens/s", "value": summary["strata"]["tokens_per_s"],
+     "rounds": summary["strata"]["round_medians"], "mfu": summary["strata"]["mfu"]},
+    {"name": "peer", "metric": "tokens/s", "value": summary["peer"]["tokens_per_s"],
+     "rounds": summary["peer"]["round_medians"], "mfu": summary["peer"]["mfu"]},
+    {"name": "strata/peer", "metric": "tokens/s ratio", "value": summary["ratio_paired"],
+     "rounds": round_ratios},
+]
 print()
 print(f"| system | tokens/s (median) | step time (s) | MFU vs {peak / 1e9:.1f} GFLOP/s | per-round medians |")
 print("| --- | --- | --- | --- | --- |")

@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# The whole benchmark suite, each benchmark recorded by bench/record.sh into bench/results/ with
+# the targets the issues set, then docs/performance.md regenerated (bench/report.py). About 17
+# minutes on an idle 2-core machine; run it on an idle machine (records taken while other
+# processes use more than half a core are marked "loaded" and do not count against targets).
+#
+#   bench/all.sh [BUILD_DIR]        (default build; needs targets strata and matmul_peak)
+#   ONLY="layouts dp_d512" bench/all.sh    run only the named records
+#   SMOKE=1 bench/all.sh   every record on a tiny model, into a temporary results directory and
+#                          a temporary page: checks the suite end to end (ctest bench.smoke), not speed
+#
+# The peers link Debian's OpenBLAS, which does not recognise this Xeon and falls back to SSE3
+# kernels; OPENBLAS_CORETYPE=SkylakeX gives them the AVX-512 kernels, so strata (oneDNN) is
+# compared against a peer with a fair BLAS (docs/performance.md, "The peers").
+set -euo pipefail
+
+bench=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+build=${1:-build}
+[[ -d $build ]] || build="$bench/../$build"
+build=$(cd "$build" 2>/dev/null && pwd) || { echo "all: no build dir ${1:-build}" >&2; exit 2; }
+for binary in src/strata bench/matmul_peak; do
+  [[ -x $build/$binary ]] || { echo "all: $build/$binary missing; cmake --build $build" >&2; exit 2; }
+done
+
+tiny=()
+report_args=()
+if [[ -n ${SMOKE:-} ]]; then
+  # Later knobs win: these shrink every record's model and run; nothing lands in bench/results/.
+  tiny=(ROUNDS=2 STEPS=2 WARMUP=1 D_MODEL=64 N_HEADS=2 N_LAYERS=2 SEQ_LEN=32 BATCH=4)
+  smoke_dir=$(mktemp -d)
+  trap 'rm -rf "$smoke_dir"' EXIT
+  export RESULTS=$smoke_dir/results SAMPLE_S=1
+  report_args=(--results "$smoke_dir/results" --output "$smoke_dir/performance.md")
+fi
+
+wanted() { [[ -z ${ONLY:-} || " $ONLY " == *" $1 "* ]]; }
+record() {  # LABEL ARGS... : bench/record.sh LABEL ARGS..., when ONLY allows it
+  wanted "$1" || return 0
+  echo "== $1 ($(date -u +%H:%M:%S))" >&2
+  local label=$1
+  shift
+  local options=()
+  while [[ $1 == --* ]]; do options+=("$1" "$2"); shift 2; done
+  local knobs=()
+  while [[ $1 == [A-Z_]*=* ]]; do knobs+=("$1"); shift; done
+  "$bench/record.sh" "$label" "${options[@]}" "${knobs[@]}" "${tiny[@]}" "$@"
+}
+
+fair_blas=OPENBLAS_CORETYPE=SkylakeX
+short=(ROUNDS=3 STEPS=4 WARMUP=1)  # the d_model 768 step takes ~3 s here: 3 timed steps per run
+
+record layouts --title "Tensor, sequence and pipeline parallelism against one rank (d_model 768)" \
+  --target 'tp2<=1.10' --target 'tp2_sp<=1.05' \
+  "${short[@]}" bench/compare_layouts.sh "$build" one:1:2 tp2:2:1:parallel.tp=2 \
+  tp2_sp:2:1:parallel.tp=2,parallel.sequence_parallel=true pp2:2:1:parallel.pp=2,train.micro_batch=1
+
+record recompute_precision --title "Recomputation and bf16 against fp32 without recompute (d_model 768, 1 rank)" \
+  --target 'selective<=1.05' --target 'full<=1.40' --target 'bf16<=0.50' \
+  "${short[@]}" bench/compare_layouts.sh "$build" none:1:2 selective:1:2:train.recompute=selective \
+  full:1:2:train.recompute=full bf16:1:2:train.precision=bf16
+
+record pipeline_bubble --title "Pipeline bubble measured against the simulator (pp 2, 8 microbatches, d_model 768)" \
+  --target '1f1b<=3' --target 'zb-h1<=3' \
+  ROUNDS=3 STEPS=3 WARMUP=1 D_MODEL=768 N_LAYERS=6 N_HEADS=12 SEQ_LEN=256 bench/pipeline_bubble.sh "$build"
+
+sizes=(256 512 768)
+[[ -n ${SMOKE:-} ]] && sizes=(256)
+for d in "${sizes[@]}"; do
+  targets=(--target 'dp2/ddp<=1.00')
+  ((d >= 512)) && targets+=(--target 'zero2/zero0<=1.05' --target 'zero3/zero0<=1.15')
+  heads=$((d / 64))
+  record "dp_d$d" --title "Data parallelism and ZeRO against PyTorch DDP (dp 2, d_model $d)" "${targets[@]}" \
+    $fair_blas ROUNDS=3 STEPS=6 WARMUP=2 D_MODEL=$d N_HEADS=$heads bench/data_parallel.sh "$build"
+done
+
+record throughput_fp32 --title "One rank against PyTorch eager, fp32 (d_model 768)" \
+  $fair_blas "${short[@]}" bench/throughput.sh "$build"
+
+record throughput_bf16 --title "One rank against PyTorch eager with bf16 autocast (d_model 768)" \
+  --target 'strata/peer>=1.0' \
+  $fair_blas "${short[@]}" PRECISION=bf16 bench/throughput.sh "$build"
+
+python3 "$bench/report.py" "${report_args[@]}"
+if [[ -n ${SMOKE:-} ]]; then
+  grep -q '^## Targets' "$smoke_dir/performance.md" || { echo "all: the smoke report has no targets" >&2; exit 1; }
+  echo "all: smoke run complete ($(ls "$smoke_dir/results" | wc -l) records)" >&2
+else
+  echo "all: docs/performance.md regenerated from bench/results/" >&2
+fi
