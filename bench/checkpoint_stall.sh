@@ -78,6 +78,14 @@ for mode in ("sync", "async"):
         "loop_s_per_run": [round(sum(l["step_time_s"] + l.get("checkpoint_stall_s", 0)
                                      for l in steps(mode, r)), 2) for r in runs],
         "checkpoint_size": open(f"{work}/{mode}-1.size").read().strip()}
-result["async_over_sync"] = result["async"]["median_s"] / result["sync"]["median_s"]
+ratios = [a / b for a, b in zip(result["async"]["round_medians_s"], result["sync"]["round_medians_s"])]
+result["async_over_sync"] = statistics.median(ratios)
 print(json.dumps(result, indent=1))
+# The rows bench/record.sh records: each mode's stall per checkpoint, then async over sync.
+result["rows"] = [{"name": mode, "metric": "training stall per checkpoint (s)", "value": result[mode]["median_s"],
+                   "rounds": result[mode]["round_medians_s"], "checkpoint_size": result[mode]["checkpoint_size"]}
+                  for mode in ("sync", "async")]
+result["rows"].append({"name": "async/sync", "metric": "stall ratio", "value": result["async_over_sync"],
+                       "rounds": ratios})
+print(json.dumps(result))
 PY

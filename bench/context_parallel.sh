@@ -63,9 +63,22 @@ print(last["mem"]["activations_peak"], comm.get("send_recv", 0),
 PY
 )
     [[ -n $base ]] || base=$activations
+    echo "$cp $exchange $activations $send_recv $gather $a2a $step_s" >>"$work/rows.txt"
     awk -v cp="$cp" -v ex="$exchange" -v a="$activations" -v b="$base" -v s="$send_recv" \
       -v g="$gather" -v t="$a2a" -v st="$step_s" 'BEGIN {
         printf "%-4s %-11s %15.1f %7.2f %13.2f %10.2f %8.2f %8.2f\n", cp, ex, a / 1e6, b / a,
                s / 1e6, g / 1e6, t / 1e6, st }'
   done
 done
+# The rows bench/record.sh records: per layout, the activation peak as a fraction of cp = 1's
+# (one run each: memory does not drift with load), with its bytes and step time alongside.
+$python - "$work/rows.txt" <<'PY'
+import json, sys
+runs = [line.split() for line in open(sys.argv[1])]
+base = float(runs[0][2])
+rows = [{"name": f"cp{cp}_{exchange}", "metric": "activations peak / cp 1", "value": float(a) / base,
+         "activations_peak_bytes": float(a), "send_recv_bytes": float(s), "gather_bytes": float(g),
+         "all_to_all_bytes": float(t), "step_time_s": float(st)}
+        for cp, exchange, a, s, g, t, st in runs]
+print(json.dumps({"rows": rows}))
+PY

@@ -26,9 +26,10 @@ for coef in 0.0 "$COEF"; do
     { echo "moe_balance: run failed, see $dir.log" >&2; cat "$dir.log" >&2; exit 1; }
 done
 
-/usr/bin/python3 - "$work" "$COEF" "$LAST" <<'PY'
+$python - "$work" "$COEF" "$LAST" <<'PY'
 import json, sys
 work, coef, last = sys.argv[1], sys.argv[2], int(sys.argv[3])
+rows = []
 for c in ("0.0", coef):
     steps = [json.loads(l) for l in open(f"{work}/aux{c}/metrics.jsonl")]
     steps = [s for s in steps if "loss" in s]
@@ -37,4 +38,9 @@ for c in ("0.0", coef):
     print(f"aux_loss_coef {c:>5}: imbalance first {last} steps {mean(first, 'load_imbalance'):.3f}, "
           f"last {last} steps {mean(final, 'load_imbalance'):.3f}; dropped {mean(final, 'dropped_fraction'):.3f}; "
           f"aux_loss {mean(final, 'aux_loss'):.3f}; loss {sum(s['loss'] for s in final) / len(final):.3f}")
+    rows.append({"name": f"aux {c}", "metric": f"load imbalance (max/mean), last {last} steps",
+                 "value": mean(final, "load_imbalance"), "first_steps": mean(first, "load_imbalance"),
+                 "dropped_fraction": mean(final, "dropped_fraction"),
+                 "loss": sum(s["loss"] for s in final) / len(final)})
+print(json.dumps({"rows": rows}))  # the rows bench/record.sh records
 PY

@@ -49,28 +49,38 @@ echo "model:   d_model $D_MODEL, $N_LAYERS layers (all MoE), $EXPERTS experts to
 echo "run:     $STEPS steps (first $WARMUP dropped), $ROUNDS alternating rounds"
 
 for round in $(seq 1 "$ROUNDS"); do
-  for ep in 1 2; do
+  order="1 2"
+  ((round % 2)) || order="2 1"  # reverse the order every other round
+  for ep in $order; do
     dir="$work/ep$ep-round$round"
     "$strata" train "$work/moe.toml" --nproc 2 --set parallel.ep=$ep --set log.dir="$dir" \
       > "$dir.log" 2>&1 || { echo "moe_ep: run failed, see $dir.log" >&2; cat "$dir.log" >&2; exit 1; }
   done
 done
 
-/usr/bin/python3 - "$work" "$ROUNDS" "$WARMUP" <<'PY'
+$python - "$work" "$ROUNDS" "$WARMUP" <<'PY'
 import json, statistics, sys
 work, rounds, warmup = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+med = statistics.median
 result = {}
 for ep in (1, 2):
-    rates, params, a2a = [], None, []
+    round_rates, params, a2a = [], None, []
     for r in range(1, rounds + 1):
         lines = [json.loads(l) for l in open(f"{work}/ep{ep}-round{r}/metrics.jsonl")]
         steps = [l for l in lines if "loss" in l][warmup:]
-        rates += [l["tokens_per_s"] for l in steps]
+        round_rates.append(med(l["tokens_per_s"] for l in steps))
         params = steps[-1]["mem"]["params"]
         a2a += [l["comm_bytes"].get("all_to_all", 0) for l in steps]
-    result[ep] = (statistics.median(rates), params, statistics.median(a2a))
-    print(f"ep={ep}: median {result[ep][0]:.0f} tokens/s, per-rank parameters "
-          f"{params / 2**20:.2f} MiB, all_to_all {result[ep][2] / 2**20:.2f} MiB/step (rank 0)")
-print(f"ep=2 / ep=1: tokens/s x{result[2][0] / result[1][0]:.2f}, "
-      f"per-rank parameter bytes x{result[2][1] / result[1][1]:.3f}")
+    result[ep] = {"rates": round_rates, "params": params, "a2a": med(a2a)}
+    print(f"ep={ep}: median {med(round_rates):.0f} tokens/s, per-rank parameters "
+          f"{params / 2**20:.2f} MiB, all_to_all {result[ep]['a2a'] / 2**20:.2f} MiB/step (rank 0)")
+ratios = [a / b for a, b in zip(result[2]["rates"], result[1]["rates"])]
+param_ratio = result[2]["params"] / result[1]["params"]
+print(f"ep=2 / ep=1: tokens/s x{med(ratios):.2f}, per-rank parameter bytes x{param_ratio:.3f}")
+# The rows bench/record.sh records.
+rows = [{"name": f"ep{ep}", "metric": "tokens/s", "value": med(result[ep]["rates"]), "rounds": result[ep]["rates"],
+         "param_bytes": result[ep]["params"], "all_to_all_bytes": result[ep]["a2a"]} for ep in (1, 2)]
+rows += [{"name": "ep2/ep1", "metric": "tokens/s ratio", "value": med(ratios), "rounds": ratios},
+         {"name": "ep2/ep1 params", "metric": "per-rank parameter bytes ratio", "value": param_ratio}]
+print(json.dumps({"rows": rows}))
 PY

@@ -72,7 +72,15 @@ for entry in "${layouts[@]}"; do
   row=$(python3 -c "print(f'| $name | $gflops | {$predicted:.3f} | {$measured:.3f} | $ratio |')")
   echo "$row"
   table+=$'\n'"$row"
+  echo "$name|$predicted|$measured" >>"$out/rows.txt"
 done
 
 echo
 echo "$table" | tee "$out/results.md"
+# The rows bench/record.sh records: the planner's predicted step time over the measured one.
+python3 - "$out/rows.txt" <<'EOF'
+import json, sys
+runs = [line.rstrip("\n").split("|") for line in open(sys.argv[1])]
+print(json.dumps({"rows": [{"name": n, "metric": "predicted / measured step time", "value": float(p) / float(m),
+                            "predicted_s": float(p), "measured_s": float(m)} for n, p, m in runs]}))
+EOF

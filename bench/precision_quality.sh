@@ -52,5 +52,7 @@ for tp in (1, 2):
         rows[f"{p}-tp{tp}"] = {"eval_loss": ev, "ratio": ev / base, "train_loss": tr,
                                "skipped_steps": skipped, "loss_scale": scale}
         print(f"| tp {tp} | {p} | {ev:.4f} | {ev / base:.4f} | {tr:.4f} | {skipped} | {scale or '-'} |")
-print(json.dumps(rows))
+# The rows bench/record.sh records: each run's final held-out loss over fp32's on its layout.
+print(json.dumps({"rows": [{"name": name, "metric": "eval loss / fp32 eval loss", "value": r["ratio"], **r}
+                           for name, r in rows.items()]}))
 PY
