@@ -10,7 +10,9 @@
 #     --target a goal for the row named ROW of the script's result (checked by bench/report.py)
 #     KNOB=VALUE  environment knobs for the script (recorded; e.g. D_MODEL=512 ROUNDS=3)
 #     SCRIPT   a bench/*.sh script or bench binary; its last stdout line must be a JSON object
-#              with "rows": [{"name", "metric", "value", "rounds"}...] (see docs/performance.md)
+#              with "rows": [{"name", "metric", "value", "rounds"}...]: "value" the median, "rounds"
+#              the per-round values it is the median of (or "spread": [min, max]), any other keys
+#              kept as detail (bench/performance_intro.md)
 #
 # Load: other processes' CPU use, in cores, is sampled for SAMPLE_S seconds (default 5) before and
 # after the run, and during it as the machine's busy time minus the benchmark's own (its reaped

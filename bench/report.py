@@ -52,6 +52,8 @@ def number(x):
 
 
 def spread(row):
+    if "spread" in row:  # a script that reports only the extremes
+        return f"{number(row['spread'][0])}–{number(row['spread'][1])}"
     rounds = row.get("rounds") or []
     if len(rounds) < 2:
         return "–"
