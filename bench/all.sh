@@ -80,6 +80,9 @@ record throughput_bf16 --title "One rank against PyTorch eager with bf16 autocas
   --target 'strata/peer>=1.0' \
   $fair_blas "${short[@]}" PRECISION=bf16 bench/throughput.sh "$build"
 
+record matmul --title "GEMM rates: strata's product and ATen's matmul in fp32 and bf16 (2 threads)" \
+  $fair_blas bench/matmul.sh "$build"
+
 python3 "$bench/report.py" "${report_args[@]}"
 if [[ -n ${SMOKE:-} ]]; then
   grep -q '^## Targets' "$smoke_dir/performance.md" || { echo "all: the smoke report has no targets" >&2; exit 1; }
