@@ -40,4 +40,34 @@ Config tiny_training_run(int64_t steps, int64_t global_batch, int64_t micro_batc
   return config;
 }
 
+std::string TestLayout::name() const {
+  std::string out;
+  auto add = [&out](const std::string& part) { out += (out.empty() ? "" : " ") + part; };
+  if (tp > 1) add("tp" + std::to_string(tp) + (sequence_parallel ? "(sp)" : ""));
+  if (pp > 1) {
+    add("pp" + std::to_string(pp) + "(" + name_of(schedule) +
+        (vpp > 1 ? " vpp " + std::to_string(vpp) : "") + ")");
+  }
+  if (cp > 1) add("cp" + std::to_string(cp));
+  if (dp > 1) add("dp" + std::to_string(dp));
+  if (zero > 0) add("zero " + std::to_string(zero));
+  if (ep > 1) add("ep" + std::to_string(ep));
+  if (moe) add("moe");
+  if (reduce != GradReduceDType::fp32) add(std::string("reduce ") + name_of(reduce));
+  return out.empty() ? "single rank" : out;
+}
+
+void TestLayout::apply_to(Config& config) const {
+  config.parallel.tp = tp;
+  config.parallel.pp = pp;
+  config.parallel.vpp = vpp;
+  config.parallel.cp = cp;
+  config.parallel.dp = dp;
+  config.parallel.ep = ep;
+  config.parallel.zero = zero;
+  config.parallel.sequence_parallel = sequence_parallel;
+  config.parallel.pp_schedule = schedule;
+  config.parallel.grad_reduce_dtype = reduce;
+}
+
 }  // namespace strata::testing

@@ -18,23 +18,12 @@
 namespace strata {
 namespace {
 
-struct Layout {
-  int64_t tp = 1, pp = 1, cp = 1, dp = 1, ep = 1, zero = 0, vpp = 1;
-  bool sequence_parallel = false, moe = false;
-  PipelineSchedule schedule = PipelineSchedule::one_f_one_b;
-  GradReduceDType reduce = GradReduceDType::fp32;
-  std::string name() const {
-    std::string out = "tp" + std::to_string(tp) + (sequence_parallel ? "(sp)" : "");
-    out += " pp" + std::to_string(pp) + "(" + name_of(schedule) + " vpp " + std::to_string(vpp);
-    out += ") cp" + std::to_string(cp) + " dp" + std::to_string(dp) + " zero ";
-    out += std::to_string(zero) + " ep" + std::to_string(ep) + (moe ? " moe" : "");
-    return out + " reduce " + name_of(reduce);
-  }
-};
+using testing::TestLayout;
+using testing::with;
 
 // A tiny run in `precision`: 4 layers (pp 2 with vpp 2 needs 4), 4 sequences of 32 tokens a
 // step in microbatches of one, so every layout runs the same global batch.
-Config tiny_run(Precision precision, const Layout& layout, int64_t steps = 6) {
+Config tiny_run(Precision precision, const TestLayout& layout, int64_t steps = 6) {
   Config config = testing::tiny_training_run(steps, 4, 1);
   config.model.n_layers = 4;
   config.model.tie_embeddings = true;
@@ -45,43 +34,29 @@ Config tiny_run(Precision precision, const Layout& layout, int64_t steps = 6) {
     config.model.moe.aux_loss_coef = 0.01;
   }
   config.train.precision = precision;
-  config.parallel.tp = layout.tp;
-  config.parallel.pp = layout.pp;
-  config.parallel.vpp = layout.vpp;
-  config.parallel.cp = layout.cp;
-  config.parallel.dp = layout.dp;
-  config.parallel.ep = layout.ep;
-  config.parallel.zero = layout.zero;
-  config.parallel.sequence_parallel = layout.sequence_parallel;
-  config.parallel.pp_schedule = layout.schedule;
-  config.parallel.grad_reduce_dtype = layout.reduce;
+  layout.apply_to(config);
   return config;
 }
 
-std::vector<Layout> layouts_for(int world) {
-  std::vector<Layout> out;
-  auto add = [&out](auto change) {
-    Layout layout;
-    change(layout);
-    out.push_back(layout);
-  };
+std::vector<TestLayout> layouts_for(int world) {
   if (world == 2) {
-    add([](Layout& l) { l.tp = 2, l.sequence_parallel = true; });
-    add([](Layout& l) { l.pp = 2; });
-    add([](Layout& l) { l.pp = 2, l.schedule = PipelineSchedule::zb_h1; });
-    add([](Layout& l) { l.dp = 2, l.zero = 1; });
-    add([](Layout& l) { l.dp = 2, l.zero = 3, l.reduce = GradReduceDType::bf16; });
-    add([](Layout& l) { l.cp = 2; });
-    add([](Layout& l) { l.dp = 2, l.ep = 2, l.moe = true; });
-  } else if (world == 4) {
-    add([](Layout& l) { l.tp = 2, l.pp = 2, l.sequence_parallel = true; });
-    add([](Layout& l) {
-      l.pp = 2, l.vpp = 2, l.dp = 2, l.zero = 2;
-      l.schedule = PipelineSchedule::interleaved_one_f_one_b;
-    });
-    add([](Layout& l) { l.tp = 2, l.dp = 2, l.zero = 3; });
+    return {with([](TestLayout& l) { l.tp = 2, l.sequence_parallel = true; }),
+            with([](TestLayout& l) { l.pp = 2; }),
+            with([](TestLayout& l) { l.pp = 2, l.schedule = PipelineSchedule::zb_h1; }),
+            with([](TestLayout& l) { l.dp = 2, l.zero = 1; }),
+            with([](TestLayout& l) { l.dp = 2, l.zero = 3, l.reduce = GradReduceDType::bf16; }),
+            with([](TestLayout& l) { l.cp = 2; }),
+            with([](TestLayout& l) { l.dp = 2, l.ep = 2, l.moe = true; })};
   }
-  return out;
+  if (world == 4) {
+    return {with([](TestLayout& l) { l.tp = 2, l.pp = 2, l.sequence_parallel = true; }),
+            with([](TestLayout& l) {
+              l.pp = 2, l.vpp = 2, l.dp = 2, l.zero = 2;
+              l.schedule = PipelineSchedule::interleaved_one_f_one_b;
+            }),
+            with([](TestLayout& l) { l.tp = 2, l.dp = 2, l.zero = 3; })};
+  }
+  return {};
 }
 
 // Losses of a layout against the single rank in the same precision, relative. Low precision
@@ -97,7 +72,7 @@ TEST(Precision, EveryLayoutTrainsAsTheSingleRankDoes) {
   for (Precision precision : {Precision::bf16, Precision::fp16}) {
     const double rtol = tolerance(precision);
     for (const bool moe : {false, true}) {
-      Layout single;
+      TestLayout single;
       single.moe = moe;
       const TrainResult reference = testing::train_on(self, tiny_run(precision, single));
       // The low-precision run follows the fp32 one (measured 1.0e-4 in both).
@@ -106,7 +81,7 @@ TEST(Precision, EveryLayoutTrainsAsTheSingleRankDoes) {
         EXPECT_NEAR(reference.losses[i], fp32.losses[i], 5e-4 * fp32.losses[i])
             << name_of(precision) << " vs fp32, step " << i + 1;
       }
-      for (const Layout& layout : layouts_for(world.size())) {
+      for (const TestLayout& layout : layouts_for(world.size())) {
         if (layout.moe != moe) continue;
         const TrainResult run = testing::train_on(world, tiny_run(precision, layout));
         ASSERT_EQ(run.losses.size(), reference.losses.size());
@@ -128,7 +103,7 @@ TEST(Precision, MemoryByKindMatchesTheFormulas) {
   Comm world = Comm::world(120);
   const double n = world.size();
   for (int64_t zero = 0; zero <= 3; ++zero) {
-    Layout layout;
+    TestLayout layout;
     layout.dp = world.size();
     layout.zero = zero;
     const std::string what = "zero " + std::to_string(zero) + " dp " + std::to_string(world.size());
@@ -174,7 +149,7 @@ TEST(Precision, MasterWeightsKeepUpdatesBelowBf16Resolution) {
   Comm world = Comm::world(120);
   testing::TempDir local("strata-masters");
   const std::string path = testing::rank0_path(world, local.path());
-  Layout layout;  // the masters sharded by ZeRO-1 over the ranks
+  TestLayout layout;  // the masters sharded by ZeRO-1 over the ranks
   layout.dp = world.size();
   layout.zero = 1;
   Config config = tiny_run(Precision::bf16, layout, 10);
@@ -215,7 +190,7 @@ TEST(Precision, ResumeIsBitIdenticalAndCheckpointsMoveBetweenPrecisions) {
   Comm world = Comm::world(120);
   testing::TempDir local("strata-precision-ckpt");
   const std::string dir = testing::rank0_path(world, local.path());
-  Layout layout;
+  TestLayout layout;
   layout.dp = world.size();
   layout.zero = world.size() > 1 ? 1 : 0;
   for (Precision precision : {Precision::bf16, Precision::fp16}) {
@@ -254,7 +229,7 @@ TEST(Precision, ResumeIsBitIdenticalAndCheckpointsMoveBetweenPrecisions) {
 // (hysteresis 2) and halved after the second.
 TEST(Precision, Fp16OverflowOnOneRankSkipsTheStepEverywhere) {
   Comm world = Comm::world(120);
-  Layout layout;
+  TestLayout layout;
   layout.tp = world.size() >= 2 ? 2 : 1;
   layout.dp = world.size() / layout.tp;
   Config config = tiny_run(Precision::fp16, layout);
@@ -300,7 +275,7 @@ TEST(Precision, Fp16OverflowOnOneRankSkipsTheStepEverywhere) {
 TEST(Precision, Bf16GradientReductionHalvesTheBytes) {
   Comm world = Comm::world(120);
   for (Precision precision : {Precision::fp32, Precision::bf16}) {
-    Layout layout;
+    TestLayout layout;
     layout.dp = world.size();
     const TrainResult fp32_wire = testing::train_on(world, tiny_run(precision, layout));
     layout.reduce = GradReduceDType::bf16;

@@ -12,20 +12,11 @@
 namespace strata {
 namespace {
 
-struct Layout {
-  int64_t tp = 1, pp = 1, cp = 1, dp = 1, zero = 0;
-  bool sequence_parallel = false, moe = false;
-  PipelineSchedule schedule = PipelineSchedule::one_f_one_b;
-  std::string name() const {
-    std::string out = "tp" + std::to_string(tp) + (sequence_parallel ? "(sp)" : "");
-    out += " pp" + std::to_string(pp) + "(" + name_of(schedule) + ") cp" + std::to_string(cp);
-    out += " dp" + std::to_string(dp) + " zero " + std::to_string(zero);
-    return out + (moe ? " moe" : "");
-  }
-};
+using testing::TestLayout;
+using testing::with;
 
 // 8 layers of width 64: the blocks' activations outweigh the head's logits.
-Config tiny_run(const Layout& layout, Recompute recompute, int64_t recompute_layers) {
+Config tiny_run(const TestLayout& layout, Recompute recompute, int64_t recompute_layers) {
   Config config = testing::tiny_training_run(6, 4, 2);
   config.model.d_model = 64;
   config.model.n_layers = 8;
@@ -37,40 +28,26 @@ Config tiny_run(const Layout& layout, Recompute recompute, int64_t recompute_lay
     config.model.moe.capacity_factor = 1.0;
     config.model.moe.aux_loss_coef = 0.01;
   }
-  config.parallel.tp = layout.tp;
-  config.parallel.pp = layout.pp;
-  config.parallel.cp = layout.cp;
-  config.parallel.dp = layout.dp;
-  config.parallel.zero = layout.zero;
-  config.parallel.sequence_parallel = layout.sequence_parallel;
-  config.parallel.pp_schedule = layout.schedule;
+  layout.apply_to(config);
   config.train.recompute = recompute;
   config.train.recompute_layers = recompute_layers;
   return config;
 }
 
-std::vector<Layout> layouts_for(int world) {
-  Layout moe;
-  moe.moe = true;
-  if (world == 1) return {Layout{}, moe};
-  Layout tp_sp;
-  tp_sp.tp = 2;
-  tp_sp.sequence_parallel = true;
-  Layout one_f_one_b;
-  one_f_one_b.pp = 2;
-  Layout zero_bubble = one_f_one_b;
-  zero_bubble.schedule = PipelineSchedule::zb_h1;
-  Layout ring;
-  ring.cp = 2;
-  Layout zero3;  // parameters gathered again for the unit's backward, then recomputed with
-  zero3.dp = 2;
-  zero3.zero = 3;
-  return {tp_sp, one_f_one_b, zero_bubble, ring, zero3};
+std::vector<TestLayout> layouts_for(int world) {
+  const TestLayout moe = with([](TestLayout& l) { l.moe = true; });
+  if (world == 1) return {TestLayout{}, moe};
+  return {with([](TestLayout& l) { l.tp = 2, l.sequence_parallel = true; }),
+          with([](TestLayout& l) { l.pp = 2; }),
+          with([](TestLayout& l) { l.pp = 2, l.schedule = PipelineSchedule::zb_h1; }),
+          with([](TestLayout& l) { l.cp = 2; }),
+          // ZeRO-3: the recomputed forward runs on the parameters gathered again for backward
+          with([](TestLayout& l) { l.dp = 2, l.zero = 3; })};
 }
 
 TEST(Recompute, EveryModeTrainsBitIdenticallyToNone) {
   Comm world = Comm::world(120);
-  for (const Layout& layout : layouts_for(world.size())) {
+  for (const TestLayout& layout : layouts_for(world.size())) {
     const TrainResult none = testing::train_on(world, tiny_run(layout, Recompute::none, 0));
     const std::pair<Recompute, int64_t> modes[] = {
         {Recompute::full, 0}, {Recompute::full, 1}, {Recompute::selective, 0}};
@@ -94,7 +71,7 @@ TEST(Recompute, EveryModeTrainsBitIdenticallyToNone) {
 // activations without recomputation (the head's logits stay), per rank of each layout.
 TEST(Recompute, FullKeepsAFractionOfTheActivations) {
   Comm world = Comm::world(120);
-  const Layout layout = layouts_for(world.size()).front();
+  const TestLayout layout = layouts_for(world.size()).front();
   auto peak = [&](Recompute mode, int64_t layers) {
     return static_cast<double>(testing::train_on(world, tiny_run(layout, mode, layers))
                                    .metrics.back()
