@@ -24,12 +24,13 @@ done
 
 tiny=()
 report_args=()
+export IDLE_WAIT_S=${IDLE_WAIT_S:-600}  # each record waits up to 10 min for an idle machine
 if [[ -n ${SMOKE:-} ]]; then
   # Later knobs win: these shrink every record's model and run; nothing lands in bench/results/.
   tiny=(ROUNDS=2 STEPS=2 WARMUP=1 D_MODEL=64 N_HEADS=2 N_LAYERS=2 SEQ_LEN=32 BATCH=4)
   smoke_dir=$(mktemp -d)
   trap 'rm -rf "$smoke_dir"' EXIT
-  export RESULTS=$smoke_dir/results SAMPLE_S=1
+  export RESULTS=$smoke_dir/results SAMPLE_S=1 IDLE_WAIT_S=0
   report_args=(--results "$smoke_dir/results" --output "$smoke_dir/performance.md")
 fi
 

@@ -18,7 +18,8 @@
 # after the run, and during it as the machine's busy time minus the benchmark's own (its reaped
 # children's CPU time). A record where any of the three exceeds 0.5 core gets status "loaded":
 # the report shows it, flagged, and does not count it against a target.
-# Environment: RESULTS=DIR (default bench/results), SAMPLE_S=5.
+# Environment: RESULTS=DIR (default bench/results), SAMPLE_S=5, IDLE_WAIT_S=0 (wait up to that
+# many seconds for other processes to drop to half a core before starting).
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -67,6 +68,12 @@ other_cores_now() {  # other processes' cores over SAMPLE_S seconds while this s
 
 loadavg_before=$(cut -d' ' -f1-3 /proc/loadavg)
 other_before=$(other_cores_now)
+wait_until=$((SECONDS + ${IDLE_WAIT_S:-0}))
+while awk -v x="$other_before" 'BEGIN { exit !(x > 0.5) }' && ((SECONDS < wait_until)); do
+  echo "record $label: other processes use $other_before cores; waiting for the machine to go idle" >&2
+  loadavg_before=$(cut -d' ' -f1-3 /proc/loadavg)
+  other_before=$(other_cores_now)
+done
 echo "record $label: other processes use $other_before cores before the run (load average $loadavg_before)" >&2
 
 mkdir -p "$results"
