@@ -131,6 +131,16 @@ int64_t ring_chunk(int64_t elements, int n, int i) {
   return elements / n + (i < elements % n ? 1 : 0);
 }
 
+}  // namespace
+
+int64_t all_reduce_bytes(int64_t elements, int64_t element_size, int n, int r) {
+  if (n <= 1) return 0;
+  return element_size *
+         (2 * elements - ring_chunk(elements, n, r) - ring_chunk(elements, n, (r + 1) % n));
+}
+
+namespace {
+
 void count_bytes(CommState& comm, CommKind kind, int64_t bytes) {
   const auto index = static_cast<size_t>(kind);
   comm.counters->bytes[index] += comm.size > 1 ? bytes : 0;
@@ -252,9 +262,9 @@ Work Comm::iall_reduce(at::Tensor& tensor, ReduceOp op, CommOptions options) {
 
   auto flight = comm.begin(name, OpCode::AllReduce, options);
   const int64_t elements = tensor.numel(), n = comm.size, r = comm.rank;
-  count_bytes(comm, CommKind::AllReduce,
-              tensor.element_size() * (2 * elements - ring_chunk(elements, n, r) -
-                                       ring_chunk(elements, n, (r + 1) % n)));
+  count_bytes(
+      comm, CommKind::AllReduce,
+      all_reduce_bytes(elements, tensor.element_size(), static_cast<int>(n), static_cast<int>(r)));
   MPI_Request request;
   comm.check(MPI_Iallreduce(MPI_IN_PLACE, tensor.data_ptr(), count, datatype_of(tensor), mpi_op,
                             comm.comm, &request),

@@ -67,6 +67,11 @@ enum class CommKind {
 };
 const char* comm_kind_name(CommKind kind);  // "all_reduce", "reduce_scatter", ...
 
+// The bytes rank r's counters charge an all_reduce of `elements` elements of `element_size`
+// bytes over n ranks: 2N - c_r - c_{(r+1) mod n} (ring chunks; 0 when n = 1). Compression
+// (data_parallel/) prices the uncompressed exchange it replaced with it.
+int64_t all_reduce_bytes(int64_t elements, int64_t element_size, int n, int r);
+
 struct CommOptions {
   // < 0: the Comm's default timeout; otherwise > 0 seconds (infinity: wait forever).
   double timeout_s = -1;
