@@ -98,8 +98,8 @@ TEST(ConfigParse, UnknownSectionsAndKeysOutsideSections) {
   EXPECT_CONTAINS(message, "unknown section [modle] in run.toml:1");
   EXPECT_CONTAINS(message, "did you mean [model]?");
   EXPECT_CONTAINS(message,
-                  "allowed sections: model, model.moe, parallel, train, data, checkpoint, fault, "
-                  "log, serve");
+                  "allowed sections: model, model.moe, parallel, compression, train, data, "
+                  "checkpoint, fault, log, serve");
 
   const std::string outside = parse_error("steps = 10\n");
   EXPECT_CONTAINS(outside, "key 'steps' in run.toml:1:1 is outside any section");
@@ -142,8 +142,14 @@ TEST(ConfigParse, EnumKeysTakeOnlyTheirSpellings) {
   EXPECT_CONTAINS(parse_error("[train]\nprecision = \"bfloat16\"\n"),
                   "train.precision must be \"fp32\", \"bf16\", \"fp16\" or \"fp64\", got "
                   "\"bfloat16\"");
-  EXPECT_CONTAINS(parse_error("[parallel]\ngrad_reduce_dtype = \"fp16\"\n"),
-                  "parallel.grad_reduce_dtype must be \"fp32\" or \"bf16\", got \"fp16\"");
+  EXPECT_CONTAINS(parse_error("[compression]\ngradients = \"fp16\"\n"),
+                  "compression.gradients must be \"none\", \"bf16\", \"powersgd\" or \"onebit\", "
+                  "got \"fp16\"");
+  EXPECT_CONTAINS(parse_error("[compression]\nzero_gather = \"int4\"\n"),
+                  "compression.zero_gather must be \"none\", \"bf16\" or \"int8\", got \"int4\"");
+  EXPECT_CONTAINS(parse_error("[parallel]\ngrad_reduce_dtype = \"bf16\"\n"),
+                  "key 'parallel.grad_reduce_dtype' in run.toml:2:1 was replaced by "
+                  "compression.gradients (\"bf16\"");
   // The key it replaced names its successor.
   EXPECT_CONTAINS(parse_error("[train]\ndtype = \"float64\"\n"),
                   "key 'train.dtype' in run.toml:2:1 was replaced by train.precision");
@@ -214,7 +220,10 @@ Config unusual_config() {
   config.parallel.microbatches = 8;
   config.parallel.pp_layers = {-1, 0, 4000000000};
   config.parallel.comm_timeout_s = 0.1;
-  config.parallel.grad_reduce_dtype = GradReduceDType::bf16;
+  config.compression.gradients = GradientCompression::onebit;
+  config.compression.start_step = 3;
+  config.compression.powersgd_rank = 9;
+  config.compression.zero_gather = GatherCompression::int8;
   config.train.steps = 11;
   config.train.global_batch = 12;
   config.train.micro_batch = 13;
@@ -297,7 +306,7 @@ TEST(ConfigParse, ToTomlPrintsEverySectionAndKeyInOrder) {
   EXPECT_CONTAINS(text, "\ndir = \"\"\n");
   const std::vector<std::string> keys = config_keys();
   EXPECT_CONTAINS(text, "[model.moe]\nnum_experts = 0\n");
-  EXPECT_EQ(keys.size(), 78u);
+  EXPECT_EQ(keys.size(), 81u);
   EXPECT_EQ(keys.front(), "model.vocab_size");
   EXPECT_EQ(keys.back(), "serve.request_timeout_s");
   EXPECT_CONTAINS(text, "[serve]\nhost = \"127.0.0.1\"\nport = 8000\n");

@@ -221,8 +221,7 @@ TEST(ConfigValidate, EnumsListTheAllowedValues) {
        {"model.pos=rope", "model.norm=rmsnorm", "model.activation=swiglu",
         "parallel.pp_schedule=gpipe", "parallel.pp_schedule=zb-h1", "data.source=synthetic",
         "checkpoint.resume=none", "checkpoint.resume=runs/x/step_10", "log.progress=none",
-        "train.precision=fp64", "train.precision=bf16", "train.precision=fp16",
-        "parallel.grad_reduce_dtype=bf16"}) {
+        "train.precision=fp64", "train.precision=bf16", "train.precision=fp16"}) {
     EXPECT_NO_THROW(validate_config(with({ok}), 1)) << ok;
   }
 }
@@ -289,8 +288,65 @@ TEST(ConfigValidate, SizesAndRanges) {
       {"serve.request_timeout_s=0", "serve.request_timeout_s (0.0) must be > 0"},
   };
   for (const Case& c : cases) EXPECT_CONTAINS(validate_error({c.setting}), c.expected);
-  EXPECT_CONTAINS(validate_error({"parallel.grad_reduce_dtype=bf16", "train.precision=fp64"}),
-                  "parallel.grad_reduce_dtype = \"bf16\" needs train.precision");
+}
+
+// Overrides with micro batches of one, so that any dp divides the default global batch.
+std::vector<std::string> batch_of_ones(std::vector<std::string> settings) {
+  settings.push_back("train.micro_batch=1");
+  return settings;
+}
+
+TEST(ConfigValidate, Compression) {
+  auto validate_error = [](const std::vector<std::string>& settings, int64_t world) {
+    return ::strata::validate_error(batch_of_ones(settings), world);
+  };
+  // Each problem names the key and what to change.
+  EXPECT_CONTAINS(
+      validate_error({"compression.gradients=powersgd", "compression.powersgd_rank=0"}, 2),
+      "compression.powersgd_rank (0) must be >= 1");
+  EXPECT_CONTAINS(validate_error({"compression.gradients=onebit", "compression.start_step=101"}, 2),
+                  "compression.start_step (101) must be <= train.steps (100)");
+  EXPECT_CONTAINS(validate_error({"compression.start_step=-2"}, 2),
+                  "compression.start_step (-2) must be >= 0, or -1 for the default");
+  EXPECT_CONTAINS(validate_error({"compression.gradients=onebit", "compression.start_step=0"}, 2),
+                  "compression.start_step (0) must be >= 1");
+  for (const char* mode : {"bf16", "powersgd", "onebit"}) {
+    EXPECT_CONTAINS(validate_error({str("compression.gradients=", mode)}, 1),
+                    str("compression.gradients = \"", mode,
+                        "\" compresses the data-parallel gradient exchange, but dp x cp = 1 (dp 1, "
+                        "cp 1) has none; run on more data-parallel ranks or set "
+                        "compression.gradients = \"none\""));
+  }
+  // tp takes both ranks: dp = 1.
+  EXPECT_CONTAINS(validate_error({"compression.gradients=powersgd", "parallel.tp=2"}, 2),
+                  "but dp x cp = 1 (dp 1, cp 1)");
+  EXPECT_CONTAINS(validate_error({"compression.gradients=bf16", "train.precision=fp64"}, 2),
+                  "compression.gradients = \"bf16\" needs train.precision");
+  EXPECT_CONTAINS(validate_error({"compression.gradients=powersgd", "train.precision=fp16"}, 2),
+                  "compression.gradients = \"powersgd\" keeps an error-feedback residual");
+  EXPECT_CONTAINS(validate_error({"compression.zero_gather=int8", "parallel.zero=1"}, 2),
+                  "compression.zero_gather = \"int8\" compresses ZeRO-3's parameter all-gathers "
+                  "and needs parallel.zero = 3 (got 1)");
+  EXPECT_CONTAINS(validate_error({"compression.zero_gather=bf16", "parallel.zero=3"}, 1),
+                  "compression.zero_gather = \"bf16\" needs data-parallel ranks");
+  EXPECT_CONTAINS(
+      validate_error({"compression.zero_gather=bf16", "parallel.zero=3", "train.precision=fp16"},
+                     2),
+      "compression.zero_gather = \"bf16\" needs train.precision \"fp32\" or \"bf16\"");
+  // Defaults of start_step: none and bf16 compress from step 0, powersgd and onebit after
+  // 10% of the steps (onebit at least 1).
+  auto start = [](const std::vector<std::string>& settings) {
+    return validate_config(with(batch_of_ones(settings)), 2).compression.start_step;
+  };
+  EXPECT_EQ(start({}), 0);
+  EXPECT_EQ(start({"compression.gradients=bf16"}), 0);
+  EXPECT_EQ(start({"compression.gradients=powersgd"}), 10);
+  EXPECT_EQ(start({"compression.gradients=onebit", "train.steps=5", "train.warmup_steps=1"}), 1);
+  EXPECT_EQ(start({"compression.gradients=powersgd", "compression.start_step=100"}), 100);
+  EXPECT_NO_THROW(
+      validate_config(with(batch_of_ones({"compression.gradients=onebit",
+                                          "compression.zero_gather=int8", "parallel.zero=3"})),
+                      2));
 }
 
 TEST(ConfigValidate, RulesBetweenSections) {

@@ -53,7 +53,10 @@ std::string TestLayout::name() const {
   if (zero > 0) add("zero " + std::to_string(zero));
   if (ep > 1) add("ep" + std::to_string(ep));
   if (moe) add("moe");
-  if (reduce != GradReduceDType::fp32) add(std::string("reduce ") + name_of(reduce));
+  if (gradients != GradientCompression::none) add(std::string("gradients ") + name_of(gradients));
+  if (zero_gather != GatherCompression::none) {
+    add(std::string("zero_gather ") + name_of(zero_gather));
+  }
   return out.empty() ? "single rank" : out;
 }
 
@@ -67,7 +70,8 @@ void TestLayout::apply_to(Config& config) const {
   config.parallel.zero = zero;
   config.parallel.sequence_parallel = sequence_parallel;
   config.parallel.pp_schedule = schedule;
-  config.parallel.grad_reduce_dtype = reduce;
+  config.compression.gradients = gradients;
+  config.compression.zero_gather = zero_gather;
 }
 
 }  // namespace strata::testing

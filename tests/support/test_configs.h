@@ -23,17 +23,19 @@ ModelConfig tiny_model();
 // no progress output, logs in log_dir() (only rank 0 writes there).
 Config tiny_training_run(int64_t steps, int64_t global_batch, int64_t micro_batch);
 
-// A parallel layout a parity test runs: the [parallel] keys it varies (and whether the test
-// makes the model a mixture of experts, which the test configures), named for failure messages.
+// A parallel layout a parity test runs: the [parallel] and [compression] keys it varies (and
+// whether the test makes the model a mixture of experts, which the test configures), named for
+// failure messages.
 struct TestLayout {
   int64_t tp = 1, pp = 1, vpp = 1, cp = 1, dp = 1, ep = 1, zero = 0;
   bool sequence_parallel = false, moe = false;
   PipelineSchedule schedule = PipelineSchedule::one_f_one_b;
-  GradReduceDType reduce = GradReduceDType::fp32;
+  GradientCompression gradients = GradientCompression::none;
+  GatherCompression zero_gather = GatherCompression::none;
 
   // "tp2(sp) pp2(zb-h1) dp2 zero 3": the sizes above 1 and the settings away from the default.
   std::string name() const;
-  // Sets these [parallel] keys of `config`.
+  // Sets these [parallel] and [compression] keys of `config`.
   void apply_to(Config& config) const;
 };
 

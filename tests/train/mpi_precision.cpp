@@ -40,13 +40,14 @@ Config tiny_run(Precision precision, const TestLayout& layout, int64_t steps = 6
 
 std::vector<TestLayout> layouts_for(int world) {
   if (world == 2) {
-    return {with([](TestLayout& l) { l.tp = 2, l.sequence_parallel = true; }),
-            with([](TestLayout& l) { l.pp = 2; }),
-            with([](TestLayout& l) { l.pp = 2, l.schedule = PipelineSchedule::zb_h1; }),
-            with([](TestLayout& l) { l.dp = 2, l.zero = 1; }),
-            with([](TestLayout& l) { l.dp = 2, l.zero = 3, l.reduce = GradReduceDType::bf16; }),
-            with([](TestLayout& l) { l.cp = 2; }),
-            with([](TestLayout& l) { l.dp = 2, l.ep = 2, l.moe = true; })};
+    return {
+        with([](TestLayout& l) { l.tp = 2, l.sequence_parallel = true; }),
+        with([](TestLayout& l) { l.pp = 2; }),
+        with([](TestLayout& l) { l.pp = 2, l.schedule = PipelineSchedule::zb_h1; }),
+        with([](TestLayout& l) { l.dp = 2, l.zero = 1; }),
+        with([](TestLayout& l) { l.dp = 2, l.zero = 3, l.gradients = GradientCompression::bf16; }),
+        with([](TestLayout& l) { l.cp = 2; }),
+        with([](TestLayout& l) { l.dp = 2, l.ep = 2, l.moe = true; })};
   }
   if (world == 4) {
     return {with([](TestLayout& l) { l.tp = 2, l.pp = 2, l.sequence_parallel = true; }),
@@ -270,21 +271,23 @@ TEST(Precision, Fp16OverflowOnOneRankSkipsTheStepEverywhere) {
   EXPECT_TRUE(step_5_moved);
 }
 
-// Gradients travelling in bf16 halve the data-parallel reduction's bytes; training follows
-// the fp32 reduction within bf16's tolerance. On one rank nothing travels: bit-identical.
+// Gradients travelling in bf16 (compression.gradients = "bf16") halve the data-parallel
+// reduction's bytes; training follows the fp32 reduction within bf16's tolerance. On one rank
+// nothing would travel: the config is refused.
 TEST(Precision, Bf16GradientReductionHalvesTheBytes) {
   Comm world = Comm::world(120);
   for (Precision precision : {Precision::fp32, Precision::bf16}) {
     TestLayout layout;
     layout.dp = world.size();
+    if (world.size() == 1) {
+      layout.gradients = GradientCompression::bf16;
+      EXPECT_THROW(testing::train_on(world, tiny_run(precision, layout)), UserError);
+      continue;
+    }
     const TrainResult fp32_wire = testing::train_on(world, tiny_run(precision, layout));
-    layout.reduce = GradReduceDType::bf16;
+    layout.gradients = GradientCompression::bf16;
     const TrainResult bf16_wire = testing::train_on(world, tiny_run(precision, layout));
     for (size_t i = 0; i < fp32_wire.losses.size(); ++i) {
-      if (world.size() == 1) {
-        EXPECT_EQ(bf16_wire.losses[i], fp32_wire.losses[i]) << name_of(precision);
-        continue;
-      }
       const auto bytes = [](const StepMetrics& m) { return m.comm.at("all_reduce").get<double>(); };
       // The loss's own all-reduce (a few float64 scalars) is the rest.
       EXPECT_NEAR(bytes(bf16_wire.metrics[i]), 0.5 * bytes(fp32_wire.metrics[i]),

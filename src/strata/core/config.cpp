@@ -89,6 +89,10 @@ const char* replacement_of(const std::string& full_name) {
   if (full_name == "train.dtype") {
     return "train.precision (\"fp32\", \"bf16\", \"fp16\" or \"fp64\"; float64 is \"fp64\")";
   }
+  if (full_name == "parallel.grad_reduce_dtype") {
+    return "compression.gradients (\"bf16\" reduces the data-parallel gradients in bf16, as "
+           "grad_reduce_dtype = \"bf16\" did; \"none\" in their own dtype)";
+  }
   if (full_name == "fault.collective_timeout_s") {
     return "parallel.comm_timeout_s (seconds any collective or point-to-point wait may take)";
   }

@@ -1,6 +1,6 @@
-// The run configuration: the TOML sections [model] [parallel] [train] [data] [checkpoint]
-// [log] [serve], parsed, overridden by --set, validated, and printed back. The key names are the
-// public interface (docs/config.md); every field below is one key.
+// The run configuration: the TOML sections [model] [parallel] [compression] [train] [data]
+// [checkpoint] [fault] [log] [serve], parsed, overridden by --set, validated, and printed back. The
+// key names are the public interface (docs/config.md); every field below is one key.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -70,7 +70,19 @@ struct ParallelConfig {
   // empty = balanced by cost (pipeline/partition.h).
   std::vector<int64_t> pp_layers;
   double comm_timeout_s = 300.0;
-  GradReduceDType grad_reduce_dtype = GradReduceDType::fp32;
+};
+
+// [compression]: what data parallelism's traffic is compressed to (docs/communication.md).
+struct CompressionConfig {
+  // The data-parallel (and expert-data-parallel) gradient exchange: none, bf16 (the reduction
+  // in bf16), powersgd (low-rank, Vogels et al. 2019) or onebit (1-bit Adam, Tang et al. 2021).
+  GradientCompression gradients = GradientCompression::none;
+  // Steps 0 .. start_step - 1 run uncompressed (1-bit Adam: plain AdamW, whose variance is then
+  // frozen). -1 = the default: 0 for none and bf16, train.steps / 10 otherwise (validate_config
+  // resolves it).
+  int64_t start_step = -1;
+  int64_t powersgd_rank = 4;                                // columns of PowerSGD's factors
+  GatherCompression zero_gather = GatherCompression::none;  // ZeRO-3's parameter all-gathers
 };
 
 struct TrainConfig {
@@ -142,6 +154,7 @@ struct ServeConfig {
 struct Config {
   ModelConfig model;
   ParallelConfig parallel;
+  CompressionConfig compression;
   TrainConfig train;
   DataConfig data;
   CheckpointConfig checkpoint;

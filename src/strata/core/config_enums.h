@@ -24,8 +24,10 @@ enum class Recompute { none, selective, full };
 // train.precision: the dtype parameters, activations and gradients are computed in. bf16 and
 // fp16 keep fp32 master weights and moments in the optimizer (also the planner's).
 enum class Precision { fp32, bf16, fp16, fp64 };
-// parallel.grad_reduce_dtype: the dtype data-parallel gradients travel in.
-enum class GradReduceDType { fp32, bf16 };
+// compression.gradients: how data-parallel gradients travel (docs/communication.md).
+enum class GradientCompression { none, bf16, powersgd, onebit };
+// compression.zero_gather: what ZeRO-3's parameter all-gathers send.
+enum class GatherCompression { none, bf16, int8 };
 enum class DataSource { corpus, synthetic, shards };  // data.source
 enum class ProgressDisplay {
   automatic,
@@ -92,9 +94,19 @@ struct Spellings<Precision> {
                                                              {Precision::fp64, "fp64"}}};
 };
 template <>
-struct Spellings<GradReduceDType> {
-  static constexpr std::array<Spelling<GradReduceDType>, 2> table{
-      {{GradReduceDType::fp32, "fp32"}, {GradReduceDType::bf16, "bf16"}}};
+struct Spellings<GradientCompression> {
+  static constexpr std::array<Spelling<GradientCompression>, 4> table{
+      {{GradientCompression::none, "none"},
+       {GradientCompression::bf16, "bf16"},
+       {GradientCompression::powersgd, "powersgd"},
+       {GradientCompression::onebit, "onebit"}}};
+};
+template <>
+struct Spellings<GatherCompression> {
+  static constexpr std::array<Spelling<GatherCompression>, 3> table{
+      {{GatherCompression::none, "none"},
+       {GatherCompression::bf16, "bf16"},
+       {GatherCompression::int8, "int8"}}};
 };
 template <>
 struct Spellings<DataSource> {

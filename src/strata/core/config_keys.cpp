@@ -65,7 +65,11 @@ const std::vector<Key>& keys() {
       STRATA_CONFIG_KEY(parallel, microbatches),
       STRATA_CONFIG_KEY(parallel, pp_layers),
       STRATA_CONFIG_KEY(parallel, comm_timeout_s),
-      STRATA_CONFIG_KEY(parallel, grad_reduce_dtype),
+
+      STRATA_CONFIG_KEY(compression, gradients),
+      STRATA_CONFIG_KEY(compression, start_step),
+      STRATA_CONFIG_KEY(compression, powersgd_rank),
+      STRATA_CONFIG_KEY(compression, zero_gather),
 
       STRATA_CONFIG_KEY(train, steps),
       STRATA_CONFIG_KEY(train, global_batch),

@@ -13,10 +13,11 @@ namespace strata::config_detail {
 
 // Points at one field of a Config; the alternative says the key's type. An enum field is
 // written in TOML as a string, one of its Spellings.
-using FieldRef = std::variant<int64_t*, uint64_t*, double*, bool*, std::string*,
-                              std::vector<int64_t>*, PositionEncoding*, Norm*, Activation*,
-                              AttentionKernel*, PipelineSchedule*, ContextParallelComm*, Recompute*,
-                              Precision*, GradReduceDType*, DataSource*, ProgressDisplay*>;
+using FieldRef =
+    std::variant<int64_t*, uint64_t*, double*, bool*, std::string*, std::vector<int64_t>*,
+                 PositionEncoding*, Norm*, Activation*, AttentionKernel*, PipelineSchedule*,
+                 ContextParallelComm*, Recompute*, Precision*, GradientCompression*,
+                 GatherCompression*, DataSource*, ProgressDisplay*>;
 
 struct Key {
   const char* section;
@@ -26,7 +27,8 @@ struct Key {
   std::string full_name() const { return std::string(section) + "." + name; }
 };
 
-// Sections in the order of keys(): model, parallel, train, data, checkpoint, fault, log, serve.
+// Sections in the order of keys(): model, parallel, compression, train, data, checkpoint,
+// fault, log, serve.
 const std::vector<std::string>& sections();
 
 // Every key, grouped by section in sections() order, each section in struct order.

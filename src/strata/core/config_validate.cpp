@@ -189,13 +189,84 @@ void check_parallel_settings(const Config& config, Problems& problems) {
   const ParallelConfig& parallel = config.parallel;
   require_positive(problems, "parallel.comm_timeout_s", parallel.comm_timeout_s);
   require_positive(problems, "parallel.bucket_mb", parallel.bucket_mb);
-  // fp64 runs are the exact references: their gradients do not travel rounded.
-  if (parallel.grad_reduce_dtype == GradReduceDType::bf16 &&
-      config.train.precision == Precision::fp64) {
+}
+
+// [compression], its layout-independent keys; resolves start_step = -1.
+void check_compression_settings(Config& config, Problems& problems) {
+  CompressionConfig& compression = config.compression;
+  const GradientCompression gradients = compression.gradients;
+  require_at_least<int64_t>(problems, "compression.powersgd_rank", compression.powersgd_rank, 1,
+                            " (the columns of PowerSGD's low-rank factors)");
+  if (compression.start_step < -1) {
+    problems.push_back(str("compression.start_step (", compression.start_step,
+                           ") must be >= 0, or -1 for the default (0 for \"none\" and \"bf16\", "
+                           "train.steps / 10 otherwise)"));
+  } else if (compression.start_step > config.train.steps) {
+    problems.push_back(str("compression.start_step (", compression.start_step,
+                           ") must be <= train.steps (", config.train.steps,
+                           "): the steps before it run uncompressed"));
+  }
+  if (compression.start_step == -1) {
+    const bool warms_up =
+        gradients == GradientCompression::powersgd || gradients == GradientCompression::onebit;
+    compression.start_step = warms_up ? config.train.steps / 10 : 0;
+    if (gradients == GradientCompression::onebit) {
+      compression.start_step = std::max<int64_t>(1, compression.start_step);
+    }
+  }
+  if (gradients == GradientCompression::onebit && compression.start_step == 0) {
     problems.push_back(
-        "parallel.grad_reduce_dtype = \"bf16\" needs train.precision \"fp32\", \"bf16\" or "
-        "\"fp16\"; train.precision = \"fp64\" reduces in fp64 (set grad_reduce_dtype = "
-        "\"fp32\")");
+        "compression.gradients = \"onebit\" freezes Adam's variance after the "
+        "compression.start_step uncompressed steps, so compression.start_step (0) must be >= 1");
+  }
+  const Precision precision = config.train.precision;
+  // fp64 runs are the exact references: nothing of theirs travels rounded to bf16.
+  if (gradients == GradientCompression::bf16 && precision == Precision::fp64) {
+    problems.push_back(
+        "compression.gradients = \"bf16\" needs train.precision \"fp32\", \"bf16\" or \"fp16\"; "
+        "train.precision = \"fp64\" reduces in fp64 (set compression.gradients = \"none\")");
+  }
+  // The error-feedback residuals carry gradients from one step to the next, which fp16's
+  // changing loss scale would mix up.
+  if ((gradients == GradientCompression::powersgd || gradients == GradientCompression::onebit) &&
+      precision == Precision::fp16) {
+    problems.push_back(str("compression.gradients = ", quote(name_of(gradients)),
+                           " keeps an error-feedback residual across steps, which fp16's loss "
+                           "scaling would corrupt; use train.precision = \"bf16\" or \"fp32\""));
+  }
+  if (compression.zero_gather == GatherCompression::bf16 &&
+      (precision == Precision::fp64 || precision == Precision::fp16)) {
+    problems.push_back(
+        str("compression.zero_gather = \"bf16\" needs train.precision \"fp32\" or "
+            "\"bf16\" (got ",
+            quote(name_of(precision)), "); use \"int8\" or \"none\""));
+  }
+}
+
+// [compression] against the resolved layout: there must be something to compress.
+void check_compression_layout(const Config& config, Problems& problems) {
+  const CompressionConfig& compression = config.compression;
+  const ParallelConfig& parallel = config.parallel;
+  const int64_t data_parallel = parallel.dp * parallel.cp;
+  if (parallel.dp < 1) return;  // the layout's own problem, reported already
+  if (compression.gradients != GradientCompression::none && data_parallel == 1) {
+    problems.push_back(str("compression.gradients = ", quote(name_of(compression.gradients)),
+                           " compresses the data-parallel gradient exchange, but dp x cp = 1 (dp ",
+                           parallel.dp, ", cp ", parallel.cp,
+                           ") has none; run on more data-parallel ranks or set "
+                           "compression.gradients = \"none\""));
+  }
+  if (compression.zero_gather != GatherCompression::none) {
+    if (parallel.zero != 3) {
+      problems.push_back(str("compression.zero_gather = ", quote(name_of(compression.zero_gather)),
+                             " compresses ZeRO-3's parameter all-gathers and needs parallel.zero = "
+                             "3 (got ",
+                             parallel.zero, "); set compression.zero_gather = \"none\""));
+    } else if (data_parallel == 1) {
+      problems.push_back(str("compression.zero_gather = ", quote(name_of(compression.zero_gather)),
+                             " needs data-parallel ranks to gather from, but dp x cp = 1; set "
+                             "compression.zero_gather = \"none\""));
+    }
   }
 }
 
@@ -280,6 +351,7 @@ Problems collect_consistency(Config& config, int64_t world_size) {
   check_data(config, problems);
   check_checkpoint_fault_and_log(config, problems);
   check_serve(config.serve, problems);
+  check_compression_settings(config, problems);
   if (config.parallel.auto_layout) {  // the layout is checked once the planner chose it
     check_auto(config, problems);
     return problems;
@@ -287,6 +359,7 @@ Problems collect_consistency(Config& config, int64_t world_size) {
   check_parallel_settings(config, problems);
   check_context_parallel(config, problems);
   check_parallel_layout(config, world_size, problems);
+  check_compression_layout(config, problems);
   return problems;
 }
 

@@ -89,12 +89,10 @@ DataParallel::DataParallel(const std::vector<GPT*>& chunks, Mesh& mesh, const Co
       chunks_(chunks),
       buckets_(chunks, mesh, config.parallel.zero, config.parallel.bucket_mb,
                master_dtype(config.train.precision)),
-      reduction_(buckets_, mesh, tied,
-                 config.parallel.grad_reduce_dtype == GradReduceDType::bf16
-                     ? at::kBFloat16
-                     : master_dtype(config.train.precision)),
-      gather_(buckets_),
-      optimizer_(buckets_, mesh, config.train, mixed_precision(config.train.precision)),
+      reduction_(buckets_, mesh, tied, config.compression, traffic_),
+      gather_(buckets_, config.compression.zero_gather, traffic_),
+      optimizer_(buckets_, mesh, config.train, mixed_precision(config.train.precision),
+                 config.compression, traffic_),
       masters_(mixed_precision(config.train.precision)) {
   for (size_t c = 0; c < chunks_.size(); ++c) {
     wrappers_.push_back(
@@ -107,9 +105,11 @@ DataParallel::~DataParallel() {
   for (GPT* chunk : chunks_) chunk->wrap_units(nullptr);
 }
 
-void DataParallel::begin_step() {
+void DataParallel::begin_step(int64_t step) {
+  traffic_.reset();
   gather_.release_all();
-  reduction_.begin_step();
+  reduction_.begin_step(step);
+  optimizer_.set_local_gradients(reduction_.local_gradients());
 }
 
 void DataParallel::finish_gradients() {

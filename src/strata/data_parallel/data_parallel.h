@@ -35,8 +35,8 @@ class DataParallel final : public BackwardListener {
 
   // One step: begin_step -> microbatches through the executor (buckets reduce as their units
   // finish the last backward) -> finish_gradients -> clip_gradients -> step.
-  void begin_step();        // gradients zeroed (stage 2/3: allocated)
-  void finish_gradients();  // every reduction done; tp, tied and expert sums
+  void begin_step(int64_t step);  // gradients zeroed (stage 2/3: allocated); step is 0-based
+  void finish_gradients();        // every reduction done; tp, tied and expert sums
   // The global norm before clipping, of the gradients multiplied by `unscale` (1 / the loss
   // scale), which clipping applies in the same pass.
   double clip_gradients(double max_norm, double unscale = 1.0);
@@ -53,6 +53,8 @@ class DataParallel final : public BackwardListener {
   int64_t parameter_bytes() const { return buckets_.parameter_bytes(); }
   int64_t gradient_bytes() const { return buckets_.gradient_bytes(); }
   int64_t optimizer_bytes() const { return optimizer_.state_bytes(); }
+  // Since begin_step: what the compressed exchanges sent and what they stand for.
+  const CompressedTraffic& compressed_traffic() const { return traffic_; }
 
   // Checkpoints hold each parameter and both moments as slices of the global tensors, the
   // same for every stage and dp size: these tensors are full local pieces (moments gathered
@@ -73,6 +75,7 @@ class DataParallel final : public BackwardListener {
 
   Mesh& mesh_;
   std::vector<GPT*> chunks_;
+  CompressedTraffic traffic_;
   FlatBuckets buckets_;
   GradientReduction reduction_;
   ParameterGather gather_;

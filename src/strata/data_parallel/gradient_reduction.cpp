@@ -8,17 +8,36 @@
 namespace strata {
 
 GradientReduction::GradientReduction(FlatBuckets& buckets, Mesh& mesh, Comm* tied,
-                                     at::ScalarType wire_dtype)
-    : buckets_(buckets), mesh_(mesh), tied_(tied), wire_dtype_(wire_dtype) {
+                                     const CompressionConfig& compression,
+                                     CompressedTraffic& traffic)
+    : buckets_(buckets),
+      mesh_(mesh),
+      tied_(tied),
+      compression_(compression),
+      traffic_(traffic),
+      wire_dtype_(at::kFloat) {
   in_flight_.resize(buckets_.buckets().size());
+  if (compression_.gradients == GradientCompression::powersgd) {
+    for (Bucket& bucket : buckets_.buckets()) {
+      powersgd_of_.push_back(bucket.group->size() > 1
+                                 ? std::make_unique<PowerSgd>(bucket, compression_.powersgd_rank)
+                                 : nullptr);
+    }
+  }
   complete_.resize(buckets_.chunks());
   for (int c = 0; c < buckets_.chunks(); ++c) complete_[c].assign(buckets_.units(c), false);
   armed_.assign(buckets_.chunks(), false);
 }
 
-void GradientReduction::begin_step() {
+void GradientReduction::begin_step(int64_t step) {
   at::NoGradGuard no_grad;
   auto& buckets = buckets_.buckets();
+  const bool compressing = step >= compression_.start_step;
+  const GradientCompression mode = compressing ? compression_.gradients : GradientCompression::none;
+  wire_dtype_ = buckets.empty() ? at::kFloat : buckets.front().grads.scalar_type();
+  if (mode == GradientCompression::bf16) wire_dtype_ = at::kBFloat16;
+  powersgd_ = mode == GradientCompression::powersgd;
+  local_ = mode == GradientCompression::onebit;
   for (size_t b = 0; b < buckets.size(); ++b) {
     if (!has_storage(buckets[b].grads)) allocate_storage(buckets[b].grads);
     buckets[b].grads.zero_();
@@ -58,29 +77,69 @@ void GradientReduction::launch(size_t b, bool during_backward) {
   if (during_backward) ++overlapped_;
   launch_order_.push_back(b);
   if (bucket.group->size() == 1) return;
+  if (local_) {  // 1-bit Adam exchanges the momentum instead
+    add_uncompressed(bucket);
+    return;
+  }
+  if (powersgd_) {
+    add_uncompressed(bucket);
+    powersgd_of_[b]->start(traffic_);
+    return;
+  }
   const int64_t stage = buckets_.zero_stage();
   const bool converted = bucket.grads.scalar_type() != wire_dtype_;
   if (converted) flight.wire = bucket.grads.to(wire_dtype_);
   at::Tensor& sent = converted ? flight.wire : bucket.grads;
-  if (stage == 0) {
-    flight.reduction = bucket.group->iall_reduce(sent, ReduceOp::Avg);
+  auto post = [&] {
+    if (stage == 0) {
+      flight.reduction = bucket.group->iall_reduce(sent, ReduceOp::Avg);
+      return;
+    }
+    // Stages 2 and 3 reduce straight into the shard, which has storage of its own.
+    if (stage == 1 || converted) flight.reduced = at::empty({bucket.shard_numel()}, sent.options());
+    flight.reduction = bucket.group->ireduce_scatter(
+        flight.reduced.defined() ? flight.reduced : bucket.grad_shard, sent, ReduceOp::Avg);
+  };
+  if (!converted) {
+    post();
     return;
   }
-  // Stages 2 and 3 reduce straight into the shard, which has storage of its own.
-  if (stage == 1 || converted) flight.reduced = at::empty({bucket.shard_numel()}, sent.options());
-  flight.reduction = bucket.group->ireduce_scatter(
-      flight.reduced.defined() ? flight.reduced : bucket.grad_shard, sent, ReduceOp::Avg);
+  add_uncompressed(bucket);
+  traffic_.count_sent(*bucket.group, post);
+}
+
+void GradientReduction::add_uncompressed(const Bucket& bucket) {
+  const int64_t element = bucket.grads.element_size(), n = bucket.group->size();
+  if (buckets_.zero_stage() == 0) {
+    traffic_.add_uncompressed(
+        CommKind::AllReduce,
+        all_reduce_bytes(bucket.numel, element, static_cast<int>(n), bucket.group->rank()));
+  } else {
+    traffic_.add_uncompressed(CommKind::ReduceScatter,
+                              (bucket.numel - bucket.shard_numel()) * element);
+  }
 }
 
 void GradientReduction::progress() {
   for (size_t b : launch_order_) {
     if (in_flight_[b].reduction.valid()) in_flight_[b].reduction.is_completed();
+    if (powersgd_ && powersgd_of_[b]) powersgd_of_[b]->progress();
   }
 }
 
 void GradientReduction::wait(size_t b) {
   Bucket& bucket = buckets_.buckets()[b];
   InFlight& flight = in_flight_[b];
+  if (local_) return;  // the full gradients stay for the optimizer (stage 2/3: it frees them)
+  if (powersgd_ && powersgd_of_[b]) {
+    powersgd_of_[b]->finish(traffic_);
+    // The approximation is the average on every rank: the shard keeps its part.
+    if (buckets_.zero_stage() >= 2) {
+      bucket.grad_shard.copy_(bucket.grads.narrow(0, bucket.shard_start(), bucket.shard_numel()));
+      free_storage(bucket.grads);
+    }
+    return;
+  }
   if (flight.reduction.valid()) flight.reduction.wait();
   flight.reduction = Work();
   if (buckets_.zero_stage() == 0 && flight.wire.defined()) bucket.grads.copy_(flight.wire);
@@ -105,6 +164,27 @@ void GradientReduction::finish() {
   sum_partial_gradients();
 }
 
+template <typename Select>
+std::vector<at::Tensor> GradientReduction::held_gradients(Select select) {
+  auto& buckets = buckets_.buckets();
+  std::vector<at::Tensor> pieces;
+  if (local_) {
+    for (Bucket& bucket : buckets) {
+      for (size_t i = 0; i < bucket.parameters.size(); ++i) {
+        if (!select(*bucket.parameters[i])) continue;
+        pieces.push_back(
+            bucket.grads.narrow(0, bucket.offsets[i], bucket.parameters[i]->value.numel()));
+      }
+    }
+    return pieces;
+  }
+  for (const Segment& segment : buckets_.segments()) {
+    if (!select(*segment.parameter)) continue;
+    pieces.push_back(buckets[segment.bucket].grad_shard.narrow(0, segment.start, segment.length));
+  }
+  return pieces;
+}
+
 void GradientReduction::sum_partial_gradients() {
   // Sums the reduction over dp does not cover (they commute with the dp average, so they
   // run on the own shards): parameters replicated over tp whose gradient each tp rank holds
@@ -113,11 +193,8 @@ void GradientReduction::sum_partial_gradients() {
   // and the tied embedding has a bucket of its own, so the shards line up.
   auto& buckets = buckets_.buckets();
   if (mesh_.tp().size() > 1) {
-    std::vector<at::Tensor> pieces;
-    for (const Segment& segment : buckets_.segments()) {
-      if (!segment.parameter->tp_partial_grad) continue;
-      pieces.push_back(buckets[segment.bucket].grad_shard.narrow(0, segment.start, segment.length));
-    }
+    std::vector<at::Tensor> pieces =
+        held_gradients([](const Parameter& parameter) { return parameter.tp_partial_grad; });
     if (!pieces.empty()) {
       at::Tensor flat = at::cat(pieces);
       mesh_.tp().all_reduce(flat, ReduceOp::Sum);
@@ -130,7 +207,8 @@ void GradientReduction::sum_partial_gradients() {
   }
   if (tied_ != nullptr) {
     for (Bucket& bucket : buckets) {
-      if (bucket.pp_tied) tied_->all_reduce(bucket.grad_shard, ReduceOp::Sum);
+      if (bucket.pp_tied)
+        tied_->all_reduce(local_ ? bucket.grads : bucket.grad_shard, ReduceOp::Sum);
     }
   }
   // Expert weights: an expert's local gradient already sums the losses of every ep rank whose
@@ -139,7 +217,8 @@ void GradientReduction::sum_partial_gradients() {
   const int64_t ep = mesh_.shape().ep;
   if (ep > 1) {
     for (Bucket& bucket : buckets) {
-      if (bucket.group == &mesh_.expert_dp()) bucket.grad_shard.div_(static_cast<double>(ep));
+      if (bucket.group != &mesh_.expert_dp()) continue;
+      (local_ ? bucket.grads : bucket.grad_shard).div_(static_cast<double>(ep));
     }
   }
 }

@@ -9,8 +9,13 @@
 namespace strata {
 
 ShardedOptimizer::ShardedOptimizer(FlatBuckets& buckets, Mesh& mesh, const TrainConfig& config,
-                                   bool masters)
-    : buckets_(buckets), mesh_(mesh) {
+                                   bool masters, const CompressionConfig& compression,
+                                   CompressedTraffic& traffic)
+    : buckets_(buckets),
+      mesh_(mesh),
+      compression_(compression),
+      traffic_(traffic),
+      beta1_(config.beta1) {
   at::NoGradGuard no_grad;
   for (const Bucket& bucket : buckets_.buckets()) {
     const auto options = bucket.grad_shard.options();
@@ -37,25 +42,36 @@ double ShardedOptimizer::clip_gradients(double max_norm, double unscale) {
   // Each parameter counted once: pieces split over tp each add their part, replicas over tp
   // only on tp rank 0, the tied embedding only on the first stage; over the data-parallel
   // group the shards add up (stage >= 1) or are identical replicas (stage 0).
+  // Local gradients (1-bit Adam) are each rank's own: no sum over the data-parallel group.
   const bool tp_first = mesh_.coords().tp == 0;
   const auto& groups = buckets_.groups();
   std::vector<at::Tensor> sums;
   for (size_t g = 0; g < groups.size(); ++g) sums.push_back(at::zeros({1}, at::kDouble));
   auto& buckets = buckets_.buckets();
-  for (const Segment& segment : buckets_.segments()) {
-    const Parameter& parameter = *segment.parameter;
-    if (parameter.pp_tied && !mesh_.pp_is_first_stage()) continue;
-    if (!parameter.spec.is_split_over(ShardAxis::Tp) && !tp_first) continue;
-    const Bucket& bucket = buckets[segment.bucket];
+  auto add = [&](const Parameter& parameter, const Bucket& bucket, const at::Tensor& piece) {
+    if (parameter.pp_tied && !mesh_.pp_is_first_stage()) return;
+    if (!parameter.spec.is_split_over(ShardAxis::Tp) && !tp_first) return;
     const size_t g =
         static_cast<size_t>(std::find(groups.begin(), groups.end(), bucket.group) - groups.begin());
-    const double norm =
-        bucket.grad_shard.narrow(0, segment.start, segment.length).norm().item<double>();
+    const double norm = piece.norm().item<double>();
     sums[g] += norm * norm;
+  };
+  if (local_) {
+    for (const Bucket& bucket : buckets) {
+      for (size_t i = 0; i < bucket.parameters.size(); ++i) {
+        add(*bucket.parameters[i], bucket,
+            bucket.grads.narrow(0, bucket.offsets[i], bucket.parameters[i]->value.numel()));
+      }
+    }
+  } else {
+    for (const Segment& segment : buckets_.segments()) {
+      const Bucket& bucket = buckets[segment.bucket];
+      add(*segment.parameter, bucket, bucket.grad_shard.narrow(0, segment.start, segment.length));
+    }
   }
   at::Tensor sum_squares = at::zeros({1}, at::kDouble);
   for (size_t g = 0; g < groups.size(); ++g) {
-    if (buckets_.zero_stage() >= 1) groups[g]->all_reduce(sums[g], ReduceOp::Sum);
+    if (buckets_.zero_stage() >= 1 && !local_) groups[g]->all_reduce(sums[g], ReduceOp::Sum);
     // Expert weights are split over ep: each ep rank adds its experts.
     if (groups[g] == &mesh_.expert_dp()) mesh_.ep().all_reduce(sums[g], ReduceOp::Sum);
     sum_squares += sums[g];
@@ -66,7 +82,7 @@ double ShardedOptimizer::clip_gradients(double max_norm, double unscale) {
   double scale = unscale;
   if (max_norm > 0 && norm > max_norm) scale *= max_norm / (norm + 1e-6);
   if (scale != 1.0) {
-    for (Bucket& bucket : buckets) bucket.grad_shard.mul_(scale);
+    for (Bucket& bucket : buckets) held_gradients(bucket).mul_(scale);
   }
   return norm;
 }
@@ -76,8 +92,8 @@ bool ShardedOptimizer::gradients_overflowed() {
   // Each rank checks what it reduced and holds; the world agrees, so an inf on one tp or
   // pipeline rank skips the step everywhere.
   bool overflowed = false;
-  for (const Bucket& bucket : buckets_.buckets()) {
-    overflowed = overflowed || !at::isfinite(bucket.grad_shard).all().item<bool>();
+  for (Bucket& bucket : buckets_.buckets()) {
+    overflowed = overflowed || !at::isfinite(held_gradients(bucket)).all().item<bool>();
   }
   at::Tensor flag = at::tensor({overflowed ? 1 : 0}, at::kInt);
   mesh_.world().all_reduce(flag, ReduceOp::Max);
@@ -85,8 +101,47 @@ bool ShardedOptimizer::gradients_overflowed() {
 }
 
 void ShardedOptimizer::step(double lr) {
-  adamw_->step(lr);
+  if (local_) {
+    onebit_step(lr);
+  } else {
+    adamw_->step(lr);
+  }
   parameters_from_masters();
+}
+
+void ShardedOptimizer::onebit_step(double lr) {
+  at::NoGradGuard no_grad;
+  auto& buckets = buckets_.buckets();
+  if (!momentum_ready_) {  // the momentum so far, whole on every rank
+    momentum_.clear();
+    for (size_t b = 0; b < buckets.size(); ++b) {
+      Bucket& bucket = buckets[b];
+      const at::Tensor& own = shards_[b].exp_avg;
+      if (bucket.shards == 1) {
+        momentum_.push_back(own);
+      } else {
+        momentum_.push_back(at::empty({bucket.numel}, own.options()));
+        bucket.group->all_gather(momentum_.back(), own);
+      }
+      if (exchange_.size() <= b) {
+        exchange_.push_back(
+            std::make_unique<OneBitAllReduce>(*bucket.group, bucket.numel, own.scalar_type()));
+      }
+      exchange_[b]->reset_errors();
+    }
+    momentum_ready_ = true;
+  }
+  for (size_t b = 0; b < buckets.size(); ++b) {
+    Bucket& bucket = buckets[b];
+    at::Tensor& momentum = momentum_[b];
+    momentum.mul_(beta1_).add_(bucket.grads, 1.0 - beta1_);  // this rank's m_i
+    exchange_[b]->all_reduce(momentum, &traffic_);           // the average, on every rank
+    if (bucket.shards > 1) {
+      shards_[b].exp_avg.copy_(momentum.narrow(0, bucket.shard_start(), bucket.shard_numel()));
+    }
+    if (buckets_.zero_stage() >= 2) free_storage(bucket.grads);
+  }
+  adamw_->step_with_frozen_variance(lr, compression_.start_step);
 }
 
 void ShardedOptimizer::parameters_from_masters() {
@@ -113,6 +168,13 @@ int64_t ShardedOptimizer::state_bytes() const {
   for (const State& state : shards_) {
     bytes += storage_bytes(state.master) + storage_bytes(state.exp_avg) +
              storage_bytes(state.exp_avg_sq);
+  }
+  const auto& buckets = buckets_.buckets();
+  for (size_t b = 0; b < momentum_.size(); ++b) {
+    if (buckets[b].shards > 1) bytes += storage_bytes(momentum_[b]);
+  }
+  for (const auto& exchange : exchange_) {
+    bytes += storage_bytes(exchange->worker_error()) + storage_bytes(exchange->server_error());
   }
   return bytes;
 }
@@ -158,7 +220,10 @@ void ShardedOptimizer::end_full_state(bool loaded) {
     }
   }
   full_.clear();
-  if (loaded) parameters_from_masters();
+  if (loaded) {
+    momentum_ready_ = false;  // 1-bit Adam's momentum comes from the loaded moments
+    parameters_from_masters();
+  }
 }
 
 }  // namespace strata

@@ -47,6 +47,21 @@ void AdamW::step(double lr) {
   }
 }
 
+void AdamW::step_with_frozen_variance(double lr, int64_t variance_steps) {
+  at::NoGradGuard no_grad;
+  ++step_count_;
+  const double bias_correction1 = 1.0 - std::pow(beta1_, static_cast<double>(step_count_));
+  const double bias_correction2 = 1.0 - std::pow(beta2_, static_cast<double>(variance_steps));
+  const double step_size = lr / bias_correction1;
+  const double inv_sqrt_bias_correction2 = 1.0 / std::sqrt(bias_correction2);
+  for (Slot& slot : slots_) {
+    at::Tensor& value = slot.value;
+    if (slot.weight_decay && weight_decay_ != 0.0) value.mul_(1.0 - lr * weight_decay_);
+    auto denominator = (slot.exp_avg_sq.sqrt() * inv_sqrt_bias_correction2).add_(eps_);
+    value.addcdiv_(slot.exp_avg, denominator, -step_size);
+  }
+}
+
 int64_t AdamW::state_bytes() const {
   int64_t bytes = 0;
   for (const Slot& slot : slots_) bytes += slot.exp_avg.nbytes() + slot.exp_avg_sq.nbytes();

@@ -30,6 +30,10 @@ class AdamW {
 
   // One update with learning rate lr, using each parameter's .grad().
   void step(double lr);
+  // 1-bit Adam's compressed phase (data_parallel/sharded_optimizer.h): the caller has put this
+  // step's momentum into exp_avg; exp_avg_sq stays as the first variance_steps updates left it
+  // (frozen), and so does its bias correction. Gradients are not read.
+  void step_with_frozen_variance(double lr, int64_t variance_steps);
 
   int64_t step_count() const { return step_count_; }
   void set_step_count(int64_t steps) { step_count_ = steps; }

@@ -31,6 +31,7 @@ nlohmann::json to_json(const StepMetrics& metrics) {
                          {"dp_buckets", metrics.dp_buckets},
                          {"dp_buckets_overlapped", metrics.dp_buckets_overlapped},
                          {"comm_bytes", metrics.comm},
+                         {"comm_bytes_uncompressed", metrics.comm_uncompressed},
                          {"comm_wait_s", metrics.comm_wait},
                          {"comm_share", metrics.comm_share}};
   if (!metrics.moe.is_null()) line["moe"] = metrics.moe;

@@ -24,7 +24,9 @@ struct StepMetrics {
   MemoryBytes mem;             // this rank (rank 0)
   int64_t dp_buckets = 0;      // gradient buckets of this rank
   int64_t dp_buckets_overlapped = 0;  // of them, reduction started during the last backward
-  nlohmann::json comm = nlohmann::json::object();       // bytes sent per collective kind, this step
+  nlohmann::json comm = nlohmann::json::object();  // bytes sent per collective kind, this step
+  // What comm would be with compression.gradients and zero_gather "none".
+  nlohmann::json comm_uncompressed = nlohmann::json::object();
   nlohmann::json comm_wait = nlohmann::json::object();  // seconds blocked per kind, this step
   double comm_share = 0;  // seconds blocked in communication / step time (rank 0)
   nlohmann::json moe;     // mixture-of-experts statistics (null for a dense model)

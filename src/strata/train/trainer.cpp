@@ -221,7 +221,7 @@ Trainer::StepResult Trainer::train_step(int64_t step) {
   StepResult result;
   result.loss_scale = loss_scaler_.scale();
   executor_->set_loss_scale(result.loss_scale);
-  data_parallel_->begin_step();
+  data_parallel_->begin_step(step);
   for (auto& chunk : chunks_) chunk->take_moe_stats();  // drop evaluation's
   const PipelineStepStats pipeline = executor_->run(microbatches_of(Split::Train, step), step);
   {
@@ -441,6 +441,8 @@ StepMetrics Trainer::step_metrics(int64_t step, const StepResult& result, double
   m.dp_buckets_overlapped = data_parallel_->buckets_overlapped();
   const CommCounters& counters = mesh_.world().counters();
   m.comm = per_kind_json(counters.bytes);
+  m.comm_uncompressed =
+      per_kind_json(data_parallel_->compressed_traffic().without_compression(counters.bytes));
   m.comm_wait = per_kind_json(counters.wait_s);
   m.comm_share = counters.total_wait_s() / step_time_s;
   m.loss_scaling = loss_scaler_.enabled();
