@@ -74,7 +74,7 @@ void GradientReduction::launch(size_t b, bool during_backward) {
   Bucket& bucket = buckets_.buckets()[b];
   InFlight& flight = in_flight_[b];
   flight.launched = true;
-  if (during_backward) ++overlapped_;
+  if (during_backward && !local_) ++overlapped_;  // 1-bit Adam reduces nothing here
   launch_order_.push_back(b);
   if (bucket.group->size() == 1) return;
   if (local_) {  // 1-bit Adam exchanges the momentum instead
