@@ -16,14 +16,15 @@ namespace strata {
 namespace {
 
 struct Layout {
-  int64_t tp = 1, pp = 1, dp = 1, ep = 1, zero = 0, vpp = 1;
+  int64_t tp = 1, pp = 1, dp = 1, cp = 1, ep = 1, zero = 0, vpp = 1;
   bool sequence_parallel = false, moe = false, tied = true;
   PipelineSchedule schedule = PipelineSchedule::one_f_one_b;
   GatherCompression zero_gather = GatherCompression::none;
   std::string name() const {
     std::string out = "tp" + std::to_string(tp) + (sequence_parallel ? "(sp)" : "");
     out += " pp" + std::to_string(pp) + "(" + name_of(schedule) + " vpp " + std::to_string(vpp);
-    out += ") dp" + std::to_string(dp) + " zero " + std::to_string(zero);
+    out +=
+        ") cp" + std::to_string(cp) + " dp" + std::to_string(dp) + " zero " + std::to_string(zero);
     out += " ep" + std::to_string(ep) + (moe ? " moe" : "") + (tied ? "" : " untied");
     return out + " zero_gather " + name_of(zero_gather);
   }
@@ -45,6 +46,7 @@ Config tiny_run(GradientCompression gradients, const Layout& layout, int64_t ste
   config.parallel.pp = layout.pp;
   config.parallel.vpp = layout.vpp;
   config.parallel.dp = layout.dp;
+  config.parallel.cp = layout.cp;
   config.parallel.ep = layout.ep;
   config.parallel.zero = layout.zero;
   config.parallel.sequence_parallel = layout.sequence_parallel;
@@ -163,6 +165,7 @@ std::vector<Layout> layouts_for(int world) {
     add([](Layout& l) { l.dp = 2, l.zero = 2; });
     add([](Layout& l) { l.dp = 2, l.zero = 3, l.zero_gather = GatherCompression::int8; });
     add([](Layout& l) { l.dp = 2, l.ep = 2, l.moe = true; });
+    add([](Layout& l) { l.cp = 2; });  // dp 1: the cp ranks' gradients are averaged and compressed
   } else if (world == 4) {
     add([](Layout& l) { l.tp = 2, l.dp = 2, l.sequence_parallel = true, l.zero = 1; });
     add([](Layout& l) { l.pp = 2, l.dp = 2, l.zero = 1; });
