@@ -12,10 +12,11 @@ namespace {
 // Each row of y (rows, c) as s * sign: the float32 scales (rows) are the rows' mean |y|.
 at::Tensor sign_scales(const at::Tensor& rows) { return rows.abs().mean(1).to(at::kFloat); }
 
-at::Tensor decompressed(const at::Tensor& rows, const at::Tensor& scales) {
-  return at::where(rows.ge(0), 1.0, -1.0)
-      .to(rows.scalar_type())
-      .mul_(scales.to(rows.scalar_type()).unsqueeze(1));
+// rows -= s * sign, in place, with sign = +1 where `nonnegative` (the error compression left):
+// rows + s - 2 s [nonnegative] (ATen's where() would cost several times more).
+void subtract_signs(at::Tensor& rows, const at::Tensor& nonnegative, const at::Tensor& scales) {
+  const at::Tensor s = scales.to(rows.scalar_type()).unsqueeze(1);
+  rows.add_(s).addcmul_(nonnegative.to(rows.scalar_type()), s, -2.0);
 }
 
 }  // namespace
@@ -41,13 +42,15 @@ void OneBitAllReduce::all_reduce(at::Tensor& tensor, CompressedTraffic* traffic)
   const int64_t n = group_.size();
   if (n == 1 || numel_ == 0) return;
   const auto dtype = worker_error_.scalar_type();
-  // Worker side: this rank's y, one scale per chunk, the error kept.
-  at::Tensor y = worker_error_.clone();
-  y.narrow(0, 0, numel_).add_(tensor.reshape(-1).to(dtype));
-  at::Tensor rows = y.view({n, chunk_});
+  // Worker side: y = x + e_w in the error's buffer, one scale per chunk, signs; y then
+  // becomes the new error in place.
+  at::Tensor rows = worker_error_.view({n, chunk_});
+  worker_error_.narrow(0, 0, numel_).add_(tensor.reshape(-1).to(dtype));
+  const at::Tensor worker_nonnegative = worker_error_.ge(0);
   at::Tensor worker_scales = sign_scales(rows);  // (n)
-  worker_error_.view({n, chunk_}).copy_(rows - decompressed(rows, worker_scales));
-  at::Tensor worker_signs = pack_signs(y);  // (padded / 8), chunk j = bytes [j c/8, (j+1) c/8)
+  // (padded / 8): chunk j is bytes [j c/8, (j+1) c/8).
+  at::Tensor worker_signs = pack_bits(worker_nonnegative);
+  subtract_signs(rows, worker_nonnegative.view({n, chunk_}), worker_scales);
 
   // Phase 1: rank j receives chunk j of every worker.
   at::Tensor received_signs = at::empty_like(worker_signs);
@@ -58,14 +61,18 @@ void OneBitAllReduce::all_reduce(at::Tensor& tensor, CompressedTraffic* traffic)
   auto exchange = [&] {
     group_.all_to_all(received_signs, worker_signs);
     group_.all_to_all(received_scales, worker_scales);
-    // Server side: the average of the workers' chunks, plus the server error; compressed again.
+    // Server side: the average of the workers' chunks, plus the server error; compressed again,
+    // and what compression left is the new server error.
     at::Tensor workers = unpack_signs(received_signs, dtype).view({n, chunk_});
     at::Tensor z = workers.mul_(received_scales.to(dtype).unsqueeze(1)).mean(0);
     z.add_(server_error_);
     at::Tensor z_row = z.view({1, chunk_});
+    const at::Tensor server_nonnegative = z.ge(0);
     at::Tensor server_scale = sign_scales(z_row);  // (1)
-    server_error_.copy_(z - decompressed(z_row, server_scale).view(-1));
-    group_.all_gather(gathered_signs, pack_signs(z));
+    at::Tensor server_signs = pack_bits(server_nonnegative);
+    subtract_signs(z_row, server_nonnegative.view({1, chunk_}), server_scale);
+    server_error_.copy_(z);
+    group_.all_gather(gathered_signs, server_signs);
     group_.all_gather(gathered_scales, server_scale);
   };
   if (traffic != nullptr) {

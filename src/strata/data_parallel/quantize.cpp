@@ -3,6 +3,8 @@
 
 #include <ATen/core/grad_mode.h>
 
+#include <map>
+
 #include "strata/core/error.h"
 
 namespace strata {
@@ -45,19 +47,30 @@ void dequantize_int8(const at::Tensor& values, const at::Tensor& scales, at::Ten
   out.view(-1).copy_(padded.narrow(0, 0, numel));
 }
 
-at::Tensor pack_signs(const at::Tensor& flat) {
+at::Tensor pack_bits(const at::Tensor& bits) {
   at::NoGradGuard no_grad;
-  const int64_t numel = flat.numel();
-  STRATA_CHECK(numel % 8 == 0, "pack_signs: ", numel, " values is not a multiple of 8");
-  at::Tensor bits = flat.reshape({numel / 8, 8}).ge(0).to(at::kByte);
-  return bits.mul_(bit_weights()).sum(1, /*keepdim=*/false, at::kByte);
+  const int64_t numel = bits.numel();
+  STRATA_CHECK(numel % 8 == 0, "pack_bits: ", numel, " bits is not a multiple of 8");
+  STRATA_CHECK(bits.scalar_type() == at::kBool, "pack_bits wants a bool tensor");
+  // A bool is one byte holding 0 or 1: weigh each of a byte's eight by its bit and add.
+  const at::Tensor bytes = bits.contiguous().view(at::kByte).reshape({numel / 8, 8});
+  return bytes.mul(bit_weights()).sum(1, /*keepdim=*/false, at::kByte);
 }
+
+at::Tensor pack_signs(const at::Tensor& flat) { return pack_bits(flat.reshape(-1).ge(0)); }
 
 at::Tensor unpack_signs(const at::Tensor& bytes, at::ScalarType dtype) {
   at::NoGradGuard no_grad;
-  at::Tensor bits = at::bitwise_and(bytes.reshape({-1, 1}), bit_weights()).ne(0);
-  // 1 -> +1, 0 -> -1
-  return bits.to(dtype).mul_(2).sub_(1).reshape(-1);
+  // Every byte's eight signs, looked up (ATen's element-wise bit operations on a broadcast
+  // cost several times more): table row b holds the +1/-1 of b's bits, most significant first.
+  static std::map<at::ScalarType, at::Tensor> tables;
+  at::Tensor& table = tables[dtype];
+  if (!table.defined()) {
+    const at::Tensor values = at::arange(256, at::kLong).unsqueeze(1);
+    const at::Tensor bits = values.bitwise_and(bit_weights().to(at::kLong)).ne(0);
+    table = bits.to(dtype).mul_(2).sub_(1);  // (256, 8)
+  }
+  return table.index_select(0, bytes.reshape(-1).to(at::kLong)).reshape(-1);
 }
 
 }  // namespace strata

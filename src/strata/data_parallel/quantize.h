@@ -23,6 +23,8 @@ void dequantize_int8(const at::Tensor& values, const at::Tensor& scales, at::Ten
 // Signs of `flat` (numel a multiple of 8; x >= 0 is +1) packed eight to a byte, most
 // significant bit first: (numel / 8) uint8.
 at::Tensor pack_signs(const at::Tensor& flat);
+// The same from the bits themselves: `bits` bool (numel a multiple of 8), true for +1.
+at::Tensor pack_bits(const at::Tensor& bits);
 // +1/-1 in `dtype` for each packed bit: (bytes.numel() * 8).
 at::Tensor unpack_signs(const at::Tensor& bytes, at::ScalarType dtype);
 
