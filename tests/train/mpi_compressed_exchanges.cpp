@@ -47,15 +47,29 @@ TEST(Quantize, Int8ErrorIsAtMostAHalfStepOfItsBlock) {
   }
 }
 
-TEST(Quantize, SignsPackEightToAByteAndUnpack) {
-  const at::Tensor x = at::tensor({-1.0, 2.0, 0.0, -0.5, 3.0, 3.0, -3.0, 1.0,  //
-                                   1.0, 1.0, 1.0, 1.0, -1.0, -1.0, -1.0, -1.0});
-  const at::Tensor packed = pack_signs(x);
-  ASSERT_EQ(packed.numel(), 2);
-  EXPECT_EQ(packed[0].item<int64_t>(), 0b01101101);  // 0 counts as +
-  EXPECT_EQ(packed[1].item<int64_t>(), 0b11110000);
-  const at::Tensor signs = unpack_signs(packed, at::kDouble);
-  EXPECT_TRUE(at::equal(signs, at::where(x.ge(0), 1.0, -1.0).to(at::kDouble)));
+// Two rows of eight: each row's scale is its mean |x|, its signs a byte (most significant bit
+// first, 0 counts as +), and the row is left with what compression dropped.
+TEST(Quantize, SignsEncodeEightToAByteWithARowScale) {
+  const at::Tensor x = at::tensor({-1.0, 2.0, 0.0, -0.5, 3.0, 3.0, -3.0, 1.5,  //
+                                   1.0, 1.0, 1.0, 1.0, -1.0, -1.0, -1.0, -1.0},
+                                  at::kDouble);
+  at::Tensor rows = x.clone().view({2, 8});
+  at::Tensor scales = at::empty({2}, at::kFloat);
+  at::Tensor signs = at::empty({2}, at::kByte);
+  encode_signs(rows, scales, signs);
+  EXPECT_EQ(signs[0].item<int64_t>(), 0b01101101);
+  EXPECT_EQ(signs[1].item<int64_t>(), 0b11110000);
+  EXPECT_EQ(scales[0].item<float>(), 14.0f / 8);
+  EXPECT_EQ(scales[1].item<float>(), 1.0f);
+  const at::Tensor sign = at::where(x.ge(0), 1.0, -1.0).to(at::kDouble).view({2, 8});
+  const at::Tensor compressed = sign * scales.to(at::kDouble).unsqueeze(1);
+  EXPECT_TRUE(at::allclose(rows, x.view({2, 8}) - compressed, 0, 1e-15));
+  at::Tensor decoded = at::empty({2, 8}, at::kDouble);
+  decode_signs(signs, scales, 1.0, /*sum=*/false, decoded);
+  EXPECT_TRUE(at::equal(decoded, compressed));
+  at::Tensor summed = at::ones({1, 8}, at::kDouble);
+  decode_signs(signs, scales, 0.5, /*sum=*/true, summed);
+  EXPECT_TRUE(at::allclose(summed, 1 + 0.5 * compressed.sum(0, true), 0, 1e-15));
 }
 
 // Every rank's input of call t, known to every rank, so the true average needs no message.

@@ -7,19 +7,6 @@
 #include "strata/data_parallel/quantize.h"
 
 namespace strata {
-namespace {
-
-// Each row of y (rows, c) as s * sign: the float32 scales (rows) are the rows' mean |y|.
-at::Tensor sign_scales(const at::Tensor& rows) { return rows.abs().mean(1).to(at::kFloat); }
-
-// rows -= s * sign, in place, with sign = +1 where `nonnegative` (the error compression left):
-// rows + s - 2 s [nonnegative] (ATen's where() would cost several times more).
-void subtract_signs(at::Tensor& rows, const at::Tensor& nonnegative, const at::Tensor& scales) {
-  const at::Tensor s = scales.to(rows.scalar_type()).unsqueeze(1);
-  rows.add_(s).addcmul_(nonnegative.to(rows.scalar_type()), s, -2.0);
-}
-
-}  // namespace
 
 OneBitAllReduce::OneBitAllReduce(Comm& group, int64_t numel, at::ScalarType dtype)
     : group_(group), numel_(numel) {
@@ -42,36 +29,29 @@ void OneBitAllReduce::all_reduce(at::Tensor& tensor, CompressedTraffic* traffic)
   const int64_t n = group_.size();
   if (n == 1 || numel_ == 0) return;
   const auto dtype = worker_error_.scalar_type();
-  // Worker side: y = x + e_w in the error's buffer, one scale per chunk, signs; y then
-  // becomes the new error in place.
-  at::Tensor rows = worker_error_.view({n, chunk_});
+  // Worker side: y = x + e_w in the error's buffer; one scale and the signs per chunk (chunk j
+  // is bytes [j c/8, (j+1) c/8) of the signs); y becomes the new error in place.
   worker_error_.narrow(0, 0, numel_).add_(tensor.reshape(-1).to(dtype));
-  const at::Tensor worker_nonnegative = worker_error_.ge(0);
-  at::Tensor worker_scales = sign_scales(rows);  // (n)
-  // (padded / 8): chunk j is bytes [j c/8, (j+1) c/8).
-  at::Tensor worker_signs = pack_bits(worker_nonnegative);
-  subtract_signs(rows, worker_nonnegative.view({n, chunk_}), worker_scales);
-
-  // Phase 1: rank j receives chunk j of every worker.
+  at::Tensor worker_scales = at::empty({n}, at::kFloat);
+  at::Tensor worker_signs = at::empty({padded_ / 8}, at::kByte);
+  // Phase 1: rank j receives chunk j of every worker. Phase 2: every server's chunk.
   at::Tensor received_signs = at::empty_like(worker_signs);
   at::Tensor received_scales = at::empty_like(worker_scales);
-  // Phase 2's buffers: every server's chunk.
   at::Tensor gathered_signs = at::empty_like(worker_signs);
   at::Tensor gathered_scales = at::empty({n}, at::kFloat);
+  at::Tensor server_signs = at::empty({chunk_ / 8}, at::kByte);
+  at::Tensor server_scale = at::empty({1}, at::kFloat);
+  at::Tensor result = at::empty({padded_}, worker_error_.options());
+  at::Tensor worker_rows = worker_error_.view({n, chunk_});
+  encode_signs(worker_rows, worker_scales, worker_signs);
   auto exchange = [&] {
     group_.all_to_all(received_signs, worker_signs);
     group_.all_to_all(received_scales, worker_scales);
-    // Server side: the average of the workers' chunks, plus the server error; compressed again,
-    // and what compression left is the new server error.
-    at::Tensor workers = unpack_signs(received_signs, dtype).view({n, chunk_});
-    at::Tensor z = workers.mul_(received_scales.to(dtype).unsqueeze(1)).mean(0);
-    z.add_(server_error_);
-    at::Tensor z_row = z.view({1, chunk_});
-    const at::Tensor server_nonnegative = z.ge(0);
-    at::Tensor server_scale = sign_scales(z_row);  // (1)
-    at::Tensor server_signs = pack_bits(server_nonnegative);
-    subtract_signs(z_row, server_nonnegative.view({1, chunk_}), server_scale);
-    server_error_.copy_(z);
+    // Server side: the average of the workers' chunks plus the server error, compressed again;
+    // what that left is the new server error.
+    at::Tensor z = server_error_.view({1, chunk_});
+    decode_signs(received_signs, received_scales, 1.0 / static_cast<double>(n), /*sum=*/true, z);
+    encode_signs(z, server_scale, server_signs);
     group_.all_gather(gathered_signs, server_signs);
     group_.all_gather(gathered_scales, server_scale);
   };
@@ -80,10 +60,9 @@ void OneBitAllReduce::all_reduce(at::Tensor& tensor, CompressedTraffic* traffic)
   } else {
     exchange();
   }
-  at::Tensor result = unpack_signs(gathered_signs, dtype)
-                          .view({n, chunk_})
-                          .mul_(gathered_scales.to(dtype).unsqueeze(1));
-  tensor.view(-1).copy_(result.view(-1).narrow(0, 0, numel_));
+  at::Tensor result_rows = result.view({n, chunk_});
+  decode_signs(gathered_signs, gathered_scales, 1.0, /*sum=*/false, result_rows);
+  tensor.view(-1).copy_(result.narrow(0, 0, numel_));
 }
 
 }  // namespace strata

@@ -1,22 +1,15 @@
-// int8 block quantization and sign packing.
+// int8 block quantization and the 1-bit sign codec.
 #include "strata/data_parallel/quantize.h"
 
+#include <ATen/Dispatch.h>
 #include <ATen/core/grad_mode.h>
 
-#include <map>
+#include <cmath>
+#include <cstdint>
 
 #include "strata/core/error.h"
 
 namespace strata {
-namespace {
-
-// (8) uint8 bit weights 128, 64, ..., 1.
-at::Tensor bit_weights() {
-  static const at::Tensor weights = at::tensor({128, 64, 32, 16, 8, 4, 2, 1}, at::kByte);
-  return weights;
-}
-
-}  // namespace
 
 int64_t quant_blocks(int64_t numel) { return (numel + kQuantBlock - 1) / kQuantBlock; }
 
@@ -47,30 +40,81 @@ void dequantize_int8(const at::Tensor& values, const at::Tensor& scales, at::Ten
   out.view(-1).copy_(padded.narrow(0, 0, numel));
 }
 
-at::Tensor pack_bits(const at::Tensor& bits) {
-  at::NoGradGuard no_grad;
-  const int64_t numel = bits.numel();
-  STRATA_CHECK(numel % 8 == 0, "pack_bits: ", numel, " bits is not a multiple of 8");
-  STRATA_CHECK(bits.scalar_type() == at::kBool, "pack_bits wants a bool tensor");
-  // A bool is one byte holding 0 or 1: weigh each of a byte's eight by its bit and add.
-  const at::Tensor bytes = bits.contiguous().view(at::kByte).reshape({numel / 8, 8});
-  return bytes.mul(bit_weights()).sum(1, /*keepdim=*/false, at::kByte);
+namespace {
+
+// The sign codec's loops, written out: with ATen's element-wise ops each call made many passes
+// with temporaries over the tensor (3x slower at 3.2 M values, bench/onebit_allreduce).
+
+// Each of `rows` rows of y (rows x chunk, chunk a multiple of 8) as s * sign(y): the scale s
+// is the row's mean |y| (stored as float32, and that rounded value used), the signs packed into
+// `signs` (rows x chunk / 8), and y replaced by y - s sign(y), what compression left.
+template <typename T>
+void encode_rows(T* y, int64_t rows, int64_t chunk, float* scales, uint8_t* signs) {
+  for (int64_t r = 0; r < rows; ++r) {
+    T* row = y + r * chunk;
+    double sum = 0;
+    for (int64_t i = 0; i < chunk; ++i) sum += std::abs(row[i]);
+    scales[r] = static_cast<float>(sum / static_cast<double>(chunk));
+    const T s = static_cast<T>(scales[r]);
+    uint8_t* out = signs + r * (chunk / 8);
+    for (int64_t b = 0; b < chunk / 8; ++b) {
+      unsigned byte = 0;
+      T* v = row + 8 * b;
+      for (int k = 0; k < 8; ++k) {
+        const unsigned nonnegative = v[k] >= 0;
+        byte |= nonnegative << (7 - k);
+        v[k] -= s * static_cast<T>(2 * static_cast<int>(nonnegative) - 1);
+      }
+      out[b] = static_cast<uint8_t>(byte);
+    }
+  }
 }
 
-at::Tensor pack_signs(const at::Tensor& flat) { return pack_bits(flat.reshape(-1).ge(0)); }
-
-at::Tensor unpack_signs(const at::Tensor& bytes, at::ScalarType dtype) {
-  at::NoGradGuard no_grad;
-  // Every byte's eight signs, looked up (ATen's element-wise bit operations on a broadcast
-  // cost several times more): table row b holds the +1/-1 of b's bits, most significant first.
-  static std::map<at::ScalarType, at::Tensor> tables;
-  at::Tensor& table = tables[dtype];
-  if (!table.defined()) {
-    const at::Tensor values = at::arange(256, at::kLong).unsqueeze(1);
-    const at::Tensor bits = values.bitwise_and(bit_weights().to(at::kLong)).ne(0);
-    table = bits.to(dtype).mul_(2).sub_(1);  // (256, 8)
+// out[r, i] (+)= weight * scales[r] * sign[r, i] over rows x chunk.
+template <typename T>
+void decode_rows(const uint8_t* signs, const float* scales, int64_t rows, int64_t chunk,
+                 double weight, bool accumulate, T* out) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const T s = static_cast<T>(weight * static_cast<double>(scales[r]));
+    const uint8_t* in = signs + r * (chunk / 8);
+    T* row = out + (accumulate ? 0 : r * chunk);
+    for (int64_t b = 0; b < chunk / 8; ++b) {
+      const unsigned byte = in[b];
+      T* v = row + 8 * b;
+      for (int k = 0; k < 8; ++k) {
+        const T value = s * static_cast<T>(2 * static_cast<int>((byte >> (7 - k)) & 1u) - 1);
+        v[k] = accumulate ? v[k] + value : value;
+      }
+    }
   }
-  return table.index_select(0, bytes.reshape(-1).to(at::kLong)).reshape(-1);
+}
+
+}  // namespace
+
+void encode_signs(at::Tensor& rows, at::Tensor& scales, at::Tensor& signs) {
+  STRATA_CHECK(rows.dim() == 2 && rows.is_contiguous() && rows.size(1) % 8 == 0,
+               "encode_signs: rows ", rows.sizes(), " must be contiguous (r, c) with 8 | c");
+  STRATA_CHECK(scales.numel() == rows.size(0) && scales.scalar_type() == at::kFloat &&
+                   signs.numel() == rows.numel() / 8 && signs.scalar_type() == at::kByte,
+               "encode_signs: scales or signs of the wrong size or dtype");
+  AT_DISPATCH_FLOATING_TYPES(rows.scalar_type(), "encode_signs", [&] {
+    encode_rows(rows.data_ptr<scalar_t>(), rows.size(0), rows.size(1), scales.data_ptr<float>(),
+                signs.data_ptr<uint8_t>());
+  });
+}
+
+void decode_signs(const at::Tensor& signs, const at::Tensor& scales, double weight, bool sum,
+                  at::Tensor& out) {
+  const int64_t rows = scales.numel(), chunk = out.size(1);
+  STRATA_CHECK(out.dim() == 2 && out.is_contiguous() && chunk % 8 == 0 &&
+                   out.size(0) == (sum ? 1 : rows) && signs.numel() == rows * chunk / 8 &&
+                   signs.scalar_type() == at::kByte && scales.scalar_type() == at::kFloat,
+               "decode_signs: out ", out.sizes(), ", ", rows, " scales, ", signs.numel(),
+               " bytes of signs");
+  AT_DISPATCH_FLOATING_TYPES(out.scalar_type(), "decode_signs", [&] {
+    decode_rows(signs.data_ptr<uint8_t>(), scales.data_ptr<float>(), rows, chunk, weight, sum,
+                out.data_ptr<scalar_t>());
+  });
 }
 
 }  // namespace strata

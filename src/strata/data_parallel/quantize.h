@@ -1,6 +1,6 @@
 // The encodings compressed exchanges send: int8 values with one float32 scale per block of
-// 256 (ZeRO-3's quantized gathers, as ZeRO++ does), and signs packed eight to a byte with
-// one scale per chunk (1-bit Adam's compressed all-reduce). Pure tensor functions, no MPI.
+// 256 (ZeRO-3's quantized gathers, as ZeRO++ does), and signs packed eight to a byte with one
+// scale per row (1-bit Adam's compressed all-reduce, onebit_allreduce.h). No MPI here.
 #pragma once
 #include <ATen/ATen.h>
 
@@ -20,12 +20,15 @@ void quantize_int8(const at::Tensor& flat, at::Tensor& values, at::Tensor& scale
 // The inverse, written into `out` (numel, any floating dtype).
 void dequantize_int8(const at::Tensor& values, const at::Tensor& scales, at::Tensor& out);
 
-// Signs of `flat` (numel a multiple of 8; x >= 0 is +1) packed eight to a byte, most
-// significant bit first: (numel / 8) uint8.
-at::Tensor pack_signs(const at::Tensor& flat);
-// The same from the bits themselves: `bits` bool (numel a multiple of 8), true for +1.
-at::Tensor pack_bits(const at::Tensor& bits);
-// +1/-1 in `dtype` for each packed bit: (bytes.numel() * 8).
-at::Tensor unpack_signs(const at::Tensor& bytes, at::ScalarType dtype);
+// 1-bit: each row of `rows` ((r, c) contiguous float32 or float64, c a multiple of 8) as
+// s * sign, s the row's mean |x| (the s minimizing |x - s sign(x)|), stored in `scales` (r)
+// float32, and the signs packed eight to a byte, most significant bit first, 1 for x >= 0, in
+// `signs` (r * c / 8 uint8). `rows` becomes x - s sign(x) (with s rounded to float32): what
+// compression left, the error that error feedback carries to the next call.
+void encode_signs(at::Tensor& rows, at::Tensor& scales, at::Tensor& signs);
+// The inverse, times `weight`: out (r, c) = weight * s_r * sign, or (sum) out (1, c) +=
+// weight * the sum over the rows.
+void decode_signs(const at::Tensor& signs, const at::Tensor& scales, double weight, bool sum,
+                  at::Tensor& out);
 
 }  // namespace strata
