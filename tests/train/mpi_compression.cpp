@@ -15,45 +15,24 @@
 namespace strata {
 namespace {
 
-struct Layout {
-  int64_t tp = 1, pp = 1, dp = 1, cp = 1, ep = 1, zero = 0, vpp = 1;
-  bool sequence_parallel = false, moe = false, tied = true;
-  PipelineSchedule schedule = PipelineSchedule::one_f_one_b;
-  GatherCompression zero_gather = GatherCompression::none;
-  std::string name() const {
-    std::string out = "tp" + std::to_string(tp) + (sequence_parallel ? "(sp)" : "");
-    out += " pp" + std::to_string(pp) + "(" + name_of(schedule) + " vpp " + std::to_string(vpp);
-    out +=
-        ") cp" + std::to_string(cp) + " dp" + std::to_string(dp) + " zero " + std::to_string(zero);
-    out += " ep" + std::to_string(ep) + (moe ? " moe" : "") + (tied ? "" : " untied");
-    return out + " zero_gather " + name_of(zero_gather);
-  }
-};
+using testing::TestLayout;
+using testing::with;
 
 // The tiny GPT (width 32, 4 layers) on 8 sequences of 32 tokens a step, in microbatches of one.
-Config tiny_run(GradientCompression gradients, const Layout& layout, int64_t steps,
-                int64_t start_step, Precision precision = Precision::fp32) {
+Config tiny_run(GradientCompression gradients, const TestLayout& layout, int64_t steps,
+                int64_t start_step, Precision precision = Precision::fp32, bool tied = true) {
   Config config = testing::tiny_training_run(steps, 8, 1);
   config.model.n_layers = 4;
-  config.model.tie_embeddings = layout.tied;
+  config.model.tie_embeddings = tied;
   if (layout.moe) {
     config.model.moe.num_experts = 4;
     config.model.moe.top_k = 2;
     config.model.moe.every = 2;
   }
   config.train.precision = precision;
-  config.parallel.tp = layout.tp;
-  config.parallel.pp = layout.pp;
-  config.parallel.vpp = layout.vpp;
-  config.parallel.dp = layout.dp;
-  config.parallel.cp = layout.cp;
-  config.parallel.ep = layout.ep;
-  config.parallel.zero = layout.zero;
-  config.parallel.sequence_parallel = layout.sequence_parallel;
-  config.parallel.pp_schedule = layout.schedule;
+  layout.apply_to(config);
   config.compression.gradients = gradients;
   config.compression.start_step = start_step;
-  config.compression.zero_gather = layout.zero_gather;
   return config;
 }
 
@@ -70,7 +49,7 @@ int64_t total(const nlohmann::json& per_kind) {
 // bit for bit, as "none" (1-bit Adam's warm-up is AdamW).
 TEST(Compression, TheWarmUpIsTheUncompressedRunBitForBit) {
   Comm world = Comm::world(120);
-  Layout layout;
+  TestLayout layout;
   layout.dp = world.size();
   layout.zero = 1;
   const int64_t steps = 4;
@@ -90,7 +69,7 @@ TEST(Compression, TheWarmUpIsTheUncompressedRunBitForBit) {
 // parallelism over the world), and comm_bytes_uncompressed equal to what "none" sent.
 TEST(Compression, BytesPerStepAfterWarmUp) {
   Comm world = Comm::world(120);
-  Layout layout;
+  TestLayout layout;
   layout.dp = world.size();
   const int64_t steps = 4, start = 2;
   // Several buckets, most of them launched during the backward.
@@ -152,34 +131,28 @@ TEST(Compression, BytesPerStepAfterWarmUp) {
   }
 }
 
-std::vector<Layout> layouts_for(int world) {
-  std::vector<Layout> out;
-  auto add = [&out](auto change) {
-    Layout layout;
-    change(layout);
-    out.push_back(layout);
-  };
+std::vector<TestLayout> layouts_for(int world) {
   if (world == 2) {
-    add([](Layout& l) { l.dp = 2; });
-    add([](Layout& l) { l.dp = 2, l.zero = 1; });
-    add([](Layout& l) { l.dp = 2, l.zero = 2; });
-    add([](Layout& l) { l.dp = 2, l.zero = 3, l.zero_gather = GatherCompression::int8; });
-    add([](Layout& l) { l.dp = 2, l.ep = 2, l.moe = true; });
-    add([](Layout& l) { l.cp = 2; });  // dp 1: the cp ranks' gradients are averaged and compressed
-  } else if (world == 4) {
-    add([](Layout& l) { l.tp = 2, l.dp = 2, l.sequence_parallel = true, l.zero = 1; });
-    add([](Layout& l) { l.pp = 2, l.dp = 2, l.zero = 1; });
-    add([](Layout& l) { l.pp = 2, l.dp = 2, l.schedule = PipelineSchedule::zb_h1; });
-    add([](Layout& l) {
-      l.pp = 2, l.vpp = 2, l.dp = 2, l.zero = 2;
-      l.schedule = PipelineSchedule::interleaved_one_f_one_b;
-    });
-    add([](Layout& l) {
-      l.pp = 2, l.dp = 2, l.ep = 2, l.moe = true, l.schedule = PipelineSchedule::gpipe;
-    });
-    add([](Layout& l) { l.dp = 4, l.zero = 3, l.zero_gather = GatherCompression::bf16; });
+    return {
+        with([](TestLayout& l) { l.dp = 2; }), with([](TestLayout& l) { l.dp = 2, l.zero = 1; }),
+        with([](TestLayout& l) { l.dp = 2, l.zero = 2; }),
+        with([](TestLayout& l) { l.dp = 2, l.zero = 3, l.zero_gather = GatherCompression::int8; }),
+        with([](TestLayout& l) { l.dp = 2, l.ep = 2, l.moe = true; }),
+        // dp 1: the cp ranks' gradients are averaged, and compressed.
+        with([](TestLayout& l) { l.cp = 2; })};
   }
-  return out;
+  return {
+      with([](TestLayout& l) { l.tp = 2, l.dp = 2, l.sequence_parallel = true, l.zero = 1; }),
+      with([](TestLayout& l) { l.pp = 2, l.dp = 2, l.zero = 1; }),
+      with([](TestLayout& l) { l.pp = 2, l.dp = 2, l.schedule = PipelineSchedule::zb_h1; }),
+      with([](TestLayout& l) {
+        l.pp = 2, l.vpp = 2, l.dp = 2, l.zero = 2;
+        l.schedule = PipelineSchedule::interleaved_one_f_one_b;
+      }),
+      with([](TestLayout& l) {
+        l.pp = 2, l.dp = 2, l.ep = 2, l.moe = true, l.schedule = PipelineSchedule::gpipe;
+      }),
+      with([](TestLayout& l) { l.dp = 4, l.zero = 3, l.zero_gather = GatherCompression::bf16; })};
 }
 
 double mean_of_last(const std::vector<double>& losses, size_t count) {
@@ -205,7 +178,7 @@ constexpr ModeCase kModeCases[] = {{GradientCompression::bf16, 0, 0.005},
 TEST(Compression, EveryModeTrainsOnEveryLayoutCloseToUncompressed) {
   Comm world = Comm::world(120);
   const int64_t steps = 24;
-  for (const Layout& layout : layouts_for(world.size())) {
+  for (const TestLayout& layout : layouts_for(world.size())) {
     const TrainResult none =
         testing::train_on(world, tiny_run(GradientCompression::none, layout, steps, 0));
     const double reference = mean_of_last(none.losses, 5);
@@ -217,7 +190,7 @@ TEST(Compression, EveryModeTrainsOnEveryLayoutCloseToUncompressed) {
           << name_of(c.mode) << " " << layout.name();
       EXPECT_LT(last, 0.93 * run.losses.front()) << name_of(c.mode) << " " << layout.name();
       if (world.rank() == 0) {
-        std::printf("%-60s %-8s last-5 loss %.4f vs none %.4f (%+.2f%%), first %.4f\n",
+        std::printf("%-40s %-8s last-5 loss %.4f vs none %.4f (%+.2f%%), first %.4f\n",
                     layout.name().c_str(), name_of(c.mode), last, reference,
                     100 * (last / reference - 1), run.losses.front());
       }
@@ -235,7 +208,7 @@ TEST(Compression, ResumeAfterTheWarmUp) {
   Comm world = Comm::world(120);
   testing::TempDir local("strata-compression-ckpt");
   const std::string dir = testing::rank0_path(world, local.path());
-  Layout layout;
+  TestLayout layout;
   layout.dp = world.size();
   layout.zero = 1;
   for (const ModeCase& c : kModeCases) {
@@ -284,7 +257,7 @@ TEST(Compression, LayoutsWithTheSameArithmeticAgree) {
   if (world.size() == 2) {
     for (const GradientCompression mode :
          {GradientCompression::powersgd, GradientCompression::onebit}) {
-      Layout layout;
+      TestLayout layout;
       layout.dp = 2;
       const TrainResult zero0 =
           testing::train_on(half, tiny_run(mode, layout, steps, 2, Precision::fp64));
@@ -297,16 +270,15 @@ TEST(Compression, LayoutsWithTheSameArithmeticAgree) {
     }
     return;
   }
-  Layout single;
+  TestLayout single;
   single.dp = 2;
-  single.tied = false;
   const TrainResult one_stage = testing::train_on(
-      half, tiny_run(GradientCompression::powersgd, single, steps, 2, Precision::fp64));
-  Layout pipeline = single;
+      half, tiny_run(GradientCompression::powersgd, single, steps, 2, Precision::fp64, false));
+  TestLayout pipeline = single;
   pipeline.pp = 2;
   pipeline.zero = 1;
   expect_agree(testing::train_on(world, tiny_run(GradientCompression::powersgd, pipeline, steps, 2,
-                                                 Precision::fp64)),
+                                                 Precision::fp64, false)),
                one_stage, "powersgd pp 2 x dp 2 against dp 2");
 }
 
