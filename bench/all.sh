@@ -81,6 +81,17 @@ record throughput_bf16 --title "One rank against PyTorch eager with bf16 autocas
   --target 'strata/peer>=1.0' \
   $fair_blas "${short[@]}" PRECISION=bf16 bench/throughput.sh "$build"
 
+# Communication compression's step time on dp 2, over shared memory and over Open MPI's TCP
+# transport (compression.start_step 0, 1 for onebit: every timed step compresses).
+compression=(none:2:1:parallel.dp=2 bf16:2:1:parallel.dp=2,compression.gradients=bf16
+  powersgd:2:1:parallel.dp=2,compression.gradients=powersgd,compression.start_step=0
+  onebit:2:1:parallel.dp=2,compression.gradients=onebit,compression.start_step=1)
+compression_model=(ROUNDS=3 STEPS=6 WARMUP=2 D_MODEL=256 N_LAYERS=4 N_HEADS=4 SEQ_LEN=128 BATCH=8 MICRO=2)
+record compression_shm --title "Gradient compression's step time, dp 2 over shared memory (d_model 256)" \
+  "${compression_model[@]}" bench/compare_layouts.sh "$build" "${compression[@]}"
+record compression_tcp --title "Gradient compression's step time, dp 2 over TCP (d_model 256)" \
+  OMPI_MCA_btl=tcp,self "${compression_model[@]}" bench/compare_layouts.sh "$build" "${compression[@]}"
+
 record matmul --title "GEMM rates: strata's product and ATen's matmul in fp32 and bf16 (2 threads)" \
   $fair_blas bench/matmul.sh "$build"
 

@@ -11,6 +11,9 @@
 #   bench/compression_quality.sh [BUILD_DIR]
 #
 # Environment knobs: STEPS=300, KEEP=DIR (keep the runs), OUT=DIR (where the SVGs go).
+# Recorded (docs/performance.md is generated from bench/results/):
+#   bench/record.sh compression_quality --title "..." --target 'dp2-bf16<=1.05' ... \
+#     OUT=docs/img/compression bench/compression_quality.sh build
 set -euo pipefail
 
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -100,6 +103,9 @@ for layout, modes in groups.items():
         if mode != "none":
             svg(f"{out}/compression_quality_{layout}_{mode}.svg", f"{layout} {mode} vs none",
                 [none_curve, (mode, [s["loss"] for s in steps_])])
-print(json.dumps(rows))
 print(f"SVGs: {out}/compression_quality_*.svg")
+# The rows bench/record.sh records: each compressed run's final held-out loss over "none"'s on
+# its layout (issue #15's target: within 5%).
+print(json.dumps({"rows": [{"name": name, "metric": "eval loss / none eval loss", "value": r["ratio"], **r}
+                           for name, r in rows.items() if not name.endswith("-none")]}))
 PY
