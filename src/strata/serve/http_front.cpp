@@ -147,7 +147,16 @@ int HttpFront::start() {
   }
   STRATA_CHECK(::listen(listen_socket_, SOMAXCONN) == 0, "listen(backlog ", SOMAXCONN,
                ") failed: ", std::strerror(errno));
-  listener_ = std::thread([this] { server_->listen_after_bind(); });
+  listener_ = std::thread([this] {
+    server_->listen_after_bind();
+    listener_done_ = true;
+  });
+  // cpp-httplib's stop() does nothing until the listening thread has marked the server
+  // running: a stop() before that (a session that fails while loading the model) would leave
+  // the thread in accept() and its join() waiting forever.
+  while (!server_->is_running() && !listener_done_) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
   return port;
 }
 
