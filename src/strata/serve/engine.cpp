@@ -100,6 +100,9 @@ void Engine::finish(const std::shared_ptr<Sequence>& sequence, FinishReason reas
 void Engine::retire_expired(ServeClock::time_point now) {
   std::vector<std::shared_ptr<Sequence>> expired;
   auto collect = [&](const std::shared_ptr<Sequence>& sequence) {
+    if (!sequence->cancelled && sequence->client_gone && sequence->client_gone()) {
+      sequence->cancelled = true;
+    }
     if (sequence->cancelled || now >= sequence->deadline) expired.push_back(sequence);
   };
   for (const auto& sequence : scheduler_.running()) collect(sequence);

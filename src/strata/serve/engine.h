@@ -47,7 +47,8 @@ class Engine {
   void serve();
 
  private:
-  void retire_expired(ServeClock::time_point now);  // cancelled or past their deadline
+  // Cancelled (or their client gone) or past their deadline.
+  void retire_expired(ServeClock::time_point now);
   void finish(const std::shared_ptr<Sequence>& sequence, FinishReason reason);
   void apply(const std::vector<StepEntry>& step, const at::Tensor& logits);
   void publish(Sequence& sequence);
