@@ -84,14 +84,18 @@ Json completion(httplib::Client& client, const Json& body, int* status = nullptr
   return Json::parse(result->body);
 }
 
+// The value of an unlabelled Prometheus sample in `text`, -1 when absent.
+int64_t gauge_in(const std::string& text, const std::string& name) {
+  const size_t at = text.find("\n" + name + " ");
+  if (at == std::string::npos) return -1;
+  return std::stoll(text.substr(at + name.size() + 2));
+}
+
 // The value of an unlabelled Prometheus sample, -1 when absent.
 int64_t metric(httplib::Client& client, const std::string& name) {
   auto result = client.Get("/metrics");
   if (!result) return -1;
-  const std::string& text = result->body;
-  const size_t at = text.find("\n" + name + " ");
-  if (at == std::string::npos) return -1;
-  return std::stoll(text.substr(at + name.size() + 2));
+  return gauge_in(result->body, name);
 }
 
 // Waits (at most 30 s) until `metric` reads `value`.
@@ -338,8 +342,11 @@ TEST(Serve, SeededSamplingStreamingStopAndCancellation) {
 }
 
 // Sends `body` to /v1/completions on a connection of its own and hangs up (closes the socket
-// without reading) once the server has generated a token for it. Returns false if it never did.
-bool send_and_hang_up(httplib::Client& client, int port, const Json& body) {
+// without reading) once the server has generated a token for it and `while_running` has run.
+// Returns false if it never generated one.
+bool send_and_hang_up(
+    httplib::Client& client, int port, const Json& body,
+    const std::function<void()>& while_running = [] {}) {
   const int64_t generated_before = metric(client, "strata_generation_tokens_total");
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in address{};
@@ -359,6 +366,7 @@ bool send_and_hang_up(httplib::Client& client, int port, const Json& body) {
       ::write(fd, request.data(), request.size()) == static_cast<ssize_t>(request.size());
   const bool started = sent && metric_reaches_at_least(client, "strata_generation_tokens_total",
                                                        generated_before + 1);
+  if (started) while_running();
   ::close(fd);
   return started;
 }
@@ -373,9 +381,22 @@ TEST(Serve, AClientThatHangsUpIsCancelledWithinAStepStreamingOrNot) {
     with_server(config, layout, [&](httplib::Client& client, int port) {
       for (const bool stream : {false, true}) {
         SCOPED_TRACE(stream ? "streaming" : "not streaming");
+        // One sequence runs, decoding: its blocks are exactly those its positions need, the
+        // one the running step writes included, whenever /metrics is read.
+        auto blocks_hold_the_positions = [&] {
+          for (int sample = 0; sample < 100; ++sample) {
+            auto result = client.Get("/metrics");
+            ASSERT_TRUE(result);
+            const int64_t used = gauge_in(result->body, "strata_kv_blocks_used");
+            const int64_t stored = gauge_in(result->body, "strata_kv_tokens_stored");
+            ASSERT_GT(stored, static_cast<int64_t>(kPrompts[3].size())) << result->body;
+            ASSERT_EQ(used, blocks_for(stored)) << "sample " << sample << ": " << result->body;
+          }
+        };
         ASSERT_TRUE(send_and_hang_up(
             client, port,
-            {{"prompt", kPrompts[3]}, {"max_tokens", long_completion}, {"stream", stream}}));
+            {{"prompt", kPrompts[3]}, {"max_tokens", long_completion}, {"stream", stream}},
+            blocks_hold_the_positions));
         // The engine polls the connection before every step: after the hang-up at most the
         // step already running (and one more, should the close still be on its way through
         // the loopback) generates a token for the sequence.
