@@ -1,7 +1,6 @@
-// GPT::forward_paged, the serving forward: one step of decoding sequences (attended together
-// over their padded contexts) and prefill chunks (one by one), over a paged KV cache, equals
-// the whole-sequence forward for every row; both attention kernels, both position encodings,
-// grouped-query ratios 1, 2 and 4.
+// GPT::forward_paged, the serving forward: one step of decoding sequences and prefill chunks
+// over a paged KV cache equals the whole-sequence forward for every row; both attention
+// kernels, both position encodings, grouped-query ratios 1, 2 and 4.
 #include <gtest/gtest.h>
 
 #include "paged_step.h"

@@ -285,38 +285,6 @@ at::Tensor GPT::expand_kv(const at::Tensor& kv) const {
   return kv_replicated_ ? expanded.narrow(1, tp_rank_ * local_heads_, local_heads_) : expanded;
 }
 
-GPT::PagedDecode GPT::paged_decode_of(const PagedBatch& batch) {
-  PagedDecode decode;
-  std::vector<int64_t> rows, lengths;
-  for (size_t s = 0; s < batch.sequences.size(); ++s) {
-    const PagedBatch::Sequence& sequence = batch.sequences[s];
-    if (sequence.rows != 1) {
-      decode.others.push_back(s);
-      continue;
-    }
-    rows.push_back(sequence.first_row);
-    lengths.push_back(sequence.context_slots.size(0));
-    decode.longest = std::max(decode.longest, lengths.back());
-  }
-  decode.count = static_cast<int64_t>(rows.size());
-  if (decode.count == 0) return decode;
-  std::vector<int64_t> slots(decode.count * decode.longest, 0);
-  int64_t index = 0;
-  for (const PagedBatch::Sequence& sequence : batch.sequences) {
-    if (sequence.rows != 1) continue;
-    const at::Tensor context = sequence.context_slots.contiguous();
-    std::copy_n(context.data_ptr<int64_t>(), context.size(0),
-                slots.begin() + index * decode.longest);
-    ++index;
-  }
-  decode.rows = at::tensor(rows, at::kLong);
-  decode.slots = at::tensor(slots, at::kLong);
-  decode.padding = (at::arange(decode.longest, at::kLong).unsqueeze(0) >=
-                    at::tensor(lengths, at::kLong).unsqueeze(1))
-                       .view({decode.count, 1, 1, decode.longest});
-  return decode;
-}
-
 at::Tensor GPT::paged_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                 int64_t layer) {
   // The new keys and values go to their slots first, so each sequence then reads its whole
@@ -325,50 +293,16 @@ at::Tensor GPT::paged_attention(const at::Tensor& q, const at::Tensor& k, const 
   at::Tensor& values = paged_->cache->values[layer];
   keys.index_copy_(0, paged_->write_slots, k[0].transpose(0, 1));
   values.index_copy_(0, paged_->write_slots, v[0].transpose(0, 1));
-  at::Tensor y = at::empty_like(q);  // (1, H_l, N, D)
-  // Decoding sequences (one new token each, most of a busy step) attend together: their
-  // contexts gathered into one padded batch, so the step's attention costs a few operations
-  // however many sequences decode, not a few per sequence.
-  const PagedDecode& decode = paged_decode_;
-  if (decode.count > 0) {
-    const int64_t S = decode.count, L = decode.longest, K = keys.size(1), D = keys.size(2);
-    const at::Tensor k_s = keys.index_select(0, decode.slots).view({S, L, K, D}).transpose(1, 2);
-    const at::Tensor v_s = values.index_select(0, decode.slots).view({S, L, K, D}).transpose(1, 2);
-    const at::Tensor q_s = q[0].index_select(1, decode.rows).transpose(0, 1);  // (S, H_l, D)
-    y[0].index_copy_(1, decode.rows,
-                     decode_attention(q_s, k_s, v_s, decode.padding).transpose(0, 1));
-  }
-  // Sequences with several new tokens (prefill chunks) attend one by one, causally.
-  for (const size_t index : decode.others) {
-    const PagedBatch::Sequence& sequence = paged_->sequences[index];
+  std::vector<at::Tensor> outputs;
+  outputs.reserve(paged_->sequences.size());
+  for (const PagedBatch::Sequence& sequence : paged_->sequences) {
     const at::Tensor& slots = sequence.context_slots;
     at::Tensor k_s = expand_kv(keys.index_select(0, slots).transpose(0, 1).unsqueeze(0));
     at::Tensor v_s = expand_kv(values.index_select(0, slots).transpose(0, 1).unsqueeze(0));
     at::Tensor q_s = q.narrow(2, sequence.first_row, sequence.rows);
-    y.narrow(2, sequence.first_row, sequence.rows)
-        .copy_(attention_core(q_s, k_s, v_s, slots.size(0) - sequence.rows));
+    outputs.push_back(attention_core(q_s, k_s, v_s, slots.size(0) - sequence.rows));
   }
-  return y;
-}
-
-at::Tensor GPT::decode_attention(const at::Tensor& q, at::Tensor keys, at::Tensor values,
-                                 const at::Tensor& padding) const {
-  // Replicated kv heads: this rank's query heads' share of them. Otherwise query head h reads
-  // kv head h / group in place: the queries are viewed as (S, kv heads, group, D).
-  if (kv_replicated_) {
-    keys = expand_kv(keys);
-    values = expand_kv(values);
-  }
-  const int64_t S = q.size(0), H = q.size(1), D = q.size(2), kv_heads = keys.size(1);
-  const double scale = 1.0 / std::sqrt(static_cast<double>(config_.head_dim()));
-  // Products in the model's dtype (float16 on CPU through float32), softmax in float32, as the
-  // eager kernel computes them.
-  const at::Tensor qc = computable(q).reshape({S, kv_heads, H / kv_heads, D});
-  auto scores = at::matmul(qc, computable(keys).transpose(-2, -1)) * scale;  // (S, K, H/K, L)
-  scores = scores.masked_fill(padding, -std::numeric_limits<double>::infinity());
-  auto probs = at::softmax(scores, -1, at::promote_types(scores.scalar_type(), at::kFloat));
-  const at::Tensor vc = computable(values);
-  return at::matmul(probs.to(vc.scalar_type()), vc).view({S, H, D}).to(q.scalar_type());
+  return at::cat(outputs, 2);  // (1, H_l, N, D)
 }
 
 at::Tensor GPT::attention_core(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
@@ -544,14 +478,9 @@ at::Tensor GPT::forward_paged(const at::Tensor& input, const PagedBatch& batch,
   // Generation runs without sequence parallelism (one new token cannot be split).
   struct Reset {
     const PagedBatch*& paged;
-    PagedDecode& decode;
-    ~Reset() {
-      paged = nullptr;
-      decode = PagedDecode();
-    }
-  } reset{paged_, paged_decode_};
+    ~Reset() { paged = nullptr; }
+  } reset{paged_};
   paged_ = &batch;
-  paged_decode_ = paged_decode_of(batch);
   at::Tensor x = stage_.first ? embed(input, 0, false) : input;
   x = blocks_forward(x, nullptr, false);
   if (!stage_.last) return x;

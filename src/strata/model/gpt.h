@@ -191,21 +191,6 @@ class GPT {
   // attention() of a PagedBatch: q, k, v (1, heads, N, D) of the new tokens.
   at::Tensor paged_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                              int64_t layer);
-  // The sequences of a PagedBatch with one new token (decoding), gathered once per step so
-  // that each layer attends for all of them in one batched product (paged_attention).
-  struct PagedDecode {
-    int64_t count = 0;           // S
-    int64_t longest = 0;         // L: the longest context among them
-    at::Tensor rows;             // (S) int64: each one's new token among the N
-    at::Tensor slots;            // (S * L) int64: each one's context slots, padded with slot 0
-    at::Tensor padding;          // (S, 1, 1, L) bool: true at the padded slots
-    std::vector<size_t> others;  // indices into PagedBatch::sequences of the rest (prefill)
-  };
-  static PagedDecode paged_decode_of(const PagedBatch& batch);
-  // softmax(q k^T scale) v of one new token per sequence over its context, padding masked:
-  // q (S, H_l, D), keys and values (S, kv heads, L, D) -> (S, H_l, D).
-  at::Tensor decode_attention(const at::Tensor& q, at::Tensor keys, at::Tensor values,
-                              const at::Tensor& padding) const;
   // Final-normed hidden states (..., C) -> logits (..., V) over the whole vocabulary.
   at::Tensor vocab_logits(const at::Tensor& normed);
   // softmax(q k^T scale, causal) v by the configured kernel, or across the cp ranks.
@@ -241,7 +226,6 @@ class GPT {
   at::Tensor context_positions_;       // (seq_len / cp) int64: this rank's tokens' positions
   double objective_scale_ = 1.0;       // of the forward_stage() running now
   const PagedBatch* paged_ = nullptr;  // of the forward_paged() running now
-  PagedDecode paged_decode_;           // of paged_
   Recompute recompute_ = Recompute::none;
   int64_t recompute_layers_ = 0;  // the first blocks that recompute (all of them when 0)
   bool recomputing_ = false;      // inside a recomputation: statistics are not recorded again
