@@ -132,6 +132,31 @@ dir = ")" + dir.file("ckpt") + "\"\n";
                 &output),
             2);
   EXPECT_NE(output.find("parallel.pp"), std::string::npos) << output;
+  // A KV pool too small for one sequence of seq_len (32) tokens, two 16-token blocks: a block
+  // of this model is 2 layers x (keys, values) x 16 tokens x 4 heads x 8 x 4 bytes = 8 KiB on
+  // one rank (0.01 MiB holds one), 4 KiB on each of two pipeline stages (0.005 MiB holds one).
+  // Refused after loading; `timeout` turns a server that serves (or hangs) instead into a
+  // failure (SIGKILL: SIGTERM is not handled until the model is loaded).
+  struct TooSmall {
+    std::string layout, kv_cache_mb, at_least;
+  };
+  for (const TooSmall& pool : {TooSmall{"", "0.01", "0.02"},
+                               TooSmall{" --nproc 2 --set parallel.pp=2", "0.005", "0.01"}}) {
+    SCOPED_TRACE("strata serve" + pool.layout);
+    EXPECT_EQ(testing::run_command("timeout -s KILL 120 " + kStrata + " serve --checkpoint " +
+                                       checkpoint + " --port 0" + pool.layout +
+                                       " --set serve.kv_cache_mb=" + pool.kv_cache_mb,
+                                   &output),
+              2)
+        << output;
+    EXPECT_NE(output.find("serve.kv_cache_mb (" + pool.kv_cache_mb + ") holds 1 KV blocks"),
+              std::string::npos)
+        << output;
+    EXPECT_NE(output.find("set serve.kv_cache_mb to at least " + pool.at_least), std::string::npos)
+        << output;
+    // Raised alike on every rank: reported once.
+    EXPECT_EQ(output.find("strata: error"), output.rfind("strata: error")) << output;
+  }
 
   for (const std::string& layout :
        {std::string(""), std::string(" --nproc 2 --set parallel.pp=2")}) {

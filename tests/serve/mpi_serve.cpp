@@ -2,10 +2,15 @@
 // client thread on rank 0 talks HTTP to the server while the engine runs in the MPI thread.
 // Greedy completions equal generate() on the whole model on one rank (what `strata generate
 // --temperature 0` prints), alone and batched, through chunked prefill and preemption;
-// seeded sampling equals generate()'s draws; streaming, cancellation, bad input, a full queue
-// and timeouts are answered as docs/serving.md says, and the server keeps answering.
+// seeded sampling equals generate()'s draws; streaming, cancellation (a client that hangs up,
+// streaming or not), bad input, a full queue and timeouts are answered as docs/serving.md says,
+// and the server keeps answering.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -79,14 +84,18 @@ Json completion(httplib::Client& client, const Json& body, int* status = nullptr
   return Json::parse(result->body);
 }
 
+// The value of an unlabelled Prometheus sample in `text`, -1 when absent.
+int64_t gauge_in(const std::string& text, const std::string& name) {
+  const size_t at = text.find("\n" + name + " ");
+  if (at == std::string::npos) return -1;
+  return std::stoll(text.substr(at + name.size() + 2));
+}
+
 // The value of an unlabelled Prometheus sample, -1 when absent.
 int64_t metric(httplib::Client& client, const std::string& name) {
   auto result = client.Get("/metrics");
   if (!result) return -1;
-  const std::string& text = result->body;
-  const size_t at = text.find("\n" + name + " ");
-  if (at == std::string::npos) return -1;
-  return std::stoll(text.substr(at + name.size() + 2));
+  return gauge_in(result->body, name);
 }
 
 // Waits (at most 30 s) until `metric` reads `value`.
@@ -94,6 +103,27 @@ bool metric_reaches(httplib::Client& client, const std::string& name, int64_t va
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
   while (std::chrono::steady_clock::now() < deadline) {
     if (metric(client, name) == value) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return false;
+}
+
+// Waits (at most 30 s) until `metric` reads `value` or more.
+bool metric_reaches_at_least(httplib::Client& client, const std::string& name, int64_t value) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (metric(client, name) >= value) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return false;
+}
+
+// Waits (at most 30 s) until /metrics contains `text`.
+bool metric_reaches_text(httplib::Client& client, const std::string& text) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (std::chrono::steady_clock::now() < deadline) {
+    auto result = client.Get("/metrics");
+    if (result && result->body.find(text) != std::string::npos) return true;
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   return false;
@@ -307,6 +337,79 @@ TEST(Serve, SeededSamplingStreamingStopAndCancellation) {
       EXPECT_LT(metric(client, "strata_generation_tokens_total") - generated_before,
                 long_completion)
           << "the cancelled sequence ran to its end";
+    });
+  }
+}
+
+// Sends `body` to /v1/completions on a connection of its own and hangs up (closes the socket
+// without reading) once the server has generated a token for it and `while_running` has run.
+// Returns false if it never generated one.
+bool send_and_hang_up(
+    httplib::Client& client, int port, const Json& body,
+    const std::function<void()>& while_running = [] {}) {
+  const int64_t generated_before = metric(client, "strata_generation_tokens_total");
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(static_cast<uint16_t>(port));
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0) {
+    ::close(fd);
+    ADD_FAILURE() << "cannot connect to port " << port;
+    return false;
+  }
+  const std::string text = body.dump();
+  const std::string request =
+      str("POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n",
+          "Content-Type: application/json\r\nContent-Length: ", text.size(), "\r\n\r\n", text);
+  const bool sent =
+      ::write(fd, request.data(), request.size()) == static_cast<ssize_t>(request.size());
+  const bool started = sent && metric_reaches_at_least(client, "strata_generation_tokens_total",
+                                                       generated_before + 1);
+  if (started) while_running();
+  ::close(fd);
+  return started;
+}
+
+TEST(Serve, AClientThatHangsUpIsCancelledWithinAStepStreamingOrNot) {
+  const int world = Comm::world().size();
+  Config config = base_config();
+  config.model.seq_len = 512;  // room for a completion that outlasts the test many times over
+  const int64_t long_completion = 512 - static_cast<int64_t>(kPrompts[3].size());
+  for (const Layout& layout : layouts_for(world)) {
+    SCOPED_TRACE("tp " + std::to_string(layout.tp) + " pp " + std::to_string(layout.pp));
+    with_server(config, layout, [&](httplib::Client& client, int port) {
+      for (const bool stream : {false, true}) {
+        SCOPED_TRACE(stream ? "streaming" : "not streaming");
+        // One sequence runs, decoding: its blocks are exactly those its positions need, the
+        // one the running step writes included, whenever /metrics is read.
+        auto blocks_hold_the_positions = [&] {
+          for (int sample = 0; sample < 100; ++sample) {
+            auto result = client.Get("/metrics");
+            ASSERT_TRUE(result);
+            const int64_t used = gauge_in(result->body, "strata_kv_blocks_used");
+            const int64_t stored = gauge_in(result->body, "strata_kv_tokens_stored");
+            ASSERT_GT(stored, static_cast<int64_t>(kPrompts[3].size())) << result->body;
+            ASSERT_EQ(used, blocks_for(stored)) << "sample " << sample << ": " << result->body;
+          }
+        };
+        ASSERT_TRUE(send_and_hang_up(
+            client, port,
+            {{"prompt", kPrompts[3]}, {"max_tokens", long_completion}, {"stream", stream}},
+            blocks_hold_the_positions));
+        // The engine polls the connection before every step: after the hang-up at most the
+        // step already running (and one more, should the close still be on its way through
+        // the loopback) generates a token for the sequence.
+        const int64_t generated_at_hang_up = metric(client, "strata_generation_tokens_total");
+        EXPECT_TRUE(metric_reaches(client, "strata_running_sequences", 0));
+        EXPECT_TRUE(metric_reaches(client, "strata_kv_blocks_used", 0));
+        EXPECT_LE(metric(client, "strata_generation_tokens_total") - generated_at_hang_up, 2)
+            << "the sequence ran on after its client hung up";
+      }
+      // The server goes on answering; a non-streaming hang-up is counted as status 499.
+      Json answer = completion(client, {{"prompt", kPrompts[1]}, {"max_tokens", 4}});
+      EXPECT_EQ(answer["usage"]["completion_tokens"], 4) << answer.dump();
+      EXPECT_TRUE(metric_reaches_text(client, "strata_requests_total{status=\"499\"} 1\n"));
     });
   }
 }

@@ -3,6 +3,7 @@
 // leaving the other ranks waiting; `train --nproc N` supervises its job and restarts it.
 #include <CLI/CLI.hpp>
 
+#include <chrono>
 #include <filesystem>
 #include <functional>
 #include <iostream>
@@ -67,7 +68,12 @@ int run_on_ranks(const std::function<void(int, int*)>& body) {
     } else if (!alike) {
       std::cerr << "strata: error: rank " << rank << ": " << error.what() << std::endl;
     }
-    if (world_size > 1) abort_job(2);
+    if (world_size > 1) {
+      // Rank 0 reports an error raised alike and its abort ends the job; the others wait for
+      // it (bounded), so that their abort cannot kill rank 0 before it has printed the message.
+      if (alike && rank != 0) std::this_thread::sleep_for(std::chrono::seconds(30));
+      abort_job(2);
+    }
     finalize_mpi();
     return 2;
   } catch (const std::exception& error) {

@@ -82,12 +82,16 @@ void Engine::stop() {
   changed_.notify_all();
 }
 
-void Engine::update_gauges() {
+void Engine::update_gauges(const std::vector<StepEntry>& running_step) {
   metrics_.queue_depth = static_cast<int64_t>(incoming_.size() + scheduler_.waiting().size());
   metrics_.running = static_cast<int64_t>(scheduler_.running().size());
   metrics_.kv_blocks_used = scheduler_.pool().num_used();
   metrics_.kv_blocks_free = scheduler_.pool().num_free();
-  metrics_.kv_tokens_stored = scheduler_.tokens_stored();
+  // The positions the running step writes count as stored: their blocks were taken for them,
+  // and a gauge read during the step (most of the time) would otherwise show them as waste.
+  int64_t in_flight = 0;
+  for (const StepEntry& entry : running_step) in_flight += entry.rows;
+  metrics_.kv_tokens_stored = scheduler_.tokens_stored() + in_flight;
   metrics_.preemptions = scheduler_.preemptions();
 }
 
@@ -100,6 +104,9 @@ void Engine::finish(const std::shared_ptr<Sequence>& sequence, FinishReason reas
 void Engine::retire_expired(ServeClock::time_point now) {
   std::vector<std::shared_ptr<Sequence>> expired;
   auto collect = [&](const std::shared_ptr<Sequence>& sequence) {
+    if (!sequence->cancelled && sequence->client_gone && sequence->client_gone()) {
+      sequence->cancelled = true;
+    }
     if (sequence->cancelled || now >= sequence->deadline) expired.push_back(sequence);
   };
   for (const auto& sequence : scheduler_.running()) collect(sequence);
@@ -166,7 +173,7 @@ void Engine::serve() {
     if (stopping_) break;
     retire_expired(ServeClock::now());
     const std::vector<StepEntry> step = scheduler_.schedule();
-    update_gauges();
+    update_gauges(step);
     if (step.empty()) {
       changed_.notify_all();  // sequences retired above
       changed_.wait(lock, [&] { return stopping_ || !incoming_.empty(); });

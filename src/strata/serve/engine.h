@@ -47,11 +47,14 @@ class Engine {
   void serve();
 
  private:
-  void retire_expired(ServeClock::time_point now);  // cancelled or past their deadline
+  // Cancelled (or their client gone) or past their deadline.
+  void retire_expired(ServeClock::time_point now);
   void finish(const std::shared_ptr<Sequence>& sequence, FinishReason reason);
   void apply(const std::vector<StepEntry>& step, const at::Tensor& logits);
   void publish(Sequence& sequence);
-  void update_gauges();
+  // The gauges of /metrics; running_step: the step about to run (its positions count as
+  // stored in the KV utilization).
+  void update_gauges(const std::vector<StepEntry>& running_step = {});
 
   ServedStage& stage_;
   Comm& world_;

@@ -12,6 +12,7 @@
 #include <random>
 
 #include "strata/core/error.h"
+#include "strata/serve/client_connection.h"
 #include "strata/serve/completion_request.h"
 
 namespace strata {
@@ -60,7 +61,14 @@ Json choice(int64_t index, const std::string& text, const Json& finish_reason) {
       {"index", index}, {"text", text}, {"logprobs", nullptr}, {"finish_reason", finish_reason}};
 }
 
-ApiError unfinished_error(FinishReason reason, double timeout_s) {
+// Status 499 (nginx's "client closed request"): the client that would read it has gone.
+constexpr int kClientClosedRequest = 499;
+
+ApiError unfinished_error(FinishReason reason, bool client_gone, double timeout_s) {
+  if (client_gone) {
+    return ApiError(kClientClosedRequest, "client_closed_request",
+                    "the client closed the connection; the request was cancelled");
+  }
   if (reason == FinishReason::timeout) {
     return ApiError(504, "timeout",
                     str("the request did not finish within serve.request_timeout_s (", timeout_s,
@@ -147,7 +155,16 @@ int HttpFront::start() {
   }
   STRATA_CHECK(::listen(listen_socket_, SOMAXCONN) == 0, "listen(backlog ", SOMAXCONN,
                ") failed: ", std::strerror(errno));
-  listener_ = std::thread([this] { server_->listen_after_bind(); });
+  listener_ = std::thread([this] {
+    server_->listen_after_bind();
+    listener_done_ = true;
+  });
+  // cpp-httplib's stop() does nothing until the listening thread has marked the server
+  // running: a stop() before that (a session that fails while loading the model) would leave
+  // the thread in accept() and its join() waiting forever.
+  while (!server_->is_running() && !listener_done_) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
   return port;
 }
 
@@ -200,6 +217,11 @@ void HttpFront::completions(const httplib::Request& http_request, httplib::Respo
   const auto now = ServeClock::now();
   const auto timeout = std::chrono::duration_cast<ServeClock::duration>(
       std::chrono::duration<double>(config_.request_timeout_s));
+  // The engine polls the connection before every step: a client that hangs up, streaming or
+  // not, has its sequences cancelled and their blocks freed before the next step runs.
+  auto connection =
+      std::make_shared<ClientConnection>(http_request.local_addr, http_request.local_port,
+                                         http_request.remote_addr, http_request.remote_port);
   for (size_t i = 0; i < request.prompts.size(); ++i) {
     auto sequence = std::make_shared<Sequence>();
     sequence->id = next_id_++;
@@ -211,6 +233,7 @@ void HttpFront::completions(const httplib::Request& http_request, httplib::Respo
     sequence->generator = at::make_generator<at::CPUGeneratorImpl>(seed);
     sequence->arrival = now;
     sequence->deadline = now + timeout;
+    sequence->client_gone = [connection] { return connection->closed(); };
     completion->sequences.push_back(std::move(sequence));
   }
   completion->sent.assign(completion->sequences.size(), 0);
@@ -234,11 +257,13 @@ void HttpFront::completions(const httplib::Request& http_request, httplib::Respo
     Json choices = Json::array();
     int64_t prompt_tokens = 0, completion_tokens = 0;
     FinishReason unfinished = FinishReason::none;
+    bool client_gone = false;
     engine->with_lock([&] {
       for (size_t i = 0; i < completion->sequences.size(); ++i) {
         const Sequence& sequence = *completion->sequences[i];
         if (sequence.finish != FinishReason::length && sequence.finish != FinishReason::stop) {
           unfinished = sequence.finish;
+          client_gone = client_gone || sequence.cancelled;
         }
         choices.push_back(
             choice(static_cast<int64_t>(i), sequence.text, finish_reason_name(sequence.finish)));
@@ -246,7 +271,9 @@ void HttpFront::completions(const httplib::Request& http_request, httplib::Respo
         completion_tokens += sequence.completion_tokens;
       }
     });
-    if (unfinished != FinishReason::none) return fail(unfinished_error(unfinished, timeout_s));
+    if (unfinished != FinishReason::none) {
+      return fail(unfinished_error(unfinished, client_gone, timeout_s));
+    }
     count(200);
     send_json(response, 200,
               {{"id", completion->id},
@@ -262,8 +289,8 @@ void HttpFront::completions(const httplib::Request& http_request, httplib::Respo
   }
 
   // Streaming: after each engine step, an event per sequence with new final text (the last
-  // one carries its finish_reason), then "data: [DONE]". A failed write means the client went
-  // away: its sequences are cancelled and their blocks freed at the next step.
+  // one carries its finish_reason), then "data: [DONE]". A failed write also means the client
+  // went away: its sequences are cancelled, if the engine has not seen the hang-up already.
   count(200);
   response.set_header("Cache-Control", "no-cache");
   response.set_chunked_content_provider(
@@ -280,7 +307,7 @@ void HttpFront::completions(const httplib::Request& http_request, httplib::Respo
           return false;
         });
         std::string events;
-        bool all_closed = true;
+        bool all_closed = true, client_gone = false;
         FinishReason unfinished = FinishReason::none;
         engine->with_lock([&] {
           for (size_t i = 0; i < completion->sequences.size(); ++i) {
@@ -290,6 +317,7 @@ void HttpFront::completions(const httplib::Request& http_request, httplib::Respo
             if (last && sequence.finish != FinishReason::length &&
                 sequence.finish != FinishReason::stop) {
               unfinished = sequence.finish;
+              client_gone = client_gone || sequence.cancelled;
             }
             if (sequence.streamable > completion->sent[i] || last) {
               const std::string delta = sequence.text.substr(
@@ -310,7 +338,9 @@ void HttpFront::completions(const httplib::Request& http_request, httplib::Respo
           }
         });
         if (unfinished != FinishReason::none) {
-          events = "data: " + dump(error_body(unfinished_error(unfinished, timeout_s))) + "\n\n";
+          events =
+              "data: " + dump(error_body(unfinished_error(unfinished, client_gone, timeout_s))) +
+              "\n\n";
           all_closed = true;
         } else if (all_closed) {
           events += "data: [DONE]\n\n";

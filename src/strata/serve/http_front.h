@@ -50,6 +50,7 @@ class HttpFront {
   const Tokenizer& tokenizer_;
   std::unique_ptr<httplib::Server> server_;
   std::thread listener_;
+  std::atomic<bool> listener_done_{false};  // listen_after_bind() returned
   int listen_socket_ = -1;
   std::atomic<Engine*> engine_{nullptr};
   std::atomic<int64_t> next_id_{0};

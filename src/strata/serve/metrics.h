@@ -32,7 +32,7 @@ struct ServeMetrics {
   int64_t queue_depth = 0;  // sequences waiting to be admitted (or re-admitted)
   int64_t running = 0;      // sequences holding KV blocks
   int64_t kv_blocks_used = 0, kv_blocks_free = 0;
-  int64_t kv_tokens_stored = 0;  // positions cached in the used blocks
+  int64_t kv_tokens_stored = 0;  // positions cached in the used blocks (or being written)
   // Seconds from a request's arrival to its first token; between consecutive tokens. Buckets
   // from 1 ms doubling to about 33 s.
   Histogram time_to_first_token{0.001, 2.0, 16};

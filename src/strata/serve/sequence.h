@@ -7,6 +7,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -40,6 +41,9 @@ struct Sequence {
   FinishReason finish = FinishReason::none;
 
   std::atomic<bool> cancelled{false};  // set by the HTTP side: the client went away
+  // Set before the sequence is submitted (may be empty): the engine asks it before every step
+  // whether the client has gone away, and cancels the sequence if so.
+  std::function<bool()> client_gone;
 
   int64_t generated() const { return static_cast<int64_t>(tokens.size()) - prompt_tokens; }
 };

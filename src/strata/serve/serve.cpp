@@ -31,16 +31,16 @@ Config serving_config(const Config& checkpoint_config, const std::vector<std::st
   const bool sizes_valid = parallel.tp >= 1 && parallel.pp >= 1;  // else validation says so
   if (sizes_valid && (parallel.tp * parallel.pp != world_size || parallel.cp != 1 ||
                       parallel.ep != 1 || parallel.vpp != 1 || parallel.dp > 1)) {
-    throw UserError(str("strata serve runs the model on parallel.tp * parallel.pp ranks (",
-                        parallel.tp, " * ", parallel.pp, " = ", parallel.tp * parallel.pp, ", for ",
-                        world_size, " ranks); parallel.dp, parallel.cp, parallel.ep and ",
-                        "parallel.vpp must be 1 (got ", parallel.dp, ", ", parallel.cp, ", ",
-                        parallel.ep, ", ", parallel.vpp, ")"));
+    throw UserErrorOnEveryRank(
+        str("strata serve runs the model on parallel.tp * parallel.pp ranks (", parallel.tp, " * ",
+            parallel.pp, " = ", parallel.tp * parallel.pp, ", for ", world_size,
+            " ranks); parallel.dp, parallel.cp, parallel.ep and ", "parallel.vpp must be 1 (got ",
+            parallel.dp, ", ", parallel.cp, ", ", parallel.ep, ", ", parallel.vpp, ")"));
   }
   if (config.model.moe.num_experts > 0 && config.model.moe.capacity_factor != 0) {
-    throw UserError(str("strata serve batches tokens of many sequences together, so ",
-                        "model.moe.capacity_factor (", config.model.moe.capacity_factor,
-                        ") must be 0 (dropless): --set model.moe.capacity_factor=0.0"));
+    throw UserErrorOnEveryRank(str("strata serve batches tokens of many sequences together, so ",
+                                   "model.moe.capacity_factor (", config.model.moe.capacity_factor,
+                                   ") must be 0 (dropless): --set model.moe.capacity_factor=0.0"));
   }
   // The training batch does not apply to serving; these values satisfy its rules for any pp.
   config.train.micro_batch = 1;
@@ -83,10 +83,11 @@ ServeSession::ServeSession(Mesh& mesh, const Config& config, const std::string& 
   if (num_blocks_ < needed) {
     const double needed_mb =
         static_cast<double>(needed * block_bytes.item<int64_t>()) / (1024.0 * 1024.0);
-    throw UserError(str("serve.kv_cache_mb (", config.serve.kv_cache_mb, ") holds ", num_blocks_,
-                        " KV blocks of ", kBlockTokens, " tokens on the fullest rank; one sequence",
-                        " of model.seq_len (", config.model.seq_len, ") needs ", needed,
-                        ": set serve.kv_cache_mb to at least ", std::ceil(needed_mb * 100) / 100));
+    throw UserErrorOnEveryRank(
+        str("serve.kv_cache_mb (", config.serve.kv_cache_mb, ") holds ", num_blocks_,
+            " KV blocks of ", kBlockTokens, " tokens on the fullest rank; one sequence",
+            " of model.seq_len (", config.model.seq_len, ") needs ", needed,
+            ": set serve.kv_cache_mb to at least ", std::ceil(needed_mb * 100) / 100));
   }
   stage_ = std::make_unique<ServedStage>(std::move(model), mesh_, num_blocks_);
   if (mesh_.rank() == 0) {

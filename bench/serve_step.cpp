@@ -1,0 +1,131 @@
+// The cost of one serving engine step on this process's threads: GPT::forward_paged over S
+// sequences that each decode one token at a context of L positions (the paged KV cache of
+// serve/, 16-token blocks), for several S. A step's time is about fixed + S x per-sequence;
+// continuous batching gains over static batching as much as the fixed part dominates, so this
+// splits the two (least squares over S). Prints one JSON object per S: median seconds per step
+// over the rounds and its range, then one with the fit.
+//
+//   serve_step [--threads 2] [--d-model 256] [--layers 4] [--heads 8] [--vocab 256]
+//              [--context 48] [--sequences 1,2,4,8,16] [--steps 50] [--rounds 5]
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <vector>
+
+#include "strata/model/gpt.h"
+#include "strata/serve/block_pool.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using strata::kBlockTokens;
+
+// One decode step's batch: sequence s holds positions [0, context] in blocks
+// [s * blocks_each, (s + 1) * blocks_each) and writes position `context`.
+strata::PagedBatch decode_batch(int64_t sequences, int64_t context, int64_t blocks_each,
+                                strata::PagedKVCache& cache) {
+  strata::PagedBatch batch;
+  batch.cache = &cache;
+  std::vector<int64_t> positions, write_slots;
+  for (int64_t s = 0; s < sequences; ++s) {
+    strata::PagedBatch::Sequence sequence;
+    sequence.first_row = s;
+    sequence.rows = 1;
+    const int64_t first_slot = s * blocks_each * kBlockTokens;
+    sequence.context_slots = at::arange(first_slot, first_slot + context + 1, at::kLong);
+    batch.sequences.push_back(sequence);
+    positions.push_back(context);
+    write_slots.push_back(first_slot + context);
+  }
+  batch.positions = at::tensor(positions, at::kLong);
+  batch.write_slots = at::tensor(write_slots, at::kLong);
+  return batch;
+}
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  return values[values.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Cost of a serving engine step against the sequences it decodes"};
+  int threads = 2, rounds = 5, steps = 50;
+  int64_t d_model = 256, layers = 4, heads = 8, vocab = 256, context = 48;
+  std::vector<int64_t> counts = {1, 2, 4, 8, 16};
+  app.add_option("--threads", threads)->check(CLI::PositiveNumber);
+  app.add_option("--d-model", d_model)->check(CLI::PositiveNumber);
+  app.add_option("--layers", layers)->check(CLI::PositiveNumber);
+  app.add_option("--heads", heads)->check(CLI::PositiveNumber);
+  app.add_option("--vocab", vocab)->check(CLI::PositiveNumber);
+  app.add_option("--context", context, "Positions cached before the step")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--sequences", counts, "Sequences per step")->delimiter(',');
+  app.add_option("--steps", steps, "Steps timed per round")->check(CLI::PositiveNumber);
+  app.add_option("--rounds", rounds)->check(CLI::PositiveNumber);
+  CLI11_PARSE(app, argc, argv);
+  at::set_num_threads(threads);
+
+  strata::ModelConfig config;
+  config.vocab_size = vocab;
+  config.d_model = d_model;
+  config.n_layers = layers;
+  config.n_heads = heads;
+  config.seq_len = std::max<int64_t>(256, context + 1);
+  config.pos = strata::PositionEncoding::learned;
+  config.norm = strata::Norm::layernorm;
+  config.activation = strata::Activation::gelu;
+  config.tie_embeddings = true;
+  strata::GPT model(config, 1, at::kFloat);
+
+  const int64_t largest = *std::max_element(counts.begin(), counts.end());
+  const int64_t blocks_each = strata::blocks_for(context + 1);
+  strata::PagedKVCache cache;
+  for (int64_t layer = 0; layer < layers; ++layer) {
+    cache.keys.push_back(at::randn(
+        {largest * blocks_each * kBlockTokens, model.local_kv_heads(), config.head_dim()}));
+    cache.values.push_back(at::randn_like(cache.keys.back()));
+  }
+
+  // Rounds alternate over S, so that a change in the machine's load touches every S alike.
+  std::vector<std::vector<double>> seconds(counts.size());
+  for (int round = 0; round <= rounds; ++round) {
+    for (size_t c = 0; c < counts.size(); ++c) {
+      const int64_t S = counts[c];
+      const strata::PagedBatch batch = decode_batch(S, context, blocks_each, cache);
+      const at::Tensor tokens = at::randint(vocab, {1, S}, at::kLong);
+      const at::Tensor rows = at::arange(S, at::kLong);
+      const auto start = Clock::now();
+      for (int step = 0; step < steps; ++step) model.forward_paged(tokens, batch, rows);
+      const double per_step = std::chrono::duration<double>(Clock::now() - start).count() / steps;
+      if (round > 0) seconds[c].push_back(per_step);  // round 0 warms up
+    }
+  }
+
+  // Least squares of step time = fixed + S x per_sequence over the medians.
+  double sum_s = 0, sum_t = 0, sum_ss = 0, sum_st = 0;
+  const double n = static_cast<double>(counts.size());
+  for (size_t c = 0; c < counts.size(); ++c) {
+    const double S = static_cast<double>(counts[c]), t = median(seconds[c]);
+    std::printf(
+        "{\"sequences\": %lld, \"context\": %lld, \"step_s\": %.6g, \"min_s\": %.6g, "
+        "\"max_s\": %.6g}\n",
+        static_cast<long long>(counts[c]), static_cast<long long>(context), t,
+        *std::min_element(seconds[c].begin(), seconds[c].end()),
+        *std::max_element(seconds[c].begin(), seconds[c].end()));
+    sum_s += S;
+    sum_t += t;
+    sum_ss += S * S;
+    sum_st += S * t;
+  }
+  const double per_sequence = (n * sum_st - sum_s * sum_t) / (n * sum_ss - sum_s * sum_s);
+  const double fixed = (sum_t - per_sequence * sum_s) / n;
+  std::printf("{\"fixed_s\": %.6g, \"per_sequence_s\": %.6g, \"fixed_over_per_sequence\": %.3g}\n",
+              fixed, per_sequence, fixed / per_sequence);
+  return 0;
+}

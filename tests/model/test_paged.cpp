@@ -1,0 +1,31 @@
+// GPT::forward_paged, the serving forward: one step of decoding sequences and prefill chunks
+// over a paged KV cache equals the whole-sequence forward for every row; both attention
+// kernels, both position encodings, grouped-query ratios 1, 2 and 4.
+#include <gtest/gtest.h>
+
+#include "paged_step.h"
+#include "test_configs.h"
+
+namespace strata {
+namespace {
+
+TEST(GptPaged, AStepOfDecodesAndPrefillChunksEqualsTheWholeSequences) {
+  for (const AttentionKernel kernel : {AttentionKernel::blockwise, AttentionKernel::eager}) {
+    for (const PositionEncoding pos : {PositionEncoding::learned, PositionEncoding::rope}) {
+      for (const int64_t kv_heads : {4, 2, 1}) {
+        ModelConfig config = testing::gpt_config(64, 32, 2, 4, 48);
+        config.attention = kernel;
+        config.pos = pos;
+        config.n_kv_heads = kv_heads;
+        config.init_std = 0.1;
+        GPT model(config, 3, at::kDouble);
+        EXPECT_EQ(
+            testing::check_paged_step(model, model, testing::mixed_paged_step(), 1e-10, 1e-12), "")
+            << name_of(kernel) << " " << name_of(pos) << " kv heads " << kv_heads;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace strata
