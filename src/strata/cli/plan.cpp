@@ -3,6 +3,7 @@
 #include "strata/cli/plan.h"
 
 #include <cerrno>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -15,6 +16,7 @@
 #include "strata/dist/launcher.h"
 #include "strata/dist/runtime.h"
 #include "strata/plan/calibrate.h"
+#include "strata/plan/published_runs.h"
 #include "strata/plan/report.h"
 
 namespace strata {
@@ -24,6 +26,7 @@ struct PlanOptions {
   std::string model_path, cluster, nodes, global_batch, layout, top = "5";
   bool json = false, allow_tp_across_nodes = false;
   std::string calibrate_out, calibrate_nproc = "2";
+  std::string published_runs;
 };
 
 int64_t parse_positive(const std::string& flag, const std::string& text,
@@ -125,6 +128,21 @@ void run_calibrate(const PlanOptions& options) {
   finalize_mpi();
 }
 
+// Every published run's prediction next to its published number; exit status 1 when one is
+// off by more than the file's tolerance.
+void run_published(const PlanOptions& options) {
+  const PublishedRuns runs = load_published_runs(options.published_runs);
+  std::cout << published_runs_table(runs);
+  int outside = 0;
+  for (const PublishedRun& run : runs.runs) {
+    const double predicted = predicted_value(run);
+    if (std::abs(predicted / run.published - 1) > runs.tolerance) ++outside;
+  }
+  std::cout << runs.runs.size() - static_cast<size_t>(outside) << " of " << runs.runs.size()
+            << " runs within " << 100 * runs.tolerance << "% of their published number\n";
+  if (outside > 0) throw CLI::RuntimeError(1);
+}
+
 }  // namespace
 
 CLI::App* add_plan_command(CLI::App& app) {
@@ -160,6 +178,13 @@ CLI::App* add_plan_command(CLI::App& app) {
                    "Where to write the profile (default " + local_profile_path() + ")")
       ->type_name("FILE");
 
+  CLI::App* published = plan->add_subcommand(
+      "published", "Predict the published training runs the presets are calibrated on");
+  published
+      ->add_option("--runs", options->published_runs,
+                   "A runs file (default: configs/published/training_runs.toml, built in)")
+      ->type_name("FILE");
+
   auto guarded = [](auto run) {
     try {
       run();
@@ -169,8 +194,9 @@ CLI::App* add_plan_command(CLI::App& app) {
     }
   };
   calibrate->callback([options, guarded] { guarded([&] { run_calibrate(*options); }); });
-  plan->callback([options, calibrate, guarded] {
-    if (calibrate->parsed()) return;
+  published->callback([options, guarded] { guarded([&] { run_published(*options); }); });
+  plan->callback([options, calibrate, published, guarded] {
+    if (calibrate->parsed() || published->parsed()) return;
     guarded([&] { run_plan(*options); });
   });
   return plan;

@@ -18,8 +18,11 @@ namespace {
 
 // Public numbers of the DGX-class systems (per GPU): 16-bit dense tensor-core peak, HBM size
 // and bandwidth, NVLink bandwidth per direction, one InfiniBand NIC per GPU (A100: HDR
-// 200 Gb/s, H100/H200: NDR 400 Gb/s). matmul_efficiency is the share of peak that large
-// transformer GEMMs reach in cuBLAS (about 250 of 312 TFLOP/s on A100, 700 of 989 on H100).
+// 200 Gb/s, H100/H200: NDR 400 Gb/s). matmul_efficiency, matmul_half_dim and
+// kernel_overhead_us of the A100 are fitted on the published Megatron-LM runs of
+// configs/published/training_runs.toml (docs/planner.md): large GEMMs at 0.86 of peak, a
+// GEMM with a 128-wide side at half that, 5 us per kernel. The H100 and H200 take the A100's
+// shape and kernel terms (no published run calibrates them yet) and 0.7 of peak for large GEMMs.
 const std::map<std::string, std::string>& presets() {
   static const std::map<std::string, std::string> texts = {
       {"a100-80gb", R"(# NVIDIA DGX A100 80GB nodes: 8 A100-SXM4-80GB, NVLink 3, 8x HDR InfiniBand.
@@ -32,7 +35,9 @@ name = "A100-SXM4-80GB"
 peak_tflops = 312.0
 memory_gb = 80.0
 memory_bandwidth_gbs = 2039.0
-matmul_efficiency = 0.8
+matmul_efficiency = 0.86
+matmul_half_dim = 128.0
+kernel_overhead_us = 5.0
 precision = "bf16"
 
 [network]
@@ -52,6 +57,8 @@ peak_tflops = 989.0
 memory_gb = 80.0
 memory_bandwidth_gbs = 3350.0
 matmul_efficiency = 0.7
+matmul_half_dim = 128.0
+kernel_overhead_us = 5.0
 precision = "bf16"
 
 [network]
@@ -71,6 +78,8 @@ peak_tflops = 989.0
 memory_gb = 141.0
 memory_bandwidth_gbs = 4800.0
 matmul_efficiency = 0.7
+matmul_half_dim = 128.0
+kernel_overhead_us = 5.0
 precision = "bf16"
 
 [network]
@@ -229,6 +238,8 @@ ClusterProfile parse_cluster(const std::string& toml_text, const std::string& or
   device.number("elementwise_gbs", cluster.device.elementwise_gbs, false, 0, true);
   device.number("matmul_efficiency", cluster.device.matmul_efficiency, false, 0, true);
   device.number("attention_efficiency", cluster.device.attention_efficiency, false, 0, true);
+  device.number("matmul_half_dim", cluster.device.matmul_half_dim, false, 0, false);
+  device.number("kernel_overhead_us", cluster.device.kernel_overhead_us, false, 0, false);
   device.text("precision", cluster.device.precision, false, {"bf16", "fp32"});
   device.reject_unknown();
   for (const auto& [key, value] :
@@ -301,6 +312,10 @@ std::string cluster_to_toml(const ClusterProfile& cluster) {
   number("matmul_efficiency", cluster.device.matmul_efficiency);
   if (cluster.device.attention_efficiency >= 0) {
     number("attention_efficiency", cluster.device.attention_efficiency);
+  }
+  if (cluster.device.matmul_half_dim > 0) number("matmul_half_dim", cluster.device.matmul_half_dim);
+  if (cluster.device.kernel_overhead_us > 0) {
+    number("kernel_overhead_us", cluster.device.kernel_overhead_us);
   }
   out << "precision = \"" << cluster.device.precision << "\"\n\n[network]\n";
   number("intra_node_gbs", cluster.network.intra_node_gbs);

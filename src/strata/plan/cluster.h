@@ -24,6 +24,14 @@ struct DeviceProfile {
   // The same for the attention core's batched head_dim-sized matmuls (QK^T, attention x V),
   // which run well below big GEMMs; < 0: the same as matmul_efficiency.
   double attention_efficiency = -1;
+  // Shape: a matrix multiply whose smallest dimension on the rank is d (rows of tokens, the
+  // weight's in or out width / tp) runs at matmul_efficiency * d / (d + matmul_half_dim) of
+  // peak_tflops, so thin tensor-parallel shards run below big GEMMs. 0: every shape at
+  // matmul_efficiency (a calibrated CPU profile).
+  double matmul_half_dim = 0;
+  // Fixed time of every kernel (launch gap, ramp-up and tail), microseconds: the cost model
+  // counts the kernels of each layer pass (cost_model.cpp, kLayerKernels*). 0: none.
+  double kernel_overhead_us = 0;
   // What training runs in on this device: "bf16" = mixed precision (16-bit weights and
   // activations, fp32 master weights and Adam state); "fp32" = everything in float32, as the
   // CPU runtime of this release trains.
@@ -34,6 +42,10 @@ struct DeviceProfile {
   }
   double attention_matmul_efficiency() const {
     return attention_efficiency >= 0 ? attention_efficiency : matmul_efficiency;
+  }
+  // The fraction of peak a multiply with smallest dimension d reaches.
+  double matmul_shape_efficiency(double d) const {
+    return matmul_efficiency * (matmul_half_dim > 0 ? d / (d + matmul_half_dim) : 1.0);
   }
 };
 
@@ -61,7 +73,7 @@ struct ClusterProfile {
 
 // TOML text -> profile. Sections [cluster] nodes, devices_per_node; [device] name,
 // peak_tflops, memory_gb, memory_bandwidth_gbs (+ optional elementwise_gbs, matmul_efficiency,
-// attention_efficiency, precision);
+// attention_efficiency, matmul_half_dim, kernel_overhead_us, precision);
 // [network] intra_node_gbs, inter_node_gbs, latency_us (+ optional intra_node_latency_us).
 // Throws UserError naming the origin and every missing, unknown or out-of-range key.
 ClusterProfile parse_cluster(const std::string& toml_text, const std::string& origin);

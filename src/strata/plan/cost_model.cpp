@@ -36,6 +36,17 @@ constexpr double kCrossEntropyBackwardPasses = 4;  // E: softmax minus one-hot, 
 constexpr double kBackwardElementwiseFactor = 2;  // a backward op reads input and grad, writes grad
 constexpr double kGradAccumulatePasses = 3;       // M: .grad += dW, two reads and one write
 
+// Kernels of one layer and microbatch, each charged device.kernel_overhead_us. Forward: 2 norms,
+// the 4 weight multiplies (q/k/v, out projection, MLP up and down), the attention core's 2
+// batched multiplies and its fused scale-mask-softmax, 2 bias-dropout-residual adds, the
+// activation function, and the copies that split and merge heads. The input gradient runs the
+// backward of each (the core's multiplies twice over), the weight gradient one multiply per
+// weight; selective recomputation repeats the core's 3.
+constexpr double kLayerKernelsForward = 14;
+constexpr double kLayerKernelsInputGrad = 20;
+constexpr double kLayerKernelsWeightGrad = 4;
+constexpr double kAttentionCoreKernels = 3;
+
 // Optimizer step + clipping, bytes moved per local parameter. fp32/fp64: strata's AdamW as
 // separate ATen ops (decay, two moment updates, sqrt, scale, add eps, addcdiv: 92 bytes at 4
 // bytes per element) + clipping (the norm reads the gradients, 4; scaling them rewrites
@@ -86,6 +97,38 @@ ElementwiseSeconds layer_elementwise_forward(const TransformerSpec& spec, const 
                    kSoftmaxPasses * e * scores / E;
   seconds.layer = memory / M + kernels / E + seconds.scores;
   return seconds;
+}
+
+// The fraction of peak one layer's weight multiplies reach on a rank: each (q/k/v, out
+// projection, MLP up, MLP down) at the shape efficiency of its smallest dimension (the rank's
+// tokens, its in or out width), weighted by its FLOPs.
+double layer_matmul_efficiency(const TransformerSpec& spec, const PlanLayout& layout,
+                               bool moe_layer, const DeviceProfile& device) {
+  const double t = static_cast<double>(layout.tp);
+  const double h = static_cast<double>(spec.hidden), kv = static_cast<double>(spec.kv_width());
+  const double n =
+      static_cast<double>(layout.micro_batch * spec.seq) / static_cast<double>(layout.cp);
+  const double width =
+      moe_layer ? static_cast<double>(spec.expert_width()) : static_cast<double>(spec.ffn);
+  // An expert multiplies only the tokens routed to it.
+  const double mlp_rows =
+      moe_layer ? n * expert_token_factor(spec.moe) / static_cast<double>(spec.moe.experts) : n;
+  const double up = spec.mlp_gated(moe_layer) ? 2 * width : width;
+  struct Multiply {
+    double flops_per_row, rows, in, out;
+  };
+  const Multiply multiplies[] = {{h * (h + 2 * kv), n, h, (h + 2 * kv) / t},
+                                 {h * h, n, h / t, h},
+                                 {h * up, mlp_rows, h, up / t},
+                                 {width * h, mlp_rows, width / t, h}};
+  double flops = 0, at_peak = 0;
+  for (const Multiply& multiply : multiplies) {
+    const double work = multiply.flops_per_row * multiply.rows;
+    flops += work;
+    at_peak +=
+        work / device.matmul_shape_efficiency(std::min({multiply.rows, multiply.in, multiply.out}));
+  }
+  return flops / at_peak;
 }
 
 struct ScheduleKey {
@@ -146,7 +189,8 @@ std::vector<CostModel::StageModel> CostModel::stages(const PlanLayout& layout) c
   const StateBytesPerParameter bytes_per = state_bytes_per_parameter(inputs_.precision);
   const double e = bytes_per.activation_element;
   const double t = static_cast<double>(layout.tp), cp = static_cast<double>(layout.cp);
-  const double R = cluster.device.peak_tflops * 1e12 * cluster.device.matmul_efficiency;
+  const double peak = cluster.device.peak_tflops * 1e12;
+  const double kernel = cluster.device.kernel_overhead_us * 1e-6;
   const double R_attention =
       cluster.device.peak_tflops * 1e12 * cluster.device.attention_matmul_efficiency();
   const double M = cluster.device.memory_bandwidth_gbs * 1e9;
@@ -221,18 +265,21 @@ std::vector<CostModel::StageModel> CostModel::stages(const PlanLayout& layout) c
                                                             spec, layout.micro_batch, activation));
       }
 
+      const double R = peak * layer_matmul_efficiency(spec, layout, moe, cluster.device);
       const double core = flops.attention_core_forward;
-      const double forward_matmul = (flops.forward - core) / split / R + core_matmul;
-      const double input_grad_matmul = (flops.input_grad - 2 * core) / split / R + 2 * core_matmul;
+      const double forward_matmul =
+          (flops.forward - core) / split / R + core_matmul + kLayerKernelsForward * kernel;
+      const double input_grad_matmul = (flops.input_grad - 2 * core) / split / R + 2 * core_matmul +
+                                       kLayerKernelsInputGrad * kernel;
       const ElementwiseSeconds elementwise = layer_elementwise_forward(spec, layout, moe, e, M, E);
       const double forward_elementwise = elementwise.layer;
       const double core_elementwise = elementwise.scores;
 
       stage.forward_compute += forward_matmul + forward_elementwise;
       stage.input_compute += input_grad_matmul + kBackwardElementwiseFactor * forward_elementwise;
-      stage.weight_compute += flops.weight_grad / split / R + kGradAccumulatePasses *
-                                                                  bytes_per.grads *
-                                                                  (local_dense + local_expert) / M;
+      stage.weight_compute +=
+          flops.weight_grad / split / R + kLayerKernelsWeightGrad * kernel +
+          kGradAccumulatePasses * bytes_per.grads * (local_dense + local_expert) / M;
       stage.forward_tp += 2 * tp_block;
       stage.backward_tp += 2 * tp_block;
       stage.forward_cp += cp_exchange.forward_seconds;
@@ -248,7 +295,7 @@ std::vector<CostModel::StageModel> CostModel::stages(const PlanLayout& layout) c
         stage.backward_tp += 2 * tp_block;
         if (moe) stage.backward_ep += 2 * ep_all_to_all;
       } else if (layout.recompute == Recompute::selective) {
-        stage.input_compute += core_matmul + core_elementwise;
+        stage.input_compute += core_matmul + core_elementwise + kAttentionCoreKernels * kernel;
       }
     }
     first_layer = end_layer;
@@ -276,6 +323,7 @@ std::vector<CostModel::StageModel> CostModel::stages(const PlanLayout& layout) c
   const double final_norm_params = spec.norm_bias ? 2 * h : h;
   last.dense_params += head_params + final_norm_params;
   const double logits = n * vocab_per_rank;
+  const double R = peak * cluster.device.matmul_shape_efficiency(std::min({n, h, vocab_per_rank}));
   const double loss_element = std::max(4.0, e);
   last.activation_bytes += e * replicated_tokens * h + e * n * h + 2 * loss_element * logits;
   last.forward_compute += head.forward / (t * cp) / R +
