@@ -81,6 +81,64 @@ TEST_F(PlanCommand, SearchAsTextAndJson) {
   EXPECT_TRUE(list[2]["memory_per_device_bytes"].contains("total"));
 }
 
+// A full training config: [train] global_batch is the batch, precision the plan's precision,
+// and the [parallel] keys, train.micro_batch and train.recompute it sets fix those parts of the
+// layout: the search keeps them, --layout overrides them.
+TEST_F(PlanCommand, ATrainingConfigFixesWhatItSets) {
+  const std::string config = dir_.file("train.toml");
+  std::ofstream(config) << "[model]\nvocab_size = 51200\nd_model = 4096\nn_layers = 32\n"
+                           "n_heads = 32\nseq_len = 2048\n[train]\nglobal_batch = 64\n"
+                           "micro_batch = 2\nrecompute = \"selective\"\nprecision = \"bf16\"\n"
+                           "[parallel]\ntp = 2\npp = 2\n[data]\nsource = \"synthetic\"\n";
+  const CommandResult search =
+      run_plan({"--model", config, "--cluster", "a100-80gb", "--top", "3", "--json"});
+  ASSERT_EQ(search.exit_code, 0) << search.err;
+  const nlohmann::json list = nlohmann::json::parse(search.out);
+  ASSERT_EQ(list.size(), 3u);
+  for (const nlohmann::json& ranked : list) {
+    EXPECT_EQ(ranked["layout"]["tp"], 2);
+    EXPECT_EQ(ranked["layout"]["pp"], 2);
+    EXPECT_EQ(ranked["layout"]["dp"], 2);
+    EXPECT_EQ(ranked["layout"]["micro_batch"], 2);
+    EXPECT_EQ(ranked["layout"]["recompute"], "selective");
+  }
+  const CommandResult text = run_plan({"--model", config, "--cluster", "a100-80gb", "--top", "1"});
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_NE(text.out.find("tp=2 pp=2 micro_batch=2 recompute=selective (the search keeps these)"),
+            std::string::npos)
+      << text.out;
+
+  const CommandResult layout = run_plan({"--model", config, "--cluster", "a100-80gb", "--layout",
+                                         "pp=1,zero=1,recompute=full", "--json"});
+  ASSERT_EQ(layout.exit_code, 0) << layout.err;
+  const nlohmann::json prediction = nlohmann::json::parse(layout.out);
+  EXPECT_EQ(prediction["layout"]["tp"], 2);  // from the config
+  EXPECT_EQ(prediction["layout"]["pp"], 1);  // --layout wins
+  EXPECT_EQ(prediction["layout"]["dp"], 4);
+  EXPECT_EQ(prediction["layout"]["zero"], 1);
+  EXPECT_EQ(prediction["layout"]["recompute"], "full");
+  EXPECT_EQ(prediction["layout"]["microbatches"], 8);  // 64 / (dp 4 x micro_batch 2)
+
+  // The config's precision is the plan's: fp32 states take (4 + 4 + 8) bytes per parameter
+  // against bf16's (2 + 2 + 12), so the same layout's parameters double.
+  const std::string fp32 = dir_.file("fp32.toml");
+  std::ofstream(fp32) << "[model]\nvocab_size = 51200\nd_model = 4096\nn_layers = 32\n"
+                         "n_heads = 32\nseq_len = 2048\n[train]\nglobal_batch = 64\n"
+                         "precision = \"fp32\"\n";
+  const CommandResult single =
+      run_plan({"--model", fp32, "--cluster", "a100-80gb", "--layout", "tp=8", "--json"});
+  ASSERT_EQ(single.exit_code, 0) << single.err;
+  EXPECT_NE(single.err.find("train.precision = fp32 on a profile whose peak_tflops is its bf16"),
+            std::string::npos)
+      << single.err;
+  const CommandResult bf16 = run_plan({"--model", model_, "--cluster", "a100-80gb",
+                                       "--global-batch", "64", "--layout", "tp=8", "--json"});
+  ASSERT_EQ(bf16.exit_code, 0) << bf16.err;
+  EXPECT_DOUBLE_EQ(
+      nlohmann::json::parse(single.out)["memory_per_device_bytes"]["params"].get<double>(),
+      2 * nlohmann::json::parse(bf16.out)["memory_per_device_bytes"]["params"].get<double>());
+}
+
 TEST_F(PlanCommand, ClusterFromAFile) {
   const std::string path = dir_.file("cluster.toml");
   std::ofstream(path)

@@ -2,6 +2,7 @@
 // bad value gets a message naming the flag and exit status 2.
 #include "strata/cli/plan.h"
 
+#include <toml++/toml.h>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -9,9 +10,13 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <optional>
+#include <utility>
+#include <vector>
 
 #include "strata/core/config.h"
 #include "strata/core/error.h"
+#include "strata/core/precision.h"
 #include "strata/dist/comm.h"
 #include "strata/dist/launcher.h"
 #include "strata/dist/runtime.h"
@@ -39,36 +44,115 @@ int64_t parse_positive(const std::string& flag, const std::string& text,
   return value;
 }
 
-// The model of a training config: its [model] section, checked as `strata train` checks it
-// (unknown keys in any section are errors too).
-TransformerSpec load_model(const std::string& path) {
+// What a training config given as --model fixes for the plan: its [model] (checked as
+// `strata train` checks it; unknown keys in any section are errors), and of the keys the file
+// sets, train.precision, train.global_batch (the default of --global-batch), and as --layout
+// items the [parallel] layout keys, train.micro_batch and train.recompute.
+struct ConfigPlan {
+  TransformerSpec model;
+  std::optional<Precision> precision;
+  std::optional<int64_t> global_batch;
+  std::vector<std::string> layout_items;  // "key=value" in --layout's spelling
+};
+
+ConfigPlan load_model(const std::string& path) {
   STRATA_REQUIRE(!path.empty(), "--model is required: a TOML file with a [model] section, e.g. ",
                  "--model configs/tiny.toml");
   STRATA_REQUIRE(
       std::filesystem::is_regular_file(path), "--model '", path,
       "' is not a readable file; give a training config or a file with a [model] section");
+  const Config config = load_config(path);
   Config model_only;
-  model_only.model = load_config(path).model;
+  model_only.model = config.model;
   try {
     validate_config(model_only, 1);
   } catch (const UserError& error) {
     throw UserError(str("--model ", path, ": ", error.what()));
   }
-  return transformer_of(model_only.model);
+  ConfigPlan plan;
+  plan.model = transformer_of(model_only.model);
+  // Which keys the file itself sets (the parsed config holds defaults for the rest).
+  const toml::table file = toml::parse_file(path);
+  auto given = [&file](const char* section, const char* key) {
+    return file[section][key].node() != nullptr;
+  };
+  if (given("train", "precision")) plan.precision = config.train.precision;
+  if (given("train", "global_batch")) plan.global_batch = config.train.global_batch;
+  const ParallelConfig& parallel = config.parallel;
+  for (const auto& [key, value] :
+       std::vector<std::pair<const char*, int64_t>>{{"tp", parallel.tp},
+                                                    {"pp", parallel.pp},
+                                                    {"dp", parallel.dp},
+                                                    {"cp", parallel.cp},
+                                                    {"ep", parallel.ep},
+                                                    {"zero", parallel.zero},
+                                                    {"vpp", parallel.vpp}}) {
+    // dp = -1 is "the devices left over", which any layout's dp is.
+    if (given("parallel", key) && value != -1) plan.layout_items.push_back(str(key, "=", value));
+  }
+  if (given("parallel", "cp_comm")) {
+    plan.layout_items.push_back(str("cp_comm=", name_of(parallel.cp_comm)));
+  }
+  if (given("parallel", "sequence_parallel")) {
+    plan.layout_items.push_back(
+        str("sequence_parallel=", parallel.sequence_parallel ? "true" : "false"));
+  }
+  if (given("parallel", "pp_schedule")) {
+    plan.layout_items.push_back(str("schedule=", name_of(parallel.pp_schedule)));
+  }
+  if (given("train", "micro_batch")) {
+    plan.layout_items.push_back(str("micro_batch=", config.train.micro_batch));
+  }
+  if (given("train", "recompute")) {
+    plan.layout_items.push_back(str("recompute=", name_of(config.train.recompute)));
+  }
+  return plan;
+}
+
+// Whether a candidate layout has every item the config fixes ("schedule" only with a pipeline).
+bool matches(const PlanLayout& layout, const std::vector<std::string>& items) {
+  const std::string printed = " " + layout_to_string(layout) + " ";
+  for (const std::string& item : items) {
+    if (item.rfind("schedule=", 0) == 0 && layout.pp == 1) continue;
+    if (printed.find(" " + item + " ") == std::string::npos) return false;
+  }
+  return true;
+}
+
+std::string joined(const std::vector<std::string>& items, const char* separator) {
+  std::string out;
+  for (const std::string& item : items) out += (out.empty() ? "" : separator) + item;
+  return out;
 }
 
 void run_plan(const PlanOptions& options) {
-  const TransformerSpec model = load_model(options.model_path);
+  const ConfigPlan config = load_model(options.model_path);
   ClusterProfile cluster = load_cluster(options.cluster);
   if (!options.nodes.empty()) cluster.nodes = parse_positive("--nodes", options.nodes, "128");
-  STRATA_REQUIRE(
-      !options.global_batch.empty(),
-      "--global-batch is required: sequences per optimizer step, e.g. --global-batch 1536");
-  const int64_t global_batch = parse_positive("--global-batch", options.global_batch, "1536");
-  const PlanInputs inputs = plan_inputs(model, cluster, global_batch);
+  STRATA_REQUIRE(!options.global_batch.empty() || config.global_batch,
+                 "--global-batch is required (the --model file sets no train.global_batch): "
+                 "sequences per optimizer step, e.g. --global-batch 1536");
+  const int64_t global_batch = options.global_batch.empty()
+                                   ? *config.global_batch
+                                   : parse_positive("--global-batch", options.global_batch, "1536");
+  PlanInputs inputs = plan_inputs(config.model, cluster, global_batch);
+  if (config.precision) {
+    inputs.precision = *config.precision;
+    if (mixed_precision(*config.precision) != (cluster.device.precision != "fp32")) {
+      std::cerr << "strata: note: the plan runs train.precision = " << name_of(*config.precision)
+                << " on a profile whose peak_tflops is its " << cluster.device.precision
+                << " rate\n";
+    }
+  }
+  if (!config.layout_items.empty() && !options.json) {
+    std::cout << "from " << options.model_path << ": " << joined(config.layout_items, " ")
+              << (options.layout.empty() ? " (the search keeps these)" : "") << "\n";
+  }
 
   if (!options.layout.empty()) {
-    const Prediction prediction = predict_layout(inputs, parse_layout(options.layout));
+    // The config's items first: --layout's own items override them.
+    const std::string layout = joined(config.layout_items, ",") + "," + options.layout;
+    const Prediction prediction = predict_layout(inputs, parse_layout(layout));
     if (options.json) {
       std::cout << prediction_to_json(prediction).dump(2) << std::endl;
     } else {
@@ -79,6 +163,11 @@ void run_plan(const PlanOptions& options) {
   SearchOptions search;
   search.top = parse_positive("--top", options.top, "5");
   search.allow_tp_across_nodes = options.allow_tp_across_nodes;
+  if (!config.layout_items.empty()) {
+    search.allowed = [items = config.layout_items](const PlanLayout& layout) {
+      return matches(layout, items);
+    };
+  }
   const SearchResult result = search_layouts(inputs, search);
   if (options.json) {
     std::cout << search_to_json(result).dump(2) << std::endl;
