@@ -132,6 +132,41 @@ TEST(CostModel, BreakdownsAddUpAndMetricsFollow) {
   EXPECT_TRUE(prediction.fits);
 }
 
+// The compute split --explain prints adds up to compute for every recomputation mode and stage
+// shape; each efficiency term moves only its own part; the links say which groups leave a node.
+TEST(CostModel, ComputeByKindAddsUpAndEachTermMovesItsPart) {
+  for (const char* text : {"tp=8,pp=8,recompute=none", "tp=8,pp=8,recompute=selective",
+                           "tp=4,pp=4,recompute=full,sequence_parallel=true", "tp=8"}) {
+    const Prediction prediction =
+        predict_layout(plan_inputs(gpt_175b(), a100_nodes(16), 256), parse_layout(text));
+    const ComputeBreakdown& parts = prediction.time.compute_parts;
+    EXPECT_NEAR(parts.total(), prediction.time.compute, 1e-9 * prediction.time.compute) << text;
+    EXPECT_GT(parts.matmul, 0) << text;
+    EXPECT_GT(parts.attention, 0) << text;
+    EXPECT_GT(parts.elementwise, 0) << text;
+    EXPECT_GT(parts.kernels, 0) << text;
+    EXPECT_EQ(parts.recompute > 0, std::string(text).find("recompute=none") == std::string::npos &&
+                                       std::string(text) != "tp=8")
+        << text;
+  }
+  const PlanLayout layout = parse_layout("tp=8,pp=8");
+  ClusterProfile plain = a100_nodes(16);
+  plain.device.matmul_half_dim = 0;
+  plain.device.kernel_overhead_us = 0;
+  const Prediction base = predict_layout(plan_inputs(gpt_175b(), plain, 256), layout);
+  EXPECT_EQ(base.time.compute_parts.kernels, 0);
+  ClusterProfile shaped = plain;
+  shaped.device.matmul_half_dim = 128;
+  const Prediction thin = predict_layout(plan_inputs(gpt_175b(), shaped, 256), layout);
+  // The narrowest multiply of a tp 8 shard is the out projection's h / 8 = 1536 wide.
+  EXPECT_GT(thin.time.compute_parts.matmul, base.time.compute_parts.matmul * (1 + 128.0 / 12288));
+  EXPECT_LT(thin.time.compute_parts.matmul, base.time.compute_parts.matmul * (1 + 128.0 / 1536));
+  EXPECT_DOUBLE_EQ(thin.time.compute_parts.elementwise, base.time.compute_parts.elementwise);
+  EXPECT_FALSE(base.links.tensor_parallel);
+  EXPECT_TRUE(base.links.pipeline);  // 8 stages of 8 devices: one node each
+  EXPECT_TRUE(base.links.data_parallel);
+}
+
 TEST(CostModel, EachChoiceMovesTheRightTerm) {
   const PlanInputs inputs = plan_inputs(gpt_175b(), a100_nodes(128), 1536);
   auto predict = [&](const std::string& layout) {

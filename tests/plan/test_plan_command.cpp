@@ -139,6 +139,26 @@ TEST_F(PlanCommand, ATrainingConfigFixesWhatItSets) {
       2 * nlohmann::json::parse(bf16.out)["memory_per_device_bytes"]["params"].get<double>());
 }
 
+TEST_F(PlanCommand, ExplainBreaksTheStepDown) {
+  const CommandResult result =
+      run_plan({"--model", model_, "--cluster", "a100-80gb", "--nodes", "2", "--global-batch", "64",
+                "--layout", "tp=8,pp=2,recompute=full", "--explain"});
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  for (const char* fragment :
+       {"where the ", "weight multiplies", "recomputation", "train.recompute = full",
+        "tensor-parallel communication", "exposed, tp 8, intra-node", "pipeline bubble",
+        "pp 2, 1f1b, 64 microbatches", "kernel overhead", "pipeline p2p", "inter-node"}) {
+    EXPECT_NE(result.out.find(fragment), std::string::npos) << fragment << " in:\n" << result.out;
+  }
+  const CommandResult search = run_plan({"--model", model_, "--cluster", "a100-80gb", "--nodes",
+                                         "2", "--global-batch", "64", "--top", "2", "--explain"});
+  ASSERT_EQ(search.exit_code, 0) << search.err;
+  const size_t first = search.out.find("where the ");
+  ASSERT_NE(first, std::string::npos) << search.out;
+  EXPECT_EQ(search.out.find("where the ", first + 1), std::string::npos)
+      << "only the fastest layout is explained";
+}
+
 TEST_F(PlanCommand, ClusterFromAFile) {
   const std::string path = dir_.file("cluster.toml");
   std::ofstream(path)

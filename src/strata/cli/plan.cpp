@@ -29,7 +29,7 @@ namespace {
 
 struct PlanOptions {
   std::string model_path, cluster, nodes, global_batch, layout, top = "5";
-  bool json = false, allow_tp_across_nodes = false;
+  bool json = false, allow_tp_across_nodes = false, explain = false;
   std::string calibrate_out, calibrate_nproc = "2";
   std::string published_runs;
 };
@@ -156,7 +156,8 @@ void run_plan(const PlanOptions& options) {
     if (options.json) {
       std::cout << prediction_to_json(prediction).dump(2) << std::endl;
     } else {
-      std::cout << plan_heading(inputs) << "\n" << prediction_to_text(prediction, inputs);
+      std::cout << plan_heading(inputs) << "\n"
+                << prediction_to_text(prediction, inputs, options.explain);
     }
     return;
   }
@@ -172,7 +173,7 @@ void run_plan(const PlanOptions& options) {
   if (options.json) {
     std::cout << search_to_json(result).dump(2) << std::endl;
   } else {
-    std::cout << plan_heading(inputs) << "\n" << search_to_text(result, inputs);
+    std::cout << plan_heading(inputs) << "\n" << search_to_text(result, inputs, options.explain);
   }
 }
 
@@ -257,6 +258,9 @@ CLI::App* add_plan_command(CLI::App& app) {
   plan->add_flag("--allow-tp-across-nodes", options->allow_tp_across_nodes,
                  "Let the search place tensor-parallel groups across nodes");
   plan->add_flag("--json", options->json, "Print JSON");
+  plan->add_flag("--explain", options->explain,
+                 "Break the step down: compute by kind, exposed communication by kind and link, "
+                 "bubble, optimizer (of the fastest layout in a search)");
 
   CLI::App* calibrate =
       plan->add_subcommand("calibrate", "Measure this machine and write the local cluster profile");

@@ -157,6 +157,7 @@ struct CostModel::StageModel {
   double activation_bytes = 0;  // one microbatch through all its layers
   double working_set = 0;       // what recomputing one layer holds on top
   double forward_compute = 0, input_compute = 0, weight_compute = 0;
+  ComputeBreakdown parts;  // the three above by kind
   double forward_tp = 0, backward_tp = 0;
   double forward_cp = 0, backward_cp = 0;  // exposed cp exchange, recomputation's included
   double cp_bytes = 0;                     // what the cp exchanges send, all passes
@@ -275,11 +276,19 @@ std::vector<CostModel::StageModel> CostModel::stages(const PlanLayout& layout) c
       const double forward_elementwise = elementwise.layer;
       const double core_elementwise = elementwise.scores;
 
+      const double accumulate =
+          kGradAccumulatePasses * bytes_per.grads * (local_dense + local_expert) / M;
       stage.forward_compute += forward_matmul + forward_elementwise;
       stage.input_compute += input_grad_matmul + kBackwardElementwiseFactor * forward_elementwise;
       stage.weight_compute +=
-          flops.weight_grad / split / R + kLayerKernelsWeightGrad * kernel +
-          kGradAccumulatePasses * bytes_per.grads * (local_dense + local_expert) / M;
+          flops.weight_grad / split / R + kLayerKernelsWeightGrad * kernel + accumulate;
+      stage.parts.matmul +=
+          (flops.forward - 3 * core + flops.input_grad + flops.weight_grad) / split / R;
+      stage.parts.attention += 3 * core_matmul;
+      stage.parts.elementwise +=
+          (1 + kBackwardElementwiseFactor) * forward_elementwise + accumulate;
+      stage.parts.kernels +=
+          (kLayerKernelsForward + kLayerKernelsInputGrad + kLayerKernelsWeightGrad) * kernel;
       stage.forward_tp += 2 * tp_block;
       stage.backward_tp += 2 * tp_block;
       stage.forward_cp += cp_exchange.forward_seconds;
@@ -292,10 +301,13 @@ std::vector<CostModel::StageModel> CostModel::stages(const PlanLayout& layout) c
       }
       if (layout.recompute == Recompute::full) {
         stage.input_compute += forward_matmul + forward_elementwise;
+        stage.parts.recompute += forward_matmul + forward_elementwise;
         stage.backward_tp += 2 * tp_block;
         if (moe) stage.backward_ep += 2 * ep_all_to_all;
       } else if (layout.recompute == Recompute::selective) {
-        stage.input_compute += core_matmul + core_elementwise + kAttentionCoreKernels * kernel;
+        const double repeated = core_matmul + core_elementwise + kAttentionCoreKernels * kernel;
+        stage.input_compute += repeated;
+        stage.parts.recompute += repeated;
       }
     }
     first_layer = end_layer;
@@ -307,10 +319,13 @@ std::vector<CostModel::StageModel> CostModel::stages(const PlanLayout& layout) c
   const double embedding_params = vocab_per_rank * h;
   const double position_params = spec.learned_positions ? static_cast<double>(spec.seq) * h : 0.0;
   first.dense_params += embedding_params + position_params;
-  first.forward_compute += kEmbeddingPasses * e * n * h / M;
-  first.input_compute += kEmbeddingPasses * e * n * h / M;
-  first.weight_compute +=
+  const double embedding_pass = kEmbeddingPasses * e * n * h / M;
+  const double embedding_accumulate =
       kGradAccumulatePasses * bytes_per.grads * (embedding_params + position_params) / M;
+  first.forward_compute += embedding_pass;
+  first.input_compute += embedding_pass;
+  first.weight_compute += embedding_accumulate;
+  first.parts.elementwise += 2 * embedding_pass + embedding_accumulate;
   first.forward_tp += layout.sequence_parallel ? tp_reduce_scatter : tp_block;
   if (layout.sequence_parallel) first.backward_tp += tp_all_gather;
 
@@ -326,15 +341,20 @@ std::vector<CostModel::StageModel> CostModel::stages(const PlanLayout& layout) c
   const double R = peak * cluster.device.matmul_shape_efficiency(std::min({n, h, vocab_per_rank}));
   const double loss_element = std::max(4.0, e);
   last.activation_bytes += e * replicated_tokens * h + e * n * h + 2 * loss_element * logits;
-  last.forward_compute += head.forward / (t * cp) / R +
-                          kFinalNormPasses * e * replicated_tokens * h / E +
-                          kCrossEntropyForwardPasses * loss_element * logits / E;
-  last.input_compute +=
-      head.input_grad / (t * cp) / R +
+  const double head_forward = head.forward / (t * cp) / R;
+  const double head_input = head.input_grad / (t * cp) / R;
+  const double head_weight = head.weight_grad / (t * cp) / R;
+  const double head_forward_elementwise = kFinalNormPasses * e * replicated_tokens * h / E +
+                                          kCrossEntropyForwardPasses * loss_element * logits / E;
+  const double head_input_elementwise =
       kBackwardElementwiseFactor * kFinalNormPasses * e * replicated_tokens * h / E +
       kCrossEntropyBackwardPasses * loss_element * logits / E;
-  last.weight_compute +=
-      head.weight_grad / (t * cp) / R + kGradAccumulatePasses * bytes_per.grads * head_params / M;
+  const double head_accumulate = kGradAccumulatePasses * bytes_per.grads * head_params / M;
+  last.forward_compute += head_forward + head_forward_elementwise;
+  last.input_compute += head_input + head_input_elementwise;
+  last.weight_compute += head_weight + head_accumulate;
+  last.parts.matmul += head_forward + head_input + head_weight;
+  last.parts.elementwise += head_forward_elementwise + head_input_elementwise + head_accumulate;
   last.forward_tp += 3 * all_reduce_seconds(network, tp_group, 4 * n);
   last.forward_tp += layout.sequence_parallel ? tp_all_gather : 0.0;
   last.backward_tp += layout.sequence_parallel ? tp_reduce_scatter : tp_block;
@@ -474,7 +494,14 @@ Prediction CostModel::predict(const PlanLayout& layout, bool simulate_pipeline) 
   prediction.inflight_microbatches = memories[prediction.fullest_stage].inflight;
   prediction.memory_capacity = cluster.memory_bytes();
   prediction.fits = prediction.memory.total() <= prediction.memory_capacity;
-  prediction.tp_spans_nodes = group_span(1, layout.tp, cluster.devices_per_node).crosses_nodes();
+  const int64_t G = cluster.devices_per_node;
+  prediction.tp_spans_nodes = group_span(1, layout.tp, G).crosses_nodes();
+  prediction.links.tensor_parallel = prediction.tp_spans_nodes;
+  prediction.links.context_parallel = group_span(layout.tp, layout.cp, G).crosses_nodes();
+  prediction.links.expert = group_span(layout.tp, layout.ep, G).crosses_nodes();
+  prediction.links.data_parallel = group_span(layout.tp, layout.dp * layout.cp, G).crosses_nodes();
+  prediction.links.pipeline =
+      group_span(layout.tp * layout.cp * layout.dp, layout.pp, G).crosses_nodes();
 
   std::vector<StageCosts> costs(layout.pp);
   int64_t busiest = 0;
@@ -503,6 +530,14 @@ Prediction CostModel::predict(const PlanLayout& layout, bool simulate_pipeline) 
   const StageModel& stage = models[busiest];
   TimeBreakdown& time = prediction.time;
   time.compute = m * (stage.forward_compute + stage.input_compute + stage.weight_compute);
+  for (auto [total, part] :
+       {std::make_pair(&time.compute_parts.matmul, stage.parts.matmul),
+        std::make_pair(&time.compute_parts.attention, stage.parts.attention),
+        std::make_pair(&time.compute_parts.elementwise, stage.parts.elementwise),
+        std::make_pair(&time.compute_parts.kernels, stage.parts.kernels),
+        std::make_pair(&time.compute_parts.recompute, stage.parts.recompute)}) {
+    *total = m * part;
+  }
   time.tensor_parallel = m * (stage.forward_tp + stage.backward_tp);
   time.context_parallel = m * (stage.forward_cp + stage.backward_cp);
   prediction.context_parallel_bytes = m * stage.cp_bytes;

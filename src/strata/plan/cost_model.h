@@ -57,8 +57,25 @@ struct MemoryBreakdown {
   double total() const { return params + grads + optimizer + activations + buffers; }
 };
 
+// TimeBreakdown::compute by kind (their sum is compute).
+struct ComputeBreakdown {
+  double matmul = 0;       // the weight multiplies (q/k/v, projections, MLP, head) at their shapes
+  double attention = 0;    // the attention core's batched multiplies
+  double elementwise = 0;  // norms, softmax, activations, residuals, loss, gradient accumulation
+  double kernels = 0;      // the fixed cost of every kernel (kernel_overhead_us)
+  double recompute = 0;    // everything recomputation repeats
+  double total() const { return matmul + attention + elementwise + kernels + recompute; }
+};
+
+// Which link each kind of communication crosses: false inside a node, true between nodes.
+struct LinkSpans {
+  bool tensor_parallel = false, context_parallel = false, expert = false, pipeline = false,
+       data_parallel = false;
+};
+
 struct TimeBreakdown {
   double compute = 0;  // matrix and elementwise work of the busiest stage, recompute included
+  ComputeBreakdown compute_parts;
   double tensor_parallel = 0;    // exposed tp collectives
   double context_parallel = 0;   // cp exchange of K/V not hidden behind attention
   double expert_all_to_all = 0;  // MoE dispatch and combine
@@ -99,6 +116,7 @@ struct Prediction {
   double mfu = 0;                         // model TFLOP/s / peak_tflops
   bool fits = false;
   bool tp_spans_nodes = false;
+  LinkSpans links;
   std::vector<StagePrediction> stages;  // one per pipeline rank
 };
 

@@ -1,6 +1,7 @@
 // Text and JSON reports of the planner.
 #include "strata/plan/report.h"
 
+#include <algorithm>
 #include <iomanip>
 #include <sstream>
 
@@ -28,6 +29,57 @@ std::string percent(double fraction) { return fixed(100 * fraction, 1) + "%"; }
 std::string count(double value) {
   std::ostringstream out;
   out << std::setprecision(4) << value;
+  return out.str();
+}
+
+const char* link_name(bool crosses_nodes) { return crosses_nodes ? "inter-node" : "intra-node"; }
+
+// Each part of the step with its share, largest first.
+std::string explanation(const Prediction& prediction) {
+  const TimeBreakdown& time = prediction.time;
+  const ComputeBreakdown& parts = time.compute_parts;
+  const LinkSpans& links = prediction.links;
+  const double step = prediction.step_time_s;
+  const PlanLayout& layout = prediction.layout;
+  auto share = [step](double value) { return step > 0 ? value / step : 0.0; };
+  struct Part {
+    std::string name;
+    double seconds;
+    std::string detail;
+  };
+  std::vector<Part> list = {
+      {"weight multiplies", parts.matmul, "q/k/v, projections, MLP and head at their shapes"},
+      {"attention core", parts.attention, "the batched QK^T and attention x V"},
+      {"elementwise", parts.elementwise, "norms, softmax, activations, residuals, loss, .grad"},
+      {"kernel overhead", parts.kernels, "a fixed cost per kernel"},
+      {"recomputation", parts.recompute, str("train.recompute = ", name_of(layout.recompute))},
+      {"tensor-parallel communication", time.tensor_parallel,
+       str("exposed, tp ", layout.tp, layout.sequence_parallel ? " with sequence parallelism" : "",
+           ", ", link_name(links.tensor_parallel))},
+      {"context-parallel communication", time.context_parallel,
+       str("exposed, cp ", layout.cp, " ", name_of(layout.cp_comm), ", ",
+           link_name(links.context_parallel))},
+      {"expert all-to-all", time.expert_all_to_all,
+       str("ep ", layout.ep, ", ", link_name(links.expert))},
+      {"pipeline bubble", time.pipeline_bubble,
+       str("pp ", layout.pp, ", ", schedule_label(layout), ", ", prediction.microbatches,
+           " microbatches")},
+      {"pipeline p2p", time.pipeline_p2p, str("what transfers add, ", link_name(links.pipeline))},
+      {"data-parallel communication", time.data_parallel,
+       str("after the pipeline, dp x cp ", layout.dp * layout.cp, " zero ", layout.zero, ", ",
+           link_name(links.data_parallel))},
+      {"optimizer", time.optimizer, "AdamW and clipping, memory-bound"},
+  };
+  std::stable_sort(list.begin(), list.end(),
+                   [](const Part& a, const Part& b) { return a.seconds > b.seconds; });
+  std::ostringstream out;
+  out << "where the " << seconds(step) << " go (the busiest stage):\n";
+  for (const Part& part : list) {
+    if (part.seconds <= 0) continue;
+    out << "  " << std::left << std::setw(32) << part.name << std::right << std::setw(12)
+        << seconds(part.seconds) << std::setw(8) << percent(share(part.seconds)) << "  "
+        << part.detail << "\n";
+  }
   return out.str();
 }
 
@@ -73,6 +125,18 @@ nlohmann::json prediction_to_json(const Prediction& prediction) {
       {"bubble_fraction", prediction.bubble_fraction},
       {"fits", prediction.fits},
       {"tp_spans_nodes", prediction.tp_spans_nodes},
+      {"compute_breakdown_s",
+       {{"matmul", time.compute_parts.matmul},
+        {"attention", time.compute_parts.attention},
+        {"elementwise", time.compute_parts.elementwise},
+        {"kernels", time.compute_parts.kernels},
+        {"recompute", time.compute_parts.recompute}}},
+      {"links",
+       {{"tensor_parallel", link_name(prediction.links.tensor_parallel)},
+        {"context_parallel", link_name(prediction.links.context_parallel)},
+        {"expert_all_to_all", link_name(prediction.links.expert)},
+        {"pipeline_p2p", link_name(prediction.links.pipeline)},
+        {"data_parallel", link_name(prediction.links.data_parallel)}}},
       {"stages", stages},
   };
 }
@@ -101,7 +165,8 @@ std::string plan_heading(const PlanInputs& inputs) {
              inputs.global_batch * model.seq, " tokens) per step\n");
 }
 
-std::string prediction_to_text(const Prediction& prediction, const PlanInputs& inputs) {
+std::string prediction_to_text(const Prediction& prediction, const PlanInputs& inputs,
+                               bool explain) {
   const MemoryBreakdown& memory = prediction.memory;
   const TimeBreakdown& time = prediction.time;
   std::ostringstream out;
@@ -137,10 +202,11 @@ std::string prediction_to_text(const Prediction& prediction, const PlanInputs& i
       << count(prediction.model_tflops_per_device) << " model TFLOP/s, "
       << count(prediction.hardware_tflops_per_device) << " hardware TFLOP/s; MFU "
       << percent(prediction.mfu) << "; bubble " << percent(prediction.bubble_fraction) << "\n";
+  if (explain) out << explanation(prediction);
   return out.str();
 }
 
-std::string search_to_text(const SearchResult& result, const PlanInputs& inputs) {
+std::string search_to_text(const SearchResult& result, const PlanInputs& inputs, bool explain) {
   std::ostringstream out;
   out << result.candidates << " valid layouts, " << result.fitting << " fit in "
       << gigabytes(inputs.cluster.memory_bytes()) << "; the fastest " << result.top.size() << ":\n";
@@ -149,7 +215,7 @@ std::string search_to_text(const SearchResult& result, const PlanInputs& inputs)
     out << "\n#" << i + 1 << " " << seconds(prediction.step_time_s) << " per step, MFU "
         << percent(prediction.mfu) << ", " << gigabytes(prediction.memory.total()) << " per device";
     if (i > 0) out << " — behind #1 on " << result.top[i].reason;
-    out << "\n" << prediction_to_text(prediction, inputs);
+    out << "\n" << prediction_to_text(prediction, inputs, explain && i == 0);
   }
   if (!result.lost.empty()) {
     out << "\nwhy the other layouts lost:\n";

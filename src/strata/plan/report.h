@@ -13,7 +13,9 @@ namespace strata {
 //  "step_time_s", "step_time_breakdown_s": {compute, tensor_parallel, context_parallel,
 //  expert_all_to_all, pipeline_bubble, pipeline_p2p, data_parallel, optimizer},
 //  "tokens_per_s", "model_tflops_per_device", "hardware_tflops_per_device", "mfu",
-//  "bubble_fraction", "fits", "tp_spans_nodes"}
+//  "bubble_fraction", "fits", "tp_spans_nodes", "compute_breakdown_s": {matmul, attention,
+//  elementwise, kernels, recompute}, "links": {tensor_parallel, context_parallel,
+//  expert_all_to_all, pipeline_p2p, data_parallel: "intra-node" | "inter-node"}, "stages"}
 nlohmann::json prediction_to_json(const Prediction& prediction);
 
 // The top layouts, fastest first: prediction_to_json plus "rank" (1-based) and "reason".
@@ -21,7 +23,11 @@ nlohmann::json search_to_json(const SearchResult& result);
 
 // A heading naming model, cluster and batch, shared by both text reports.
 std::string plan_heading(const PlanInputs& inputs);
-std::string prediction_to_text(const Prediction& prediction, const PlanInputs& inputs);
-std::string search_to_text(const SearchResult& result, const PlanInputs& inputs);
+// explain: also every part of the step (compute by kind, exposed communication by kind and the
+// link it crosses, bubble, optimizer) with its share, largest first; for a search, of the first.
+std::string prediction_to_text(const Prediction& prediction, const PlanInputs& inputs,
+                               bool explain = false);
+std::string search_to_text(const SearchResult& result, const PlanInputs& inputs,
+                           bool explain = false);
 
 }  // namespace strata
