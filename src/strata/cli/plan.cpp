@@ -23,13 +23,14 @@
 #include "strata/plan/calibrate.h"
 #include "strata/plan/published_runs.h"
 #include "strata/plan/report.h"
+#include "strata/plan/serve_plan.h"
 
 namespace strata {
 namespace {
 
 struct PlanOptions {
   std::string model_path, cluster, nodes, global_batch, layout, top = "5";
-  bool json = false, allow_tp_across_nodes = false, explain = false;
+  bool json = false, allow_tp_across_nodes = false, explain = false, serve = false;
   std::string calibrate_out, calibrate_nproc = "2";
   std::string published_runs;
 };
@@ -53,6 +54,7 @@ struct ConfigPlan {
   std::optional<Precision> precision;
   std::optional<int64_t> global_batch;
   std::vector<std::string> layout_items;  // "key=value" in --layout's spelling
+  int64_t max_batch_tokens = 0;           // serve.max_batch_tokens (its default when unset)
 };
 
 ConfigPlan load_model(const std::string& path) {
@@ -71,6 +73,7 @@ ConfigPlan load_model(const std::string& path) {
   }
   ConfigPlan plan;
   plan.model = transformer_of(model_only.model);
+  plan.max_batch_tokens = config.serve.max_batch_tokens;
   // Which keys the file itself sets (the parsed config holds defaults for the rest).
   const toml::table file = toml::parse_file(path);
   auto given = [&file](const char* section, const char* key) {
@@ -125,10 +128,48 @@ std::string joined(const std::vector<std::string>& items, const char* separator)
   return out;
 }
 
+// `--serve`: the memory, KV cache and decode speed of a serving layout (tp and pp of --layout or
+// the config), or of every tp x pp that fits in a node.
+void run_serve_plan(const PlanOptions& options, const ConfigPlan& config,
+                    const ClusterProfile& cluster) {
+  PlanInputs inputs = plan_inputs(config.model, cluster, 1);
+  if (config.precision) inputs.precision = *config.precision;
+  std::vector<std::string> items;
+  for (const std::string& item : config.layout_items) {
+    if (item.rfind("tp=", 0) == 0 || item.rfind("pp=", 0) == 0) items.push_back(item);
+  }
+  std::vector<ServePrediction> predictions;
+  if (!options.layout.empty() || !items.empty()) {
+    const std::string layout = joined(items, ",") + "," + options.layout;
+    predictions.push_back(predict_serving(inputs, parse_layout(layout), config.max_batch_tokens));
+  } else {
+    predictions = search_serving(inputs, config.max_batch_tokens);
+  }
+  if (options.json) {
+    nlohmann::json list = nlohmann::json::array();
+    for (const ServePrediction& prediction : predictions)
+      list.push_back(serving_to_json(prediction));
+    std::cout << (predictions.size() == 1 ? list[0] : list).dump(2) << std::endl;
+    return;
+  }
+  const std::string heading = plan_heading(inputs);  // its batch line is training's
+  std::cout << heading.substr(0, heading.find("global batch:"))
+            << "serve.max_batch_tokens: " << config.max_batch_tokens << "\n";
+  for (size_t i = 0; i < predictions.size(); ++i) {
+    std::cout << "\n"
+              << (predictions.size() > 1 ? str("#", i + 1, " ") : "")
+              << serving_to_text(predictions[i]);
+  }
+}
+
 void run_plan(const PlanOptions& options) {
   const ConfigPlan config = load_model(options.model_path);
   ClusterProfile cluster = load_cluster(options.cluster);
   if (!options.nodes.empty()) cluster.nodes = parse_positive("--nodes", options.nodes, "128");
+  if (options.serve) {
+    run_serve_plan(options, config, cluster);
+    return;
+  }
   STRATA_REQUIRE(!options.global_batch.empty() || config.global_batch,
                  "--global-batch is required (the --model file sets no train.global_batch): "
                  "sequences per optimizer step, e.g. --global-batch 1536");
@@ -258,6 +299,9 @@ CLI::App* add_plan_command(CLI::App& app) {
   plan->add_flag("--allow-tp-across-nodes", options->allow_tp_across_nodes,
                  "Let the search place tensor-parallel groups across nodes");
   plan->add_flag("--json", options->json, "Print JSON");
+  plan->add_flag("--serve", options->serve,
+                 "Plan serving instead: weights, KV cache per token, the sequences that fit and "
+                 "decode speed of a tp x pp layout (--layout), or of every one in a node");
   plan->add_flag("--explain", options->explain,
                  "Break the step down: compute by kind, exposed communication by kind and link, "
                  "bubble, optimizer (of the fastest layout in a search)");

@@ -373,6 +373,14 @@ std::vector<CostModel::StageModel> CostModel::stages(const PlanLayout& layout) c
   return out;
 }
 
+std::vector<CostModel::StageShare> CostModel::stage_shares(const PlanLayout& layout) const {
+  std::vector<StageShare> out;
+  for (const StageModel& stage : stages(layout)) {
+    out.push_back({stage.layers, stage.dense_params + stage.expert_params});
+  }
+  return out;
+}
+
 const std::vector<int64_t>& CostModel::partition(int64_t chunks) const {
   auto found = partition_cache_.find(chunks);
   if (found != partition_cache_.end()) return found->second;

@@ -139,6 +139,14 @@ class CostModel {
   // transfers, no simulation): a lower bound of predict(layout).step_time_s.
   Prediction predict_lower_bound(const PlanLayout& layout);
 
+  // What one device of each pipeline stage holds: its transformer layers and parameters (its
+  // layers / tp, experts / (tp * ep), the embedding on the first stage, the head on the last).
+  struct StageShare {
+    int64_t layers = 0;
+    double params = 0;
+  };
+  std::vector<StageShare> stage_shares(const PlanLayout& layout) const;
+
   // Pipeline simulations run so far (a search's cost).
   int64_t simulations() const { return simulations_; }
 
