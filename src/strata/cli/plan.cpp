@@ -21,6 +21,7 @@
 #include "strata/dist/launcher.h"
 #include "strata/dist/runtime.h"
 #include "strata/plan/calibrate.h"
+#include "strata/plan/checkpoint_plan.h"
 #include "strata/plan/published_runs.h"
 #include "strata/plan/report.h"
 #include "strata/plan/serve_plan.h"
@@ -33,6 +34,7 @@ struct PlanOptions {
   bool json = false, allow_tp_across_nodes = false, explain = false, serve = false;
   std::string calibrate_out, calibrate_nproc = "2";
   std::string published_runs;
+  std::string mtbf_hours, checkpoint_gbs = "2", restart_s = "60";
 };
 
 int64_t parse_positive(const std::string& flag, const std::string& text,
@@ -43,6 +45,26 @@ int64_t parse_positive(const std::string& flag, const std::string& text,
   STRATA_REQUIRE(!text.empty() && end != text.c_str() && *end == '\0' && errno == 0 && value >= 1,
                  flag, " '", text, "' must be a whole number >= 1, e.g. ", flag, " ", example);
   return value;
+}
+
+double parse_number(const std::string& flag, const std::string& text, const std::string& example) {
+  errno = 0;
+  char* end = nullptr;
+  const double value = std::strtod(text.c_str(), &end);
+  STRATA_REQUIRE(!text.empty() && end != text.c_str() && *end == '\0' && errno == 0 &&
+                     std::isfinite(value) && value >= 0,
+                 flag, " '", text, "' must be a number >= 0, e.g. ", flag, " ", example);
+  return value;
+}
+
+// --mtbf-hours and its companions; nullopt without --mtbf-hours.
+std::optional<CheckpointCosts> checkpoint_costs(const PlanOptions& options) {
+  if (options.mtbf_hours.empty()) return std::nullopt;
+  CheckpointCosts costs;
+  costs.mtbf_hours_per_node = parse_number("--mtbf-hours", options.mtbf_hours, "5000");
+  costs.write_gbs_per_node = parse_number("--checkpoint-gbs", options.checkpoint_gbs, "2");
+  costs.restart_s = parse_number("--restart-s", options.restart_s, "60");
+  return costs;
 }
 
 // What a training config given as --model fixes for the plan: its [model] (checked as
@@ -190,15 +212,21 @@ void run_plan(const PlanOptions& options) {
               << (options.layout.empty() ? " (the search keeps these)" : "") << "\n";
   }
 
+  const std::optional<CheckpointCosts> costs = checkpoint_costs(options);
   if (!options.layout.empty()) {
     // The config's items first: --layout's own items override them.
     const std::string layout = joined(config.layout_items, ",") + "," + options.layout;
     const Prediction prediction = predict_layout(inputs, parse_layout(layout));
+    const std::optional<CheckpointPlan> checkpoints =
+        costs ? std::optional(plan_checkpoints(prediction, cluster, *costs)) : std::nullopt;
     if (options.json) {
-      std::cout << prediction_to_json(prediction).dump(2) << std::endl;
+      nlohmann::json json = prediction_to_json(prediction);
+      if (checkpoints) json["checkpoints"] = checkpoints_to_json(*checkpoints);
+      std::cout << json.dump(2) << std::endl;
     } else {
       std::cout << plan_heading(inputs) << "\n"
-                << prediction_to_text(prediction, inputs, options.explain);
+                << prediction_to_text(prediction, inputs, options.explain)
+                << (checkpoints ? checkpoints_to_text(*checkpoints, *costs) : "");
     }
     return;
   }
@@ -211,10 +239,19 @@ void run_plan(const PlanOptions& options) {
     };
   }
   const SearchResult result = search_layouts(inputs, search);
+  const std::optional<CheckpointPlan> checkpoints =
+      costs ? std::optional(plan_checkpoints(result.top.front().prediction, cluster, *costs))
+            : std::nullopt;
   if (options.json) {
-    std::cout << search_to_json(result).dump(2) << std::endl;
+    nlohmann::json json = search_to_json(result);
+    if (checkpoints) json[0]["checkpoints"] = checkpoints_to_json(*checkpoints);
+    std::cout << json.dump(2) << std::endl;
   } else {
-    std::cout << plan_heading(inputs) << "\n" << search_to_text(result, inputs, options.explain);
+    std::cout << plan_heading(inputs) << "\n"
+              << search_to_text(result, inputs, options.explain)
+              << (checkpoints
+                      ? "\nthe fastest layout's " + checkpoints_to_text(*checkpoints, *costs)
+                      : "");
   }
 }
 
@@ -299,6 +336,16 @@ CLI::App* add_plan_command(CLI::App& app) {
   plan->add_flag("--allow-tp-across-nodes", options->allow_tp_across_nodes,
                  "Let the search place tensor-parallel groups across nodes");
   plan->add_flag("--json", options->json, "Print JSON");
+  plan->add_option("--mtbf-hours", options->mtbf_hours,
+                   "Mean time between failures of one node: adds the checkpoint interval by "
+                   "Young's formula and the throughput lost, sync and async")
+      ->type_name("H");
+  plan->add_option("--checkpoint-gbs", options->checkpoint_gbs,
+                   "Write bandwidth to checkpoint storage per node, GB/s (default 2)")
+      ->type_name("G");
+  plan->add_option("--restart-s", options->restart_s,
+                   "Seconds to relaunch and reload after a failure (default 60)")
+      ->type_name("S");
   plan->add_flag("--serve", options->serve,
                  "Plan serving instead: weights, KV cache per token, the sequences that fit and "
                  "decode speed of a tp x pp layout (--layout), or of every one in a node");
