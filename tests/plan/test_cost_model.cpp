@@ -167,6 +167,37 @@ TEST(CostModel, ComputeByKindAddsUpAndEachTermMovesItsPart) {
   EXPECT_TRUE(base.links.data_parallel);
 }
 
+// [compression] priced in the data-parallel phase: over a 25 GB/s inter-node link the
+// compressed exchanges pay (bf16 halves an fp32 run's gradient bytes; PowerSGD rank 4 and 1-bit
+// Adam send a small fraction), int8 gathers cut ZeRO-3's per-microbatch gathers, and a layout
+// with nothing to compress is refused.
+TEST(CostModel, CompressionShrinksTheDataParallelPhaseWhereItTravels) {
+  const TransformerSpec spec = megatron_gpt(24, 2048, 16, 51200, 2048);
+  auto dp_seconds = [&](const std::string& text, Precision precision) {
+    PlanInputs inputs = plan_inputs(spec, a100_nodes(16), 256);
+    inputs.precision = precision;
+    return predict_layout(inputs, parse_layout(text)).time.data_parallel;
+  };
+  const double none = dp_seconds("tp=8", Precision::fp32);
+  EXPECT_NEAR(dp_seconds("tp=8,compression=bf16", Precision::fp32) / none, 0.5, 0.1);
+  EXPECT_LT(dp_seconds("tp=8,compression=powersgd", Precision::fp32), 0.3 * none);
+  EXPECT_LT(dp_seconds("tp=8,compression=onebit", Precision::fp32), 0.2 * none);
+  // A higher rank sends more.
+  EXPECT_GT(dp_seconds("tp=8,compression=powersgd,powersgd_rank=64", Precision::fp32),
+            dp_seconds("tp=8,compression=powersgd,powersgd_rank=4", Precision::fp32));
+  // In bf16 training the gradients already travel in 2 bytes: bf16 compression changes nothing.
+  EXPECT_DOUBLE_EQ(dp_seconds("tp=8,compression=bf16", Precision::bf16),
+                   dp_seconds("tp=8", Precision::bf16));
+  EXPECT_LT(dp_seconds("tp=8,zero=3,zero_gather=int8", Precision::bf16),
+            0.7 * dp_seconds("tp=8,zero=3", Precision::bf16));
+  const PlanInputs inputs = plan_inputs(spec, a100_nodes(1), 8);
+  EXPECT_THROW(predict_layout(inputs, parse_layout("tp=8,compression=onebit")), UserError);
+  EXPECT_THROW(predict_layout(inputs, parse_layout("tp=4,zero_gather=int8")), UserError);
+  EXPECT_EQ(layout_to_string(resolve_layout(parse_layout("tp=4,compression=powersgd"), 8)),
+            "tp=4 pp=1 dp=2 cp=1 cp_comm=ring ep=1 vpp=1 zero=0 micro_batch=1 recompute=none "
+            "sequence_parallel=false schedule=none compression=powersgd powersgd_rank=4");
+}
+
 TEST(CostModel, EachChoiceMovesTheRightTerm) {
   const PlanInputs inputs = plan_inputs(gpt_175b(), a100_nodes(128), 1536);
   auto predict = [&](const std::string& layout) {

@@ -128,6 +128,17 @@ ConfigPlan load_model(const std::string& path) {
   if (given("train", "micro_batch")) {
     plan.layout_items.push_back(str("micro_batch=", config.train.micro_batch));
   }
+  // The search keeps no compression unless the config asks for one (the layout prints it so).
+  const CompressionConfig& compression = config.compression;
+  if (given("compression", "gradients") && compression.gradients != GradientCompression::none) {
+    plan.layout_items.push_back(str("compression=", name_of(compression.gradients)));
+    if (compression.gradients == GradientCompression::powersgd) {
+      plan.layout_items.push_back(str("powersgd_rank=", compression.powersgd_rank));
+    }
+  }
+  if (given("compression", "zero_gather") && compression.zero_gather != GatherCompression::none) {
+    plan.layout_items.push_back(str("zero_gather=", name_of(compression.zero_gather)));
+  }
   if (given("train", "recompute")) {
     plan.layout_items.push_back(str("recompute=", name_of(config.train.recompute)));
   }

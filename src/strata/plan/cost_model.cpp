@@ -99,6 +99,21 @@ ElementwiseSeconds layer_elementwise_forward(const TransformerSpec& spec, const 
   return seconds;
 }
 
+// One layer's weight matrices on a rank: (in, out, how many), experts counted on one ep rank.
+std::vector<std::tuple<double, double, double>> layer_weight_matrices(const TransformerSpec& spec,
+                                                                      const PlanLayout& layout,
+                                                                      bool moe_layer) {
+  const double t = static_cast<double>(layout.tp);
+  const double h = static_cast<double>(spec.hidden), kv = static_cast<double>(spec.kv_width());
+  const double width =
+      moe_layer ? static_cast<double>(spec.expert_width()) : static_cast<double>(spec.ffn);
+  const double experts =
+      moe_layer ? static_cast<double>(spec.moe.experts) / static_cast<double>(layout.ep) : 1.0;
+  const double up = spec.mlp_gated(moe_layer) ? 2 * width : width;
+  return {
+      {h, (h + 2 * kv) / t, 1.0}, {h / t, h, 1.0}, {h, up / t, experts}, {width / t, h, experts}};
+}
+
 // The fraction of peak one layer's weight multiplies reach on a rank: each (q/k/v, out
 // projection, MLP up, MLP down) at the shape efficiency of its smallest dimension (the rank's
 // tokens, its in or out width), weighted by its FLOPs.
@@ -154,6 +169,10 @@ struct CostModel::StageModel {
   double dense_params = 0;   // replicated over dp * cp
   double expert_params = 0;  // replicated over dp * cp / ep
   double largest_layer_params = 0;
+  // PowerSGD: the elements its layers' weight matrices travel as ((m + n) r where that is under
+  // m n / 2, else m n) and the parameters of those matrices (the rest travels uncompressed).
+  double powersgd_elements = 0, powersgd_matrix_params = 0;
+  double powersgd_flops = 0;    // the two factor products per matrix and step, 4 m n r
   double activation_bytes = 0;  // one microbatch through all its layers
   double working_set = 0;       // what recomputing one layer holds on top
   double forward_compute = 0, input_compute = 0, weight_compute = 0;
@@ -253,6 +272,16 @@ std::vector<CostModel::StageModel> CostModel::stages(const PlanLayout& layout) c
       stage.expert_params += local_expert;
       stage.largest_layer_params = std::max(stage.largest_layer_params, local_dense + local_expert);
 
+      if (layout.compression == GradientCompression::powersgd) {
+        const double r = static_cast<double>(layout.powersgd_rank);
+        for (const auto& [in, out, count] : layer_weight_matrices(spec, layout, moe)) {
+          const double elements = in * out;
+          const bool pays = (in + out) * r < elements / 2;
+          stage.powersgd_matrix_params += count * elements;
+          stage.powersgd_elements += count * (pays ? (in + out) * r : elements);
+          if (pays) stage.powersgd_flops += count * 4 * elements * r;
+        }
+      }
       stage.activation_bytes += layer_activation_bytes(spec, layout.micro_batch, moe, activation);
       if (layout.recompute == Recompute::full) {
         stage.working_set = std::max(
@@ -563,18 +592,54 @@ Prediction CostModel::predict(const PlanLayout& layout, bool simulate_pipeline) 
   double data_parallel = 0, optimizer = 0;
   for (const StageModel& model : models) {
     double reduce = 0;
+    // PowerSGD's share of the elements that travel: its matrices as factors, the rest whole.
+    const double stage_params = model.dense_params + model.expert_params;
+    const double powersgd_share =
+        stage_params > 0
+            ? (model.powersgd_elements + stage_params - model.powersgd_matrix_params) / stage_params
+            : 1.0;
     for (const auto& [params, group] : {std::make_pair(model.dense_params, replica_group),
                                         std::make_pair(model.expert_params, expert_group)}) {
       if (group.size <= 1 || params <= 0) continue;
       const double grads = bytes_per.grads * params, weights = bytes_per.weights * params;
-      if (layout.zero == 0) {
-        // The runtime copies every gradient into one flat buffer and back around the all-reduce.
-        reduce += all_reduce_seconds(network, group, grads) + 4 * grads / M;
-      } else {
-        reduce += reduce_scatter_seconds(network, group, grads) +
-                  all_gather_seconds(network, group, weights);
-        if (layout.zero == 3) reduce += m * 2 * all_gather_seconds(network, group, weights);
+      // ZeRO-3's per-microbatch gathers, in zero_gather's type (int8: a float scale per 256).
+      double gathered = weights;
+      if (layout.zero_gather == GatherCompression::bf16) gathered = std::min(weights, 2 * params);
+      if (layout.zero_gather == GatherCompression::int8) gathered = (1 + 4.0 / 256) * params;
+      switch (layout.compression) {
+        case GradientCompression::none:
+        case GradientCompression::bf16: {
+          const double sent =
+              layout.compression == GradientCompression::bf16 ? std::min(grads, 2 * params) : grads;
+          if (layout.zero == 0) {
+            // The runtime copies every gradient into one flat buffer and back around the
+            // all-reduce.
+            reduce += all_reduce_seconds(network, group, sent) + 4 * grads / M;
+          } else {
+            reduce += reduce_scatter_seconds(network, group, sent) +
+                      all_gather_seconds(network, group, weights);
+          }
+          break;
+        }
+        case GradientCompression::powersgd:
+          // Two all-reduces (P and Q) of fp32 factors; error feedback reads and writes the
+          // residual and the gradient (3 passes); ZeRO >= 1 still gathers the weights.
+          reduce += all_reduce_seconds(network, group, 4 * powersgd_share * params) +
+                    3 * 4 * params / M +
+                    (layout.zero >= 1 ? all_gather_seconds(network, group, weights) : 0.0);
+          break;
+        case GradientCompression::onebit:
+          // Signs packed 8 per byte through the two phases (worker -> server -> worker: an
+          // all-reduce's volume); encoding with error feedback on both sides, 4 passes.
+          reduce += all_reduce_seconds(network, group, params / 8) + 4 * 4 * params / M +
+                    (layout.zero >= 1 ? all_gather_seconds(network, group, weights) : 0.0);
+          break;
       }
+      if (layout.zero == 3) reduce += m * 2 * all_gather_seconds(network, group, gathered);
+    }
+    if (layout.compression == GradientCompression::powersgd) {
+      reduce += model.powersgd_flops /
+                (cluster.device.peak_tflops * 1e12 * cluster.device.matmul_efficiency);
     }
     reduce += model.tied_embedding_sync;
     // The mean loss is averaged over the replicas: one small all-reduce.

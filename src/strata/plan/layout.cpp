@@ -12,7 +12,7 @@ namespace {
 
 const char* kLayoutKeys =
     "tp, pp, dp, cp, cp_comm, ep, vpp, zero, micro_batch, recompute, sequence_parallel, "
-    "schedule";
+    "schedule, compression, powersgd_rank, zero_gather";
 
 int64_t parse_size(const std::string& key, const std::string& value) {
   errno = 0;
@@ -83,6 +83,12 @@ PlanLayout parse_layout(const std::string& text) {
       layout.schedule = parse_choice<PipelineSchedule>(value);
       STRATA_REQUIRE(layout.schedule, "--layout: schedule=", value, " must be ",
                      spellings_joined<PipelineSchedule>());
+    } else if (key == "compression") {
+      layout.compression = parse_layout_choice<GradientCompression>(key, value);
+    } else if (key == "powersgd_rank") {
+      layout.powersgd_rank = parse_size(key, value);
+    } else if (key == "zero_gather") {
+      layout.zero_gather = parse_layout_choice<GatherCompression>(key, value);
     } else {
       throw UserError(str("--layout: unknown key '", key, "'; the keys are ", kLayoutKeys));
     }
@@ -114,7 +120,16 @@ std::string layout_to_string(const PlanLayout& layout) {
              " zero=", layout.zero, " micro_batch=", layout.micro_batch,
              " recompute=", name_of(layout.recompute),
              " sequence_parallel=", layout.sequence_parallel ? "true" : "false",
-             " schedule=", schedule_label(layout));
+             " schedule=", schedule_label(layout),
+             layout.compression == GradientCompression::none
+                 ? ""
+                 : str(" compression=", name_of(layout.compression),
+                       layout.compression == GradientCompression::powersgd
+                           ? str(" powersgd_rank=", layout.powersgd_rank)
+                           : ""),
+             layout.zero_gather == GatherCompression::none
+                 ? ""
+                 : str(" zero_gather=", name_of(layout.zero_gather)));
 }
 
 nlohmann::json layout_to_json(const PlanLayout& layout, int64_t microbatches) {
@@ -130,7 +145,10 @@ nlohmann::json layout_to_json(const PlanLayout& layout, int64_t microbatches) {
           {"microbatches", microbatches},
           {"recompute", name_of(layout.recompute)},
           {"sequence_parallel", layout.sequence_parallel},
-          {"schedule", schedule_label(layout)}};
+          {"schedule", schedule_label(layout)},
+          {"compression", name_of(layout.compression)},
+          {"powersgd_rank", layout.powersgd_rank},
+          {"zero_gather", name_of(layout.zero_gather)}};
 }
 
 LayoutSizes layout_sizes_of(const PlanLayout& layout) {
@@ -167,6 +185,17 @@ std::vector<std::string> layout_problems(const TransformerSpec& model, const Pla
                    LayoutVocabulary::layout_flag())
           .problems;
   // A limitation of the cost model, not of the layout: the runtime trains it.
+  const int64_t replicas = layout.dp * layout.cp;
+  if (layout.compression != GradientCompression::none && replicas == 1) {
+    problems.push_back(str("compression=", name_of(layout.compression),
+                           " compresses the data-parallel gradient exchange, but dp x cp = 1 has "
+                           "none; use more data-parallel ranks or compression=none"));
+  }
+  if (layout.powersgd_rank < 1) problems.push_back("powersgd_rank must be >= 1, e.g. 4");
+  if (layout.zero_gather != GatherCompression::none && layout.zero != 3) {
+    problems.push_back(str("zero_gather=", name_of(layout.zero_gather),
+                           " compresses ZeRO-3's parameter gathers; it needs zero=3"));
+  }
   if (layout.zero == 3 && layout.pp > 1) {
     problems.push_back(
         "zero=3 with pp > 1 is not modelled by the planner (parameters gathered per microbatch "

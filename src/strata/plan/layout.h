@@ -31,10 +31,16 @@ struct PlanLayout {
   // Unset: 1f1b, or interleaved-1f1b when vpp > 1 (resolve_layout sets it). Irrelevant, and
   // left unset (printed "none"), without pipeline parallelism.
   std::optional<PipelineSchedule> schedule;
+  // [compression]: how the data-parallel gradient exchange travels, PowerSGD's rank, and
+  // ZeRO-3's parameter gathers.
+  GradientCompression compression = GradientCompression::none;
+  int64_t powersgd_rank = 4;
+  GatherCompression zero_gather = GatherCompression::none;
 };
 
 // "tp=2,pp=4,dp=8,cp=1,cp_comm=ring,ep=1,vpp=1,zero=1,micro_batch=2,recompute=selective,
-//  sequence_parallel=true,schedule=1f1b": any subset, in any order; the rest keep their
+//  sequence_parallel=true,schedule=1f1b,compression=powersgd,powersgd_rank=4,zero_gather=int8":
+//  any subset, in any order; the rest keep their
 // defaults. Throws UserError naming the item and the keys and values allowed.
 PlanLayout parse_layout(const std::string& text);
 
@@ -42,7 +48,8 @@ PlanLayout parse_layout(const std::string& text);
 PlanLayout resolve_layout(PlanLayout layout, int64_t devices);
 
 // "tp=2 pp=4 dp=8 cp=1 cp_comm=ring ep=1 vpp=1 zero=1 micro_batch=2 recompute=selective
-//  sequence_parallel=true schedule=1f1b", the form --layout accepts with spaces for commas.
+//  sequence_parallel=true schedule=1f1b", the form --layout accepts with spaces for commas,
+//  followed by compression=.. (and powersgd_rank=..) and zero_gather=.. when they are not none.
 std::string layout_to_string(const PlanLayout& layout);
 // The schedule as printed: its spelling, "none" without a pipeline.
 std::string schedule_label(const PlanLayout& layout);
