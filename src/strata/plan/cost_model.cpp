@@ -99,49 +99,45 @@ ElementwiseSeconds layer_elementwise_forward(const TransformerSpec& spec, const 
   return seconds;
 }
 
-// One layer's weight matrices on a rank: (in, out, how many), experts counted on one ep rank.
-std::vector<std::tuple<double, double, double>> layer_weight_matrices(const TransformerSpec& spec,
-                                                                      const PlanLayout& layout,
-                                                                      bool moe_layer) {
-  const double t = static_cast<double>(layout.tp);
-  const double h = static_cast<double>(spec.hidden), kv = static_cast<double>(spec.kv_width());
-  const double width =
-      moe_layer ? static_cast<double>(spec.expert_width()) : static_cast<double>(spec.ffn);
-  const double experts =
-      moe_layer ? static_cast<double>(spec.moe.experts) / static_cast<double>(layout.ep) : 1.0;
-  const double up = spec.mlp_gated(moe_layer) ? 2 * width : width;
-  return {
-      {h, (h + 2 * kv) / t, 1.0}, {h / t, h, 1.0}, {h, up / t, experts}, {width / t, h, experts}};
-}
-
-// The fraction of peak one layer's weight multiplies reach on a rank: each (q/k/v, out
-// projection, MLP up, MLP down) at the shape efficiency of its smallest dimension (the rank's
-// tokens, its in or out width), weighted by its FLOPs.
-double layer_matmul_efficiency(const TransformerSpec& spec, const PlanLayout& layout,
-                               bool moe_layer, const DeviceProfile& device) {
+// One layer's weight multiplies on a rank (q/k/v, out projection, MLP up, MLP down): the rows
+// (tokens) each multiplies, its in and out widths (the split one divided by tp), and how many
+// such matrices the rank holds. An expert layer's rank holds experts / ep of them, each
+// multiplying the tokens the ep group routes to it: b s / cp x top_k x ep / experts in
+// expectation.
+struct WeightMultiply {
+  double rows, in, out, count;
+  double flops() const { return 2 * rows * in * out * count; }
+};
+std::vector<WeightMultiply> layer_weight_multiplies(const TransformerSpec& spec,
+                                                    const PlanLayout& layout, bool moe_layer) {
   const double t = static_cast<double>(layout.tp);
   const double h = static_cast<double>(spec.hidden), kv = static_cast<double>(spec.kv_width());
   const double n =
       static_cast<double>(layout.micro_batch * spec.seq) / static_cast<double>(layout.cp);
   const double width =
       moe_layer ? static_cast<double>(spec.expert_width()) : static_cast<double>(spec.ffn);
-  // An expert multiplies only the tokens routed to it.
-  const double mlp_rows =
-      moe_layer ? n * expert_token_factor(spec.moe) / static_cast<double>(spec.moe.experts) : n;
   const double up = spec.mlp_gated(moe_layer) ? 2 * width : width;
-  struct Multiply {
-    double flops_per_row, rows, in, out;
-  };
-  const Multiply multiplies[] = {{h * (h + 2 * kv), n, h, (h + 2 * kv) / t},
-                                 {h * h, n, h / t, h},
-                                 {h * up, mlp_rows, h, up / t},
-                                 {width * h, mlp_rows, width / t, h}};
+  double experts = 1, mlp_rows = n;
+  if (moe_layer) {
+    const double ep = static_cast<double>(layout.ep);
+    experts = static_cast<double>(spec.moe.experts) / ep;
+    mlp_rows = n * expert_token_factor(spec.moe) / experts;
+  }
+  return {{n, h, (h + 2 * kv) / t, 1.0},
+          {n, h / t, h, 1.0},
+          {mlp_rows, h, up / t, experts},
+          {mlp_rows, width / t, h, experts}};
+}
+
+// The fraction of peak one layer's weight multiplies reach on a rank: each at the shape
+// efficiency of its smallest side (its rows, in or out width), weighted by its FLOPs.
+double layer_matmul_efficiency(const TransformerSpec& spec, const PlanLayout& layout,
+                               bool moe_layer, const DeviceProfile& device) {
   double flops = 0, at_peak = 0;
-  for (const Multiply& multiply : multiplies) {
-    const double work = multiply.flops_per_row * multiply.rows;
-    flops += work;
-    at_peak +=
-        work / device.matmul_shape_efficiency(std::min({multiply.rows, multiply.in, multiply.out}));
+  for (const WeightMultiply& multiply : layer_weight_multiplies(spec, layout, moe_layer)) {
+    flops += multiply.flops();
+    at_peak += multiply.flops() /
+               device.matmul_shape_efficiency(std::min({multiply.rows, multiply.in, multiply.out}));
   }
   return flops / at_peak;
 }
@@ -274,12 +270,13 @@ std::vector<CostModel::StageModel> CostModel::stages(const PlanLayout& layout) c
 
       if (layout.compression == GradientCompression::powersgd) {
         const double r = static_cast<double>(layout.powersgd_rank);
-        for (const auto& [in, out, count] : layer_weight_matrices(spec, layout, moe)) {
-          const double elements = in * out;
-          const bool pays = (in + out) * r < elements / 2;
-          stage.powersgd_matrix_params += count * elements;
-          stage.powersgd_elements += count * (pays ? (in + out) * r : elements);
-          if (pays) stage.powersgd_flops += count * 4 * elements * r;
+        for (const WeightMultiply& matrix : layer_weight_multiplies(spec, layout, moe)) {
+          const double elements = matrix.in * matrix.out;
+          const bool pays = (matrix.in + matrix.out) * r < elements / 2;
+          stage.powersgd_matrix_params += matrix.count * elements;
+          stage.powersgd_elements +=
+              matrix.count * (pays ? (matrix.in + matrix.out) * r : elements);
+          if (pays) stage.powersgd_flops += matrix.count * 4 * elements * r;
         }
       }
       stage.activation_bytes += layer_activation_bytes(spec, layout.micro_batch, moe, activation);
@@ -567,14 +564,7 @@ Prediction CostModel::predict(const PlanLayout& layout, bool simulate_pipeline) 
   const StageModel& stage = models[busiest];
   TimeBreakdown& time = prediction.time;
   time.compute = m * (stage.forward_compute + stage.input_compute + stage.weight_compute);
-  for (auto [total, part] :
-       {std::make_pair(&time.compute_parts.matmul, stage.parts.matmul),
-        std::make_pair(&time.compute_parts.attention, stage.parts.attention),
-        std::make_pair(&time.compute_parts.elementwise, stage.parts.elementwise),
-        std::make_pair(&time.compute_parts.kernels, stage.parts.kernels),
-        std::make_pair(&time.compute_parts.recompute, stage.parts.recompute)}) {
-    *total = m * part;
-  }
+  time.compute_parts = stage.parts * m;
   time.tensor_parallel = m * (stage.forward_tp + stage.backward_tp);
   time.context_parallel = m * (stage.forward_cp + stage.backward_cp);
   prediction.context_parallel_bytes = m * stage.cp_bytes;

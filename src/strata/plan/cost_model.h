@@ -65,6 +65,10 @@ struct ComputeBreakdown {
   double kernels = 0;      // the fixed cost of every kernel (kernel_overhead_us)
   double recompute = 0;    // everything recomputation repeats
   double total() const { return matmul + attention + elementwise + kernels + recompute; }
+  ComputeBreakdown operator*(double factor) const {
+    return {matmul * factor, attention * factor, elementwise * factor, kernels * factor,
+            recompute * factor};
+  }
 };
 
 // Which link each kind of communication crosses: false inside a node, true between nodes.
