@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <sstream>
 
 #include "strata/core/error.h"
 
@@ -24,22 +23,6 @@ CheckpointMode mode(double stall, double write, double mtbf, double restart, dou
   return out;
 }
 
-nlohmann::json mode_json(const CheckpointMode& mode) {
-  return {{"stall_s", mode.stall_s},
-          {"write_s", mode.write_s},
-          {"interval_s", mode.interval_s},
-          {"interval_steps", mode.interval_steps},
-          {"lost_fraction", mode.lost_fraction}};
-}
-
-std::string fixed(double value, int digits) {
-  std::ostringstream out;
-  out.setf(std::ios::fixed);
-  out.precision(digits);
-  out << value;
-  return out.str();
-}
-
 }  // namespace
 
 CheckpointPlan plan_checkpoints(const Prediction& prediction, const ClusterProfile& cluster,
@@ -57,30 +40,6 @@ CheckpointPlan plan_checkpoints(const Prediction& prediction, const ClusterProfi
   plan.async =
       mode(snapshot, snapshot + write, plan.job_mtbf_s, costs.restart_s, prediction.step_time_s);
   return plan;
-}
-
-std::string checkpoints_to_text(const CheckpointPlan& plan, const CheckpointCosts& costs) {
-  std::ostringstream out;
-  out << "checkpoints (MTBF " << costs.mtbf_hours_per_node << " h per node: a failure every "
-      << fixed(plan.job_mtbf_s / 3600, 2) << " h; " << costs.write_gbs_per_node
-      << " GB/s of storage per node; restart " << costs.restart_s << " s; "
-      << fixed(plan.bytes_per_device / 1e9, 2) << " GB per device):\n"
-      << "  sync:   stalls " << fixed(plan.sync.stall_s, 2) << " s; every "
-      << plan.sync.interval_steps << " steps (" << fixed(plan.sync.interval_s, 0)
-      << " s, Young's interval); " << fixed(100 * plan.sync.lost_fraction, 2)
-      << "% of throughput lost\n"
-      << "  async:  stalls " << fixed(plan.async.stall_s, 3) << " s to snapshot, writes in "
-      << fixed(plan.async.write_s, 2) << " s behind training; every " << plan.async.interval_steps
-      << " steps (" << fixed(plan.async.interval_s, 0) << " s); "
-      << fixed(100 * plan.async.lost_fraction, 2) << "% lost (checkpoint.async = true)\n";
-  return out.str();
-}
-
-nlohmann::json checkpoints_to_json(const CheckpointPlan& plan) {
-  return {{"bytes_per_device", plan.bytes_per_device},
-          {"job_mtbf_s", plan.job_mtbf_s},
-          {"sync", mode_json(plan.sync)},
-          {"async", mode_json(plan.async)}};
 }
 
 }  // namespace strata

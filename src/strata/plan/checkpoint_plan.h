@@ -5,7 +5,6 @@
 // (`checkpoint.async`) checkpoints.
 #pragma once
 #include <cstdint>
-#include <nlohmann/json.hpp>
 #include <string>
 
 #include "strata/plan/cost_model.h"
@@ -38,8 +37,5 @@ struct CheckpointPlan {
 // For the prediction of a layout on `cluster`; UserError for non-positive costs.
 CheckpointPlan plan_checkpoints(const Prediction& prediction, const ClusterProfile& cluster,
                                 const CheckpointCosts& costs);
-
-std::string checkpoints_to_text(const CheckpointPlan& plan, const CheckpointCosts& costs);
-nlohmann::json checkpoints_to_json(const CheckpointPlan& plan);
 
 }  // namespace strata

@@ -32,6 +32,14 @@ std::string count(double value) {
   return out.str();
 }
 
+nlohmann::json mode_json(const CheckpointMode& mode) {
+  return {{"stall_s", mode.stall_s},
+          {"write_s", mode.write_s},
+          {"interval_s", mode.interval_s},
+          {"interval_steps", mode.interval_steps},
+          {"lost_fraction", mode.lost_fraction}};
+}
+
 const char* link_name(bool crosses_nodes) { return crosses_nodes ? "inter-node" : "intra-node"; }
 
 // Each part of the step with its share, largest first.
@@ -225,6 +233,70 @@ std::string search_to_text(const SearchResult& result, const PlanInputs& inputs,
     }
   }
   return out.str();
+}
+
+std::string serving_to_text(const ServePrediction& prediction) {
+  std::ostringstream out;
+  const PlanLayout& layout = prediction.layout;
+  out << "serving layout: tp=" << layout.tp << " pp=" << layout.pp << " (" << layout.dp
+      << " replicas)\nmemory per device (the fullest): weights "
+      << gigabytes(prediction.weight_bytes) << ", step workspace "
+      << gigabytes(prediction.workspace_bytes) << ", KV cache "
+      << gigabytes(prediction.kv_cache_bytes) << " of " << gigabytes(prediction.memory_capacity)
+      << "\nKV cache: " << std::setprecision(4) << prediction.kv_bytes_per_token / 1024
+      << " KiB per token per device, " << std::setprecision(8) << prediction.kv_tokens
+      << " tokens, " << prediction.sequences << " sequences of the full length"
+      << (prediction.fits ? "" : ": DOES NOT FIT")
+      << "; serve.kv_cache_mb = " << std::floor(prediction.kv_cache_bytes / (1024.0 * 1024.0))
+      << "\n";
+  if (prediction.fits) {
+    out << "decode: " << prediction.decode_batch << " sequences per step, " << std::setprecision(4)
+        << prediction.decode_step_s * 1e3 << " ms per step, " << prediction.tokens_per_s
+        << " tokens/s over all replicas\n";
+  }
+  return out.str();
+}
+
+nlohmann::json serving_to_json(const ServePrediction& prediction) {
+  return {{"tp", prediction.layout.tp},
+          {"pp", prediction.layout.pp},
+          {"replicas", prediction.layout.dp},
+          {"weight_bytes", prediction.weight_bytes},
+          {"workspace_bytes", prediction.workspace_bytes},
+          {"kv_bytes_per_token", prediction.kv_bytes_per_token},
+          {"kv_cache_bytes", prediction.kv_cache_bytes},
+          {"kv_tokens", prediction.kv_tokens},
+          {"sequences", prediction.sequences},
+          {"kv_cache_mb", std::floor(prediction.kv_cache_bytes / (1024.0 * 1024.0))},
+          {"decode_batch", prediction.decode_batch},
+          {"decode_step_s", prediction.decode_step_s},
+          {"tokens_per_s", prediction.tokens_per_s},
+          {"memory_capacity_bytes", prediction.memory_capacity},
+          {"fits", prediction.fits}};
+}
+
+std::string checkpoints_to_text(const CheckpointPlan& plan, const CheckpointCosts& costs) {
+  std::ostringstream out;
+  out << "checkpoints (MTBF " << costs.mtbf_hours_per_node << " h per node: a failure every "
+      << fixed(plan.job_mtbf_s / 3600, 2) << " h; " << costs.write_gbs_per_node
+      << " GB/s of storage per node; restart " << costs.restart_s << " s; "
+      << fixed(plan.bytes_per_device / 1e9, 2) << " GB per device):\n"
+      << "  sync:   stalls " << fixed(plan.sync.stall_s, 2) << " s; every "
+      << plan.sync.interval_steps << " steps (" << fixed(plan.sync.interval_s, 0)
+      << " s, Young's interval); " << fixed(100 * plan.sync.lost_fraction, 2)
+      << "% of throughput lost\n"
+      << "  async:  stalls " << fixed(plan.async.stall_s, 3) << " s to snapshot, writes in "
+      << fixed(plan.async.write_s, 2) << " s behind training; every " << plan.async.interval_steps
+      << " steps (" << fixed(plan.async.interval_s, 0) << " s); "
+      << fixed(100 * plan.async.lost_fraction, 2) << "% lost (checkpoint.async = true)\n";
+  return out.str();
+}
+
+nlohmann::json checkpoints_to_json(const CheckpointPlan& plan) {
+  return {{"bytes_per_device", plan.bytes_per_device},
+          {"job_mtbf_s", plan.job_mtbf_s},
+          {"sync", mode_json(plan.sync)},
+          {"async", mode_json(plan.async)}};
 }
 
 }  // namespace strata

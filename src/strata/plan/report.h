@@ -4,7 +4,9 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "strata/plan/checkpoint_plan.h"
 #include "strata/plan/search.h"
+#include "strata/plan/serve_plan.h"
 
 namespace strata {
 
@@ -29,5 +31,13 @@ std::string prediction_to_text(const Prediction& prediction, const PlanInputs& i
                                bool explain = false);
 std::string search_to_text(const SearchResult& result, const PlanInputs& inputs,
                            bool explain = false);
+
+// `--serve`: a serving layout's memory, KV cache and decode speed.
+std::string serving_to_text(const ServePrediction& prediction);
+nlohmann::json serving_to_json(const ServePrediction& prediction);
+
+// `--mtbf-hours`: the checkpoint interval and throughput lost, synchronous and asynchronous.
+std::string checkpoints_to_text(const CheckpointPlan& plan, const CheckpointCosts& costs);
+nlohmann::json checkpoints_to_json(const CheckpointPlan& plan);
 
 }  // namespace strata

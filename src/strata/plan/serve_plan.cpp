@@ -4,8 +4,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <iomanip>
-#include <sstream>
 
 #include "strata/core/error.h"
 #include "strata/plan/collectives.h"
@@ -21,12 +19,6 @@ constexpr double kDecodeKernelsPerLayer = 14;  // a layer's forward kernels (cos
 double local_kv_heads(const TransformerSpec& spec, int64_t tp) {
   return spec.kv_heads % tp == 0 ? static_cast<double>(spec.kv_heads / tp)
                                  : static_cast<double>(spec.kv_heads);
-}
-
-std::string gigabytes(double bytes) {
-  std::ostringstream out;
-  out << std::fixed << std::setprecision(bytes < 1e8 ? 3 : 1) << bytes / 1e9 << " GB";
-  return out.str();
 }
 
 }  // namespace
@@ -137,46 +129,6 @@ std::vector<ServePrediction> search_serving(const PlanInputs& inputs, int64_t ma
                      return a.tokens_per_s > b.tokens_per_s;
                    });
   return fitting;
-}
-
-std::string serving_to_text(const ServePrediction& prediction) {
-  std::ostringstream out;
-  const PlanLayout& layout = prediction.layout;
-  out << "serving layout: tp=" << layout.tp << " pp=" << layout.pp << " (" << layout.dp
-      << " replicas)\nmemory per device (the fullest): weights "
-      << gigabytes(prediction.weight_bytes) << ", step workspace "
-      << gigabytes(prediction.workspace_bytes) << ", KV cache "
-      << gigabytes(prediction.kv_cache_bytes) << " of " << gigabytes(prediction.memory_capacity)
-      << "\nKV cache: " << std::setprecision(4) << prediction.kv_bytes_per_token / 1024
-      << " KiB per token per device, " << std::setprecision(8) << prediction.kv_tokens
-      << " tokens, " << prediction.sequences << " sequences of the full length"
-      << (prediction.fits ? "" : ": DOES NOT FIT")
-      << "; serve.kv_cache_mb = " << std::floor(prediction.kv_cache_bytes / (1024.0 * 1024.0))
-      << "\n";
-  if (prediction.fits) {
-    out << "decode: " << prediction.decode_batch << " sequences per step, " << std::setprecision(4)
-        << prediction.decode_step_s * 1e3 << " ms per step, " << prediction.tokens_per_s
-        << " tokens/s over all replicas\n";
-  }
-  return out.str();
-}
-
-nlohmann::json serving_to_json(const ServePrediction& prediction) {
-  return {{"tp", prediction.layout.tp},
-          {"pp", prediction.layout.pp},
-          {"replicas", prediction.layout.dp},
-          {"weight_bytes", prediction.weight_bytes},
-          {"workspace_bytes", prediction.workspace_bytes},
-          {"kv_bytes_per_token", prediction.kv_bytes_per_token},
-          {"kv_cache_bytes", prediction.kv_cache_bytes},
-          {"kv_tokens", prediction.kv_tokens},
-          {"sequences", prediction.sequences},
-          {"kv_cache_mb", std::floor(prediction.kv_cache_bytes / (1024.0 * 1024.0))},
-          {"decode_batch", prediction.decode_batch},
-          {"decode_step_s", prediction.decode_step_s},
-          {"tokens_per_s", prediction.tokens_per_s},
-          {"memory_capacity_bytes", prediction.memory_capacity},
-          {"fits", prediction.fits}};
 }
 
 }  // namespace strata

@@ -4,7 +4,6 @@
 // `serve.kv_cache_mb` that uses it, and the time of one decode step at that batch.
 #pragma once
 #include <cstdint>
-#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -35,8 +34,5 @@ ServePrediction predict_serving(const PlanInputs& inputs, const PlanLayout& layo
 // Every tp (dividing the heads) x pp (<= layers) whose replica fits in a node, ranked by decode
 // tokens per second among those that fit.
 std::vector<ServePrediction> search_serving(const PlanInputs& inputs, int64_t max_batch_tokens);
-
-std::string serving_to_text(const ServePrediction& prediction);
-nlohmann::json serving_to_json(const ServePrediction& prediction);
 
 }  // namespace strata
