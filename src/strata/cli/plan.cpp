@@ -311,15 +311,9 @@ void run_calibrate(const PlanOptions& options) {
 // off by more than the file's tolerance.
 void run_published(const PlanOptions& options) {
   const PublishedRuns runs = load_published_runs(options.published_runs);
-  std::cout << published_runs_table(runs);
-  int outside = 0;
-  for (const PublishedRun& run : runs.runs) {
-    const double predicted = predicted_value(run);
-    if (std::abs(predicted / run.published - 1) > runs.tolerance) ++outside;
-  }
-  std::cout << runs.runs.size() - static_cast<size_t>(outside) << " of " << runs.runs.size()
-            << " runs within " << 100 * runs.tolerance << "% of their published number\n";
-  if (outside > 0) throw CLI::RuntimeError(1);
+  const PublishedReport report = published_runs_report(runs);
+  std::cout << report.text;
+  if (report.within < runs.runs.size()) throw CLI::RuntimeError(1);
 }
 
 }  // namespace

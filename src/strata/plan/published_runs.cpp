@@ -134,12 +134,11 @@ double metric_of(const Prediction& prediction, const std::string& metric) {
   return prediction.hardware_tflops_per_device;
 }
 
-double predicted_value(const PublishedRun& run) {
-  CostModel model(run.inputs);
-  return metric_of(model.predict(run.layout), run.metric) * run.stack_efficiency;
+double predicted_value(const PublishedRun& run, const Prediction& prediction) {
+  return metric_of(prediction, run.metric) * run.stack_efficiency;
 }
 
-std::string published_runs_table(const PublishedRuns& runs) {
+PublishedReport published_runs_report(const PublishedRuns& runs) {
   auto format = [](const std::string& metric, double value) {
     char buffer[32];
     if (metric == "mfu") {
@@ -149,14 +148,17 @@ std::string published_runs_table(const PublishedRuns& runs) {
     }
     return std::string(buffer);
   };
-  std::string out =
+  PublishedReport report;
+  std::string& out = report.text;
+  out =
       "| run | devices | layout | published | predicted | predicted / published | step (s) | "
       "compute | tp comm | bubble | dp comm | stack | source |\n"
       "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n";
   for (const PublishedRun& run : runs.runs) {
     CostModel model(run.inputs);
     const Prediction prediction = model.predict(run.layout);
-    const double predicted = metric_of(prediction, run.metric) * run.stack_efficiency;
+    const double predicted = predicted_value(run, prediction);
+    if (std::abs(predicted / run.published - 1) <= runs.tolerance) ++report.within;
     char numbers[160];
     std::snprintf(numbers, sizeof numbers, "%.3f | %.2f | %.2f | %.2f | %.2f | %.2f",
                   predicted / run.published, prediction.step_time_s, prediction.time.compute,
@@ -167,7 +169,9 @@ std::string published_runs_table(const PublishedRuns& runs) {
                format(run.metric, run.published), " | ", format(run.metric, predicted), " | ",
                numbers, " | ", run.stack, " (", run.stack_efficiency, ") | ", run.source, " |\n");
   }
-  return out;
+  out += str(report.within, " of ", runs.runs.size(), " runs within ", 100 * runs.tolerance,
+             "% of their published number\n");
+  return report;
 }
 
 }  // namespace strata

@@ -32,11 +32,16 @@ PublishedRuns load_published_runs(const std::string& path);
 // The prediction's value in the metric (a throughput: "mfu" or "hardware_tflops_per_device").
 double metric_of(const Prediction& prediction, const std::string& metric);
 
-// The run's predicted value in its metric: the cost model's, times its stack's efficiency.
-double predicted_value(const PublishedRun& run);
+// The run's predicted value in its metric: the prediction's, times its stack's efficiency.
+double predicted_value(const PublishedRun& run, const Prediction& prediction);
 
-// "| run | layout | published | predicted | predicted / published | step (s) | ... |": one row
-// per run, as docs/planner.md shows it.
-std::string published_runs_table(const PublishedRuns& runs);
+// Every run predicted once: "| run | layout | published | predicted | predicted / published |
+// step (s) | ... |", one row per run as docs/planner.md shows it, and a closing line "N of M
+// runs within 10% of their published number"; `within` is N.
+struct PublishedReport {
+  std::string text;
+  size_t within = 0;
+};
+PublishedReport published_runs_report(const PublishedRuns& runs);
 
 }  // namespace strata
