@@ -73,6 +73,10 @@ TEST(CheckpointPlan, TheCommandAddsTheCheckpointsToAPrediction) {
   testing::expect_usage_error(run({"--model", model, "--cluster", "a100-80gb", "--global-batch",
                                    "64", "--layout", "tp=8", "--mtbf-hours", "soon"}),
                               {"--mtbf-hours 'soon' must be a number"});
+  // Checked with the other flags, before any planning, for a search as for a layout.
+  testing::expect_usage_error(run({"--model", model, "--cluster", "a100-80gb", "--nodes", "16",
+                                   "--global-batch", "512", "--mtbf-hours", "0"}),
+                              {"--mtbf-hours must be > 0"});
 }
 
 }  // namespace

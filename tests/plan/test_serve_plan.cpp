@@ -123,6 +123,9 @@ TEST(ServePlan, TheCommandReadsTheServeSectionAndRefusesTrainingChoices) {
   testing::expect_usage_error(
       run({"--model", config, "--cluster", "a100-80gb", "--serve", "--layout", "tp=2,zero=1"}),
       {"a serving layout is tp and pp"});
+  testing::expect_usage_error(
+      run({"--model", config, "--cluster", "a100-80gb", "--serve", "--explain"}),
+      {"--serve plans serving; --explain belongs to a training plan"});
 }
 
 }  // namespace

@@ -57,13 +57,14 @@ double parse_number(const std::string& flag, const std::string& text, const std:
   return value;
 }
 
-// --mtbf-hours and its companions; nullopt without --mtbf-hours.
+// --mtbf-hours and its companions, checked before any planning; nullopt without --mtbf-hours.
 std::optional<CheckpointCosts> checkpoint_costs(const PlanOptions& options) {
   if (options.mtbf_hours.empty()) return std::nullopt;
   CheckpointCosts costs;
   costs.mtbf_hours_per_node = parse_number("--mtbf-hours", options.mtbf_hours, "5000");
   costs.write_gbs_per_node = parse_number("--checkpoint-gbs", options.checkpoint_gbs, "2");
   costs.restart_s = parse_number("--restart-s", options.restart_s, "60");
+  check_checkpoint_costs(costs);
   return costs;
 }
 
@@ -165,6 +166,12 @@ std::string joined(const std::vector<std::string>& items, const char* separator)
 // the config), or of every tp x pp that fits in a node.
 void run_serve_plan(const PlanOptions& options, const ConfigPlan& config,
                     const ClusterProfile& cluster) {
+  for (const auto& [given, flag] : {std::make_pair(!options.global_batch.empty(), "--global-batch"),
+                                    std::make_pair(options.explain, "--explain"),
+                                    std::make_pair(!options.mtbf_hours.empty(), "--mtbf-hours")}) {
+    STRATA_REQUIRE(!given, "--serve plans serving; ", flag,
+                   " belongs to a training plan: leave it out, or drop --serve");
+  }
   PlanInputs inputs = plan_inputs(config.model, cluster, 1);
   if (config.precision) inputs.precision = *config.precision;
   std::vector<std::string> items;

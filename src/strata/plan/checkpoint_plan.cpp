@@ -25,11 +25,15 @@ CheckpointMode mode(double stall, double write, double mtbf, double restart, dou
 
 }  // namespace
 
-CheckpointPlan plan_checkpoints(const Prediction& prediction, const ClusterProfile& cluster,
-                                const CheckpointCosts& costs) {
+void check_checkpoint_costs(const CheckpointCosts& costs) {
   STRATA_REQUIRE(costs.mtbf_hours_per_node > 0, "--mtbf-hours must be > 0, e.g. --mtbf-hours 5000");
   STRATA_REQUIRE(costs.write_gbs_per_node > 0, "--checkpoint-gbs must be > 0, e.g. 2");
   STRATA_REQUIRE(costs.restart_s >= 0, "--restart-s must be >= 0, e.g. 60");
+}
+
+CheckpointPlan plan_checkpoints(const Prediction& prediction, const ClusterProfile& cluster,
+                                const CheckpointCosts& costs) {
+  check_checkpoint_costs(costs);
   CheckpointPlan plan;
   plan.bytes_per_device = prediction.memory.params + prediction.memory.optimizer;
   plan.job_mtbf_s = costs.mtbf_hours_per_node * 3600 / static_cast<double>(cluster.nodes);

@@ -34,7 +34,10 @@ struct CheckpointPlan {
   CheckpointMode sync, async;
 };
 
-// For the prediction of a layout on `cluster`; UserError for non-positive costs.
+// UserError naming the flag for a non-positive MTBF or bandwidth, or a negative restart time.
+void check_checkpoint_costs(const CheckpointCosts& costs);
+
+// For the prediction of a layout on `cluster` (check_checkpoint_costs first).
 CheckpointPlan plan_checkpoints(const Prediction& prediction, const ClusterProfile& cluster,
                                 const CheckpointCosts& costs);
 
