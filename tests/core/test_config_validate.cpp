@@ -333,15 +333,25 @@ TEST(ConfigValidate, Compression) {
       validate_error({"compression.zero_gather=bf16", "parallel.zero=3", "train.precision=fp16"},
                      2),
       "compression.zero_gather = \"bf16\" needs train.precision \"fp32\" or \"bf16\"");
-  // Defaults of start_step: none and bf16 compress from step 0, powersgd and onebit after
-  // 10% of the steps (onebit at least 1).
+  // Defaults of start_step: none and bf16 compress from step 0, powersgd after 10% of the
+  // steps, onebit after 10% but no sooner than two variance memories (1 / (1 - beta2) steps)
+  // after the learning rate's warm-up, at least 1 and at most train.steps.
   auto start = [](const std::vector<std::string>& settings) {
     return validate_config(with(batch_of_ones(settings)), 2).compression.start_step;
   };
   EXPECT_EQ(start({}), 0);
   EXPECT_EQ(start({"compression.gradients=bf16"}), 0);
   EXPECT_EQ(start({"compression.gradients=powersgd"}), 10);
-  EXPECT_EQ(start({"compression.gradients=onebit", "train.steps=5", "train.warmup_steps=1"}), 1);
+  EXPECT_EQ(start({"compression.gradients=onebit", "train.steps=5", "train.warmup_steps=1"}), 5);
+  EXPECT_EQ(start({"compression.gradients=onebit", "train.steps=300", "train.warmup_steps=20",
+                   "train.beta2=0.95"}),
+            60);
+  EXPECT_EQ(start({"compression.gradients=onebit", "train.steps=2000", "train.warmup_steps=0",
+                   "train.beta2=0.9"}),
+            200);
+  EXPECT_EQ(start({"compression.gradients=onebit", "train.steps=5", "train.warmup_steps=0",
+                   "train.beta2=0"}),
+            2);
   EXPECT_EQ(start({"compression.gradients=powersgd", "compression.start_step=100"}), 100);
   EXPECT_NO_THROW(
       validate_config(with(batch_of_ones({"compression.gradients=onebit",

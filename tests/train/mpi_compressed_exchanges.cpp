@@ -70,6 +70,15 @@ TEST(Quantize, SignsEncodeEightToAByteWithARowScale) {
   at::Tensor summed = at::ones({1, 8}, at::kDouble);
   decode_signs(signs, scales, 0.5, /*sum=*/true, summed);
   EXPECT_TRUE(at::allclose(summed, 1 + 0.5 * compressed.sum(0, true), 0, 1e-15));
+  // Summed into two rows, four input rows (two workers' chunks of two blocks each) add up by
+  // position: input row r into row r % 2.
+  at::Tensor twice = at::cat({x, 2 * x}).view({4, 8});
+  at::Tensor twice_scales = at::empty({4}, at::kFloat);
+  at::Tensor twice_signs = at::empty({4}, at::kByte);
+  encode_signs(twice, twice_scales, twice_signs);
+  at::Tensor by_block = at::zeros({2, 8}, at::kDouble);
+  decode_signs(twice_signs, twice_scales, 0.5, /*sum=*/true, by_block);
+  EXPECT_TRUE(at::allclose(by_block, 1.5 * compressed, 0, 1e-15));
 }
 
 // Every rank's input of call t, known to every rank, so the true average needs no message.
@@ -80,14 +89,15 @@ at::Tensor input_of(int64_t call, int rank, int64_t numel) {
 // Summed over the calls, the results differ from the true averages by exactly what the errors
 // hold now (the average worker error and the server error, with zero errors at the start);
 // the errors stay bounded, not growing with the number of calls; every rank gets the same
-// result; the bytes are 2 (n-1) (chunk / 8 + 4) (none for an empty tensor).
+// result; the bytes are 2 (n-1) (chunk / 8 + 4 chunk / kSignBlock): the signs and a float32
+// scale per block (none for an empty tensor).
 TEST(OneBitAllReduce, ErrorFeedbackKeepsTheResidualBoundedOver1000Calls) {
   Comm world = Comm::world(120);
   const int n = world.size();
-  for (const int64_t numel : {0, 1, 999}) {
+  for (const int64_t numel : {0, 1, 999, 5000}) {
     OneBitAllReduce exchange(world, numel, at::kDouble);
     const int64_t padded = exchange.worker_error().numel(), chunk = padded / n;
-    EXPECT_EQ(padded % (8 * n), 0);
+    EXPECT_EQ(padded % (kSignBlock * n), 0);
     at::Tensor result_sum = at::zeros({numel}, at::kDouble);
     at::Tensor true_sum = at::zeros({numel}, at::kDouble);
     double first_half_max = 0, second_half_max = 0;
@@ -101,7 +111,7 @@ TEST(OneBitAllReduce, ErrorFeedbackKeepsTheResidualBoundedOver1000Calls) {
       exchange.all_reduce(x, &traffic);
       const int64_t bytes = traffic.sent[static_cast<size_t>(CommKind::AllToAll)] +
                             traffic.sent[static_cast<size_t>(CommKind::AllGather)];
-      ASSERT_EQ(bytes, numel == 0 ? 0 : 2 * (n - 1) * (chunk / 8 + 4))
+      ASSERT_EQ(bytes, numel == 0 ? 0 : 2 * (n - 1) * (chunk / 8 + 4 * chunk / kSignBlock))
           << "numel " << numel << " call " << t;
       result_sum += x;
       true_sum += mean;
@@ -111,13 +121,18 @@ TEST(OneBitAllReduce, ErrorFeedbackKeepsTheResidualBoundedOver1000Calls) {
       (t < calls / 2 ? first_half_max : second_half_max) =
           std::max(t < calls / 2 ? first_half_max : second_half_max, rms);
     }
-    // The inputs have unit variance: the residual stays of that order, and no larger late.
+    // The inputs have unit variance: the residual stays of that order (a residual that
+    // accumulated would walk to ~sqrt(1000) = 32), and no larger late. Below a block of values
+    // the padding's errors move together and the late maximum is one noisy draw: the relative
+    // check needs several independent blocks.
     if (world.rank() == 0) {
       std::printf("n %d numel %ld: worker error rms, max of calls 0-499 %.3f, 500-999 %.3f\n", n,
                   static_cast<long>(numel), first_half_max, second_half_max);
     }
-    EXPECT_LE(first_half_max, 1.5) << "numel " << numel;
-    EXPECT_LE(second_half_max, 1.2 * first_half_max + 1e-12) << "numel " << numel;
+    EXPECT_LE(std::max(first_half_max, second_half_max), 1.5) << "numel " << numel;
+    if (numel >= 2 * kSignBlock) {
+      EXPECT_LE(second_half_max, 1.2 * first_half_max) << "numel " << numel;
+    }
     at::Tensor worker_mean = exchange.worker_error().clone();
     world.all_reduce(worker_mean, ReduceOp::Avg);
     at::Tensor server = at::empty({padded}, at::kDouble);

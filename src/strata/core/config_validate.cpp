@@ -200,18 +200,27 @@ void check_compression_settings(Config& config, Problems& problems) {
   if (compression.start_step < -1) {
     problems.push_back(str("compression.start_step (", compression.start_step,
                            ") must be >= 0, or -1 for the default (0 for \"none\" and \"bf16\", "
-                           "train.steps / 10 otherwise)"));
+                           "train.steps / 10 for \"powersgd\", and for \"onebit\" no sooner "
+                           "than train.warmup_steps + 2 / (1 - train.beta2))"));
   } else if (compression.start_step > config.train.steps) {
     problems.push_back(str("compression.start_step (", compression.start_step,
                            ") must be <= train.steps (", config.train.steps,
                            "): the steps before it run uncompressed"));
   }
   if (compression.start_step == -1) {
+    const TrainConfig& train = config.train;
     const bool warms_up =
         gradients == GradientCompression::powersgd || gradients == GradientCompression::onebit;
-    compression.start_step = warms_up ? config.train.steps / 10 : 0;
+    compression.start_step = warms_up ? train.steps / 10 : 0;
     if (gradients == GradientCompression::onebit) {
-      compression.start_step = std::max<int64_t>(1, compression.start_step);
+      // Adam's variance averages about the last 1 / (1 - beta2) steps' squared gradients:
+      // frozen sooner than two of those after the learning rate's warm-up, it still holds the
+      // warm-up's large gradients and leaves every later step too small.
+      const int64_t memory =
+          train.beta2 < 1 ? static_cast<int64_t>(std::ceil(1.0 / (1.0 - train.beta2))) : 0;
+      compression.start_step =
+          std::min(train.steps,
+                   std::max({int64_t{1}, compression.start_step, train.warmup_steps + 2 * memory}));
     }
   }
   if (gradients == GradientCompression::onebit && compression.start_step == 0) {

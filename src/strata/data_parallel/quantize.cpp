@@ -70,14 +70,15 @@ void encode_rows(T* y, int64_t rows, int64_t chunk, float* scales, uint8_t* sign
   }
 }
 
-// out[r, i] (+)= weight * scales[r] * sign[r, i] over rows x chunk.
+// out[r, i] = weight * scales[r] * sign[r, i] over rows x chunk; or (accumulate) input row r
+// added to out row r % out_rows.
 template <typename T>
 void decode_rows(const uint8_t* signs, const float* scales, int64_t rows, int64_t chunk,
-                 double weight, bool accumulate, T* out) {
+                 int64_t out_rows, double weight, bool accumulate, T* out) {
   for (int64_t r = 0; r < rows; ++r) {
     const T s = static_cast<T>(weight * static_cast<double>(scales[r]));
     const uint8_t* in = signs + r * (chunk / 8);
-    T* row = out + (accumulate ? 0 : r * chunk);
+    T* row = out + (accumulate ? r % out_rows : r) * chunk;
     for (int64_t b = 0; b < chunk / 8; ++b) {
       const unsigned byte = in[b];
       T* v = row + 8 * b;
@@ -105,15 +106,16 @@ void encode_signs(at::Tensor& rows, at::Tensor& scales, at::Tensor& signs) {
 
 void decode_signs(const at::Tensor& signs, const at::Tensor& scales, double weight, bool sum,
                   at::Tensor& out) {
-  const int64_t rows = scales.numel(), chunk = out.size(1);
+  const int64_t rows = scales.numel(), chunk = out.size(1), out_rows = out.size(0);
   STRATA_CHECK(out.dim() == 2 && out.is_contiguous() && chunk % 8 == 0 &&
-                   out.size(0) == (sum ? 1 : rows) && signs.numel() == rows * chunk / 8 &&
-                   signs.scalar_type() == at::kByte && scales.scalar_type() == at::kFloat,
+                   (sum ? out_rows > 0 && rows % out_rows == 0 : out_rows == rows) &&
+                   signs.numel() == rows * chunk / 8 && signs.scalar_type() == at::kByte &&
+                   scales.scalar_type() == at::kFloat,
                "decode_signs: out ", out.sizes(), ", ", rows, " scales, ", signs.numel(),
                " bytes of signs");
   AT_DISPATCH_FLOATING_TYPES(out.scalar_type(), "decode_signs", [&] {
-    decode_rows(signs.data_ptr<uint8_t>(), scales.data_ptr<float>(), rows, chunk, weight, sum,
-                out.data_ptr<scalar_t>());
+    decode_rows(signs.data_ptr<uint8_t>(), scales.data_ptr<float>(), rows, chunk, out_rows, weight,
+                sum, out.data_ptr<scalar_t>());
   });
 }
 

@@ -619,9 +619,11 @@ Prediction CostModel::predict(const PlanLayout& layout, bool simulate_pipeline) 
                     (layout.zero >= 1 ? all_gather_seconds(network, group, weights) : 0.0);
           break;
         case GradientCompression::onebit:
-          // Signs packed 8 per byte through the two phases (worker -> server -> worker: an
-          // all-reduce's volume); encoding with error feedback on both sides, 4 passes.
-          reduce += all_reduce_seconds(network, group, params / 8) + 4 * 4 * params / M +
+          // Signs packed 8 per byte and a float32 scale per 256 through the two phases
+          // (worker -> server -> worker: an all-reduce's volume); encoding with error feedback
+          // on both sides, 4 passes.
+          reduce += all_reduce_seconds(network, group, params * (1.0 / 8 + 4.0 / 256)) +
+                    4 * 4 * params / M +
                     (layout.zero >= 1 ? all_gather_seconds(network, group, weights) : 0.0);
           break;
       }
