@@ -65,9 +65,12 @@ TEST(Cluster, OptionalKeysHaveDefaultsAndTomlRoundTrips) {
   EXPECT_EQ(cluster.network.intra_latency_us(), 4.0);
   EXPECT_EQ(cluster.device.elementwise_rate_gbs(), 1000.0);      // memory_bandwidth_gbs
   EXPECT_EQ(cluster.device.attention_matmul_efficiency(), 1.0);  // matmul_efficiency
+  cluster.device.attention_efficiency = 0.3;
+  EXPECT_EQ(cluster.device.blockwise_attention_rate(), 0.3);  // attention_efficiency
   cluster.device.name = "quote \" and backslash \\";
   cluster.device.elementwise_gbs = 12.5;
   cluster.device.attention_efficiency = 0.4;
+  cluster.device.blockwise_attention_efficiency = 0.55;
   cluster.device.peak_tflops = 0.0123456789;
   cluster.network.intra_node_latency_us = 0.5;
   const ClusterProfile back = parse_cluster(cluster_to_toml(cluster), "round-trip");
@@ -76,6 +79,7 @@ TEST(Cluster, OptionalKeysHaveDefaultsAndTomlRoundTrips) {
   EXPECT_EQ(back.network.intra_latency_us(), 0.5);
   EXPECT_EQ(back.device.elementwise_rate_gbs(), 12.5);
   EXPECT_EQ(back.device.attention_matmul_efficiency(), 0.4);
+  EXPECT_EQ(back.device.blockwise_attention_rate(), 0.55);
   EXPECT_EQ(back.nodes, 2);
 }
 

@@ -16,9 +16,11 @@
 namespace strata {
 namespace {
 
-// 8 heads of 64 over 4 kv heads, a 1024-token sequence.
+// 8 heads of 64 over 4 kv heads, a 1024-token sequence, the blockwise kernel context
+// parallelism runs.
 TransformerSpec small_gqa() {
   TransformerSpec spec;
+  spec.attention = AttentionKernel::blockwise;
   spec.layers = 2;
   spec.hidden = 512;
   spec.heads = 8;
@@ -59,7 +61,8 @@ TEST(ContextParallelExchange, BytesOfEachExchangeAreItsFormula) {
   EXPECT_EQ(kv_heads_per_tp_rank(spec, 2), 2);
 
   layout.cp_comm = ContextParallelComm::ring;
-  const ContextParallelExchange ring = context_parallel_exchange(spec, layout, cluster, e, 1.0);
+  const ContextParallelExchange ring =
+      context_parallel_exchange(spec, layout, cluster, e, 1.0, 2.5);
   EXPECT_DOUBLE_EQ(ring.forward_bytes, (n - 1) * 2 * b * (s / n) * K_t * D * e);
   EXPECT_DOUBLE_EQ(ring.backward_bytes,
                    (n - 1) * 2 * b * (s / n) * K_t * D * e + n * 2 * b * (s / n) * K_t * D * 4);
@@ -67,7 +70,8 @@ TEST(ContextParallelExchange, BytesOfEachExchangeAreItsFormula) {
   EXPECT_EQ(ring.activation_bytes, 0.0);
 
   layout.cp_comm = ContextParallelComm::all_gather;
-  const ContextParallelExchange gather = context_parallel_exchange(spec, layout, cluster, e, 1.0);
+  const ContextParallelExchange gather =
+      context_parallel_exchange(spec, layout, cluster, e, 1.0, 2.5);
   EXPECT_DOUBLE_EQ(gather.forward_bytes, (n - 1) * 2 * b * (s / n) * K_t * D * e);
   EXPECT_DOUBLE_EQ(gather.backward_bytes, gather.forward_bytes);
   EXPECT_DOUBLE_EQ(gather.activation_bytes, 2 * b * s * K_t * D * e);
@@ -79,7 +83,8 @@ TEST(ContextParallelExchange, BytesOfEachExchangeAreItsFormula) {
                    reduce_scatter_seconds(cluster.network, cp_group, 2 * b * s * K_t * D * e));
 
   layout.cp_comm = ContextParallelComm::all_to_all;
-  const ContextParallelExchange ulysses = context_parallel_exchange(spec, layout, cluster, e, 1.0);
+  const ContextParallelExchange ulysses =
+      context_parallel_exchange(spec, layout, cluster, e, 1.0, 2.5);
   // K_t = 2 < n = 4: the kv heads are repeated to 4 before the exchange.
   EXPECT_DOUBLE_EQ(ulysses.forward_bytes,
                    (n - 1) / n * b * (s / n) * (2 * H_t + 2 * std::max(K_t, n)) * D * e);
@@ -95,7 +100,8 @@ TEST(ContextParallelExchange, BytesOfEachExchangeAreItsFormula) {
   for (ContextParallelComm comm : kAllComms) {
     PlanLayout single = layout_of("tp=2,micro_batch=2");
     single.cp_comm = comm;
-    const ContextParallelExchange none = context_parallel_exchange(spec, single, cluster, e, 1.0);
+    const ContextParallelExchange none =
+        context_parallel_exchange(spec, single, cluster, e, 1.0, 2.5);
     EXPECT_EQ(none.forward_bytes + none.backward_bytes + none.forward_seconds +
                   none.backward_seconds + none.activation_bytes,
               0.0)
@@ -110,17 +116,19 @@ TEST(ContextParallelExchange, KvHeadsTpDoesNotDivideAreExpandedToTheQueryHeads) 
   const ClusterProfile cluster = test_cluster(1, 8, 10);
   const double b = 1, s = 1024, n = 2, D = 64, e = 4, H_t = 4;
   PlanLayout layout = layout_of("tp=2,cp=2");
-  const ContextParallelExchange ring = context_parallel_exchange(spec, layout, cluster, e, 1.0);
+  const ContextParallelExchange ring =
+      context_parallel_exchange(spec, layout, cluster, e, 1.0, 2.5);
   EXPECT_DOUBLE_EQ(ring.forward_bytes, (n - 1) * 2 * b * (s / n) * H_t * D * e);
   EXPECT_DOUBLE_EQ(ring.backward_bytes,
                    (n - 1) * 2 * b * (s / n) * H_t * D * e + n * 2 * b * (s / n) * H_t * D * 4);
   layout.cp_comm = ContextParallelComm::all_to_all;
-  const ContextParallelExchange ulysses = context_parallel_exchange(spec, layout, cluster, e, 1.0);
+  const ContextParallelExchange ulysses =
+      context_parallel_exchange(spec, layout, cluster, e, 1.0, 2.5);
   EXPECT_DOUBLE_EQ(ulysses.forward_bytes, (n - 1) / n * b * (s / n) * (2 * H_t + 2 * H_t) * D * e);
 }
 
-// The ring hides a hop behind a step's blocks, 1 / n of the rank's causal attention (half the
-// full core it is charged); the last dK/dV hop comes after the last block and is always seen.
+// The ring hides a hop behind a step's blocks, 1 / n of the rank's causal attention forward
+// and backward; the last dK/dV hop comes after the last block and is always seen.
 TEST(ContextParallelExchange, RingOverlapsItsHopsWithTheBlocks) {
   const TransformerSpec spec = small_gqa();
   const double e = 2;
@@ -130,24 +138,30 @@ TEST(ContextParallelExchange, RingOverlapsItsHopsWithTheBlocks) {
 
   // One node: 100 GB/s links. Blocks of 1 ms cover every hop.
   const ClusterProfile node = test_cluster(1, 8, 10);
-  const double core = 2 * 8 * 1e-3;  // causal half / 8 steps = 1 ms per forward step
-  const ContextParallelExchange covered = context_parallel_exchange(spec, layout, node, e, core);
+  // 8 steps of 1 ms forward and 2 ms backward.
+  const double core = 8 * 1e-3, core_backward = 8 * 2e-3;
+  const ContextParallelExchange covered =
+      context_parallel_exchange(spec, layout, node, e, core, core_backward);
   EXPECT_EQ(covered.forward_seconds, 0.0);
   EXPECT_DOUBLE_EQ(covered.backward_seconds, p2p_seconds(node.network, false, gradient_block));
 
   // The overlap condition, exactly: a hop no longer than its step's blocks is hidden.
   const double kv_hop = p2p_seconds(node.network, false, kv_block);
-  EXPECT_EQ(context_parallel_exchange(spec, layout, node, e, 2 * 8 * kv_hop).forward_seconds, 0.0);
+  EXPECT_EQ(
+      context_parallel_exchange(spec, layout, node, e, 8 * kv_hop, 16 * kv_hop).forward_seconds,
+      0.0);
   const double short_block = 0.5 * kv_hop;
   EXPECT_DOUBLE_EQ(
-      context_parallel_exchange(spec, layout, node, e, 2 * 8 * short_block).forward_seconds,
+      context_parallel_exchange(spec, layout, node, e, 8 * short_block, 16 * short_block)
+          .forward_seconds,
       7 * (kv_hop - short_block));
 
   // Two nodes of 4 with a 0.01 GB/s link between them: the ring crosses it, and every step
   // waits for its slowest hop.
   const ClusterProfile slow = test_cluster(2, 4, 0.01);
   ASSERT_TRUE(group_span(1, 8, 4).crosses_nodes());
-  const ContextParallelExchange exposed = context_parallel_exchange(spec, layout, slow, e, core);
+  const ContextParallelExchange exposed =
+      context_parallel_exchange(spec, layout, slow, e, core, core_backward);
   const double hop = p2p_seconds(slow.network, true, kv_block);
   const double gradient_hop = p2p_seconds(slow.network, true, gradient_block);
   const double forward_block = 1e-3, backward_block = 2e-3;
@@ -163,9 +177,10 @@ TEST(ContextParallelExchange, RingOverlapsItsHopsWithTheBlocks) {
   const PlanInputs inputs = plan_inputs(spec, slow, 4);
   const Prediction prediction = predict_layout(inputs, layout);
   const double m = 2, layers = 2;
-  const double attention_core = layer_flops(spec, 2, false).attention_core_forward / 8 / 100e12;
+  const AttentionCoreFlops core_flops = attention_core_flops(spec, 2);
   const ContextParallelExchange per_layer =
-      context_parallel_exchange(spec, prediction.layout, slow, e, attention_core);
+      context_parallel_exchange(spec, prediction.layout, slow, e, core_flops.forward / 8 / 100e12,
+                                core_flops.input_grad / 8 / 100e12);
   EXPECT_GT(prediction.time.context_parallel, 0.0);
   EXPECT_DOUBLE_EQ(prediction.time.context_parallel,
                    m * layers * (per_layer.forward_seconds + per_layer.backward_seconds));
@@ -183,7 +198,7 @@ TEST(ContextParallelExchange, RecomputationRepeatsWhatItDropped) {
       layout.cp_comm = comm;
       layout.recompute = recompute;
       const ContextParallelExchange exchange =
-          context_parallel_exchange(spec, layout, slow, 2, 1e-3);
+          context_parallel_exchange(spec, layout, slow, 2, 1e-3, 2.5e-3);
       // Selective recomputation keeps the gathered or re-sharded inputs of the core; the ring
       // must fetch the other ranks' K/V again.
       const bool repeats = recompute == Recompute::full || comm == ContextParallelComm::ring;

@@ -167,6 +167,38 @@ TEST(CostModel, ComputeByKindAddsUpAndEachTermMovesItsPart) {
   EXPECT_TRUE(base.links.data_parallel);
 }
 
+// model.attention = "blockwise" priced as its kernel runs: the causal tiles forward, 5
+// products for the forward's 2 backward, at blockwise_attention_efficiency, with no s x s
+// scores through memory or kept for the backward; selective recomputation repeats its forward.
+TEST(CostModel, BlockwiseAttentionPricesItsTilesNotTheScores) {
+  TransformerSpec eager = megatron_gpt(8, 4096, 32, 51200, 8192);
+  eager.dropout = false;
+  TransformerSpec blockwise = eager;
+  blockwise.attention = AttentionKernel::blockwise;
+  const ClusterProfile cluster = a100_nodes(1);
+  const PlanLayout layout = parse_layout("tp=8,micro_batch=1");
+  const Prediction slow = predict_layout(plan_inputs(eager, cluster, 8), layout);
+  const Prediction fast = predict_layout(plan_inputs(blockwise, cluster, 8), layout);
+  const double causal = (8192.0 + 64) / (2 * 8192);
+  EXPECT_NEAR(fast.time.compute_parts.attention / slow.time.compute_parts.attention,
+              (1 + 2.5) * causal / 0.55 / (3 / 0.86), 1e-9);
+  EXPECT_LT(fast.time.compute_parts.elementwise, 0.5 * slow.time.compute_parts.elementwise);
+  EXPECT_DOUBLE_EQ(fast.time.compute_parts.matmul, slow.time.compute_parts.matmul);
+  EXPECT_LT(fast.memory.activations, 0.5 * slow.memory.activations);
+  EXPECT_LT(fast.step_time_s, slow.step_time_s);
+  EXPECT_DOUBLE_EQ(fast.model_tflops_per_device * fast.step_time_s,
+                   slow.model_tflops_per_device * slow.step_time_s);  // the same model FLOPs
+
+  PlanLayout selective = layout;
+  selective.recompute = Recompute::selective;
+  const Prediction repeated = predict_layout(plan_inputs(blockwise, cluster, 8), selective);
+  const double core_forward =
+      attention_core_flops(blockwise, 1).forward / 8 / (cluster.device.peak_tflops * 1e12 * 0.55);
+  const double kernel = cluster.device.kernel_overhead_us * 1e-6;
+  EXPECT_NEAR(repeated.time.compute_parts.recompute, 8 * 8 * (core_forward + kernel),
+              1e-9 * repeated.time.compute_parts.recompute);
+}
+
 // [compression] priced in the data-parallel phase: over a 25 GB/s inter-node link the
 // compressed exchanges pay (bf16 halves an fp32 run's gradient bytes; PowerSGD rank 4 and 1-bit
 // Adam send a small fraction), int8 gathers cut ZeRO-3's per-microbatch gathers, and a layout

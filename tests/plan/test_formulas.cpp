@@ -185,6 +185,44 @@ TEST(ActivationFormulas, StrataHasNoDropoutAndTrainsInFp32) {
                    4 * s * b * h * 16 + 4 * a * s * s * b);
 }
 
+// The blockwise kernel keeps its output and a float32 log-sum-exp per row and head instead of
+// the s x s softmax (docs/parallelism.md's table), and selective recomputation drops those.
+TEST(ActivationFormulas, BlockwiseKeepsItsOutputAndLogSumExpNotTheScores) {
+  TransformerSpec spec = megatron_gpt(2, 512, 8, 256, 256);
+  spec.dropout = false;
+  spec.attention = AttentionKernel::blockwise;
+  ActivationOptions options;
+  options.element_bytes = 4;
+  options.tp = 2;
+  const double s = 256, b = 2, h = 512, a = 8, t = 2;
+  const double core = (4 * s * b * h + 4 * a * s * b) / t;
+  EXPECT_DOUBLE_EQ(attention_core_activation_bytes(spec, 2, options), core);
+  const double without_core = layer_activation_bytes(spec, 2, false, options) - core;
+  options.recompute = Recompute::selective;
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(spec, 2, false, options), without_core);
+}
+
+// The attention core as the kernels execute it: eager the full s x s (layer_flops' core, twice
+// it backward); blockwise the causal tiles, (s + 64) / (2 s) of it, and 5 products backward
+// for the forward's 2. Model FLOPs (layer_flops, MFU) are the same for both kernels.
+TEST(GptFormulas, AttentionCoreFlopsOfEachKernel) {
+  TransformerSpec spec = megatron_gpt(2, 512, 8, 256, 1024);
+  const double core = layer_flops(spec, 2, false).attention_core_forward;
+  EXPECT_DOUBLE_EQ(core, 4 * (2 * 1024.0) * 1024 * 512);
+  const AttentionCoreFlops eager = attention_core_flops(spec, 2);
+  EXPECT_DOUBLE_EQ(eager.forward, core);
+  EXPECT_DOUBLE_EQ(eager.input_grad, 2 * core);
+  TransformerSpec blockwise = spec;
+  blockwise.attention = AttentionKernel::blockwise;
+  const AttentionCoreFlops tiles = attention_core_flops(blockwise, 2);
+  EXPECT_DOUBLE_EQ(tiles.forward, core * (1024.0 + 64) / 2048);
+  EXPECT_DOUBLE_EQ(tiles.input_grad, 2.5 * tiles.forward);
+  EXPECT_EQ(layer_flops(blockwise, 2, false).total(), layer_flops(spec, 2, false).total());
+  blockwise.seq = 32;  // shorter than a diagonal block: the whole square
+  EXPECT_DOUBLE_EQ(attention_core_flops(blockwise, 2).forward,
+                   layer_flops(blockwise, 2, false).attention_core_forward);
+}
+
 // Rajbhandari et al. 2020, Table 1: GB per device for Psi = 7.5B, 128B, 1T with mixed-precision
 // Adam, as printed (data parallel, ZeRO-1, ZeRO-2, ZeRO-3). The paper rounds or truncates to the
 // digits shown, so a cell matches when the formula is within one unit of its last digit.

@@ -17,6 +17,8 @@
 
 #include "strata/core/error.h"
 #include "strata/dist/comm.h"
+#include "strata/kernels/attention.h"
+#include "strata/plan/transformer.h"
 
 namespace strata {
 namespace {
@@ -92,6 +94,28 @@ double measure_attention_flops(Comm& world) {
   return 2 * (2.0 * 16 * 256 * 256 * 64) / seconds;
 }
 
+// The blockwise kernel (model.attention = "blockwise") forward and backward on 2 sequences of
+// 512 tokens, 8 heads of 64, at the rate of the FLOPs it executes: the causal tiles, the
+// backward's recomputed products included (transformer.h, attention_core_flops).
+double measure_blockwise_attention_flops(Comm& world) {
+  TransformerSpec spec;
+  spec.seq = 512;
+  spec.heads = 8;
+  spec.hidden = 8 * 64;
+  spec.attention = AttentionKernel::blockwise;
+  const int64_t batch = 2;
+  auto q = at::randn({batch, spec.heads, spec.seq, 64}), k = at::randn_like(q),
+       v = at::randn_like(q), dout = at::randn_like(q);
+  const double scale = 1.0 / 8.0;
+  const double seconds =
+      slowest(world, seconds_per_call(world, [&] {
+                const AttentionForward forward = blockwise_attention_forward(q, k, v, scale);
+                blockwise_attention_backward(dout, q, k, v, forward.out, forward.lse, scale);
+              }));
+  const AttentionCoreFlops flops = attention_core_flops(spec, batch);
+  return (flops.forward + flops.input_grad) / seconds;
+}
+
 // c = a + b over 1M floats: 3 x 4 MB moved per call. Tensors of this size are what a model
 // small enough to train on a CPU touches (a microbatch's activations, a weight matrix), so
 // their rate, caches included, is the one that matters here.
@@ -149,6 +173,7 @@ CalibrationReport calibrate_local(Comm& world) {
   report.threads_per_rank = at::get_num_threads();
   report.matmul_tflops = measure_matmul_flops(world) / 1e12;
   report.attention_tflops = measure_attention_flops(world) / 1e12;
+  report.blockwise_attention_tflops = measure_blockwise_attention_flops(world) / 1e12;
   report.memory_bandwidth_gbs = measure_memory_bandwidth(world) / 1e9;
   report.elementwise_gbs = measure_elementwise_rate(world) / 1e9;
 
@@ -205,6 +230,8 @@ CalibrationReport calibrate_local(Comm& world) {
   profile.device.matmul_efficiency = 1.0;
   profile.device.attention_efficiency =
       std::min(1.0, report.attention_tflops / report.matmul_tflops);
+  profile.device.blockwise_attention_efficiency =
+      std::min(1.0, report.blockwise_attention_tflops / report.matmul_tflops);
   profile.device.precision = "fp32";
   if (n > 1) {
     profile.network.intra_node_gbs = report.allreduce_bandwidth_gbs;
@@ -229,6 +256,9 @@ std::string calibration_to_text(const CalibrationReport& report) {
       << "  attention matmuls   " << fixed(report.attention_tflops * 1e3, 2)
       << " GFLOP/s per rank (sets attention_efficiency "
       << fixed(report.profile.device.attention_efficiency, 3) << ")\n"
+      << "  blockwise attention " << fixed(report.blockwise_attention_tflops * 1e3, 2)
+      << " GFLOP/s per rank, forward + backward (sets blockwise_attention_efficiency "
+      << fixed(report.profile.device.blockwise_attention_efficiency, 3) << ")\n"
       << "  memory bandwidth    " << fixed(report.memory_bandwidth_gbs, 2)
       << " GB/s per rank (c = a + b, all ranks at once)\n"
       << "  elementwise kernels " << fixed(report.elementwise_gbs, 2)

@@ -17,6 +17,8 @@ struct CalibrationReport {
   ClusterProfile profile;       // one node of world-size "devices"; fp32, as the runtime
   double matmul_tflops = 0;     // per rank, the slowest rank
   double attention_tflops = 0;  // per rank: batched head_dim-sized matmuls (QK^T, attention x V)
+  // per rank: the blockwise kernel forward + backward, its executed FLOPs (attention_core_flops)
+  double blockwise_attention_tflops = 0;
   double memory_bandwidth_gbs = 0;     // per rank: c = a + b on 4 MB tensors
   double elementwise_gbs = 0;          // per rank: LayerNorm, softmax, GELU on 4 MB tensors
   double allreduce_latency_us = 0;     // per ring step, from an 8-byte all-reduce

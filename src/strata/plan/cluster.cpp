@@ -23,6 +23,10 @@ namespace {
 // configs/published/training_runs.toml (docs/planner.md): large GEMMs at 0.86 of peak, a
 // GEMM with a 128-wide side at half that, 5 us per kernel. The H100 and H200 take the A100's
 // shape and kernel terms (no published run calibrates them yet) and 0.7 of peak for large GEMMs.
+// blockwise_attention_efficiency is FlashAttention-2's published forward + backward rate on
+// causal attention with head_dim 128 (Dao 2023, arXiv 2307.08691: about 0.55 of the A100's
+// peak, about 0.35 of the H100's without Hopper-specific kernels), not fitted here: the
+// published runs used eager attention.
 const std::map<std::string, std::string>& presets() {
   static const std::map<std::string, std::string> texts = {
       {"a100-80gb", R"(# NVIDIA DGX A100 80GB nodes: 8 A100-SXM4-80GB, NVLink 3, 8x HDR InfiniBand.
@@ -36,6 +40,7 @@ peak_tflops = 312.0
 memory_gb = 80.0
 memory_bandwidth_gbs = 2039.0
 matmul_efficiency = 0.86
+blockwise_attention_efficiency = 0.55
 matmul_half_dim = 128.0
 kernel_overhead_us = 5.0
 precision = "bf16"
@@ -57,6 +62,7 @@ peak_tflops = 989.0
 memory_gb = 80.0
 memory_bandwidth_gbs = 3350.0
 matmul_efficiency = 0.7
+blockwise_attention_efficiency = 0.35
 matmul_half_dim = 128.0
 kernel_overhead_us = 5.0
 precision = "bf16"
@@ -78,6 +84,7 @@ peak_tflops = 989.0
 memory_gb = 141.0
 memory_bandwidth_gbs = 4800.0
 matmul_efficiency = 0.7
+blockwise_attention_efficiency = 0.35
 matmul_half_dim = 128.0
 kernel_overhead_us = 5.0
 precision = "bf16"
@@ -238,13 +245,17 @@ ClusterProfile parse_cluster(const std::string& toml_text, const std::string& or
   device.number("elementwise_gbs", cluster.device.elementwise_gbs, false, 0, true);
   device.number("matmul_efficiency", cluster.device.matmul_efficiency, false, 0, true);
   device.number("attention_efficiency", cluster.device.attention_efficiency, false, 0, true);
+  device.number("blockwise_attention_efficiency", cluster.device.blockwise_attention_efficiency,
+                false, 0, true);
   device.number("matmul_half_dim", cluster.device.matmul_half_dim, false, 0, false);
   device.number("kernel_overhead_us", cluster.device.kernel_overhead_us, false, 0, false);
   device.text("precision", cluster.device.precision, false, {"bf16", "fp32"});
   device.reject_unknown();
   for (const auto& [key, value] :
        {std::make_pair("matmul_efficiency", cluster.device.matmul_efficiency),
-        std::make_pair("attention_efficiency", cluster.device.attention_efficiency)}) {
+        std::make_pair("attention_efficiency", cluster.device.attention_efficiency),
+        std::make_pair("blockwise_attention_efficiency",
+                       cluster.device.blockwise_attention_efficiency)}) {
     if (value > 1) {
       problems.push_back(
           str("device.", key, " (", value, ") must be <= 1 (a fraction of peak_tflops)"));
@@ -312,6 +323,9 @@ std::string cluster_to_toml(const ClusterProfile& cluster) {
   number("matmul_efficiency", cluster.device.matmul_efficiency);
   if (cluster.device.attention_efficiency >= 0) {
     number("attention_efficiency", cluster.device.attention_efficiency);
+  }
+  if (cluster.device.blockwise_attention_efficiency >= 0) {
+    number("blockwise_attention_efficiency", cluster.device.blockwise_attention_efficiency);
   }
   if (cluster.device.matmul_half_dim > 0) number("matmul_half_dim", cluster.device.matmul_half_dim);
   if (cluster.device.kernel_overhead_us > 0) {

@@ -24,6 +24,10 @@ struct DeviceProfile {
   // The same for the attention core's batched head_dim-sized matmuls (QK^T, attention x V),
   // which run well below big GEMMs; < 0: the same as matmul_efficiency.
   double attention_efficiency = -1;
+  // The blockwise kernel's (model.attention = "blockwise", FlashAttention-style): the fraction
+  // of peak_tflops its tile products reach, its fused softmax included, counting only the FLOPs
+  // it executes (transformer.h, attention_core_flops). < 0: attention_efficiency.
+  double blockwise_attention_efficiency = -1;
   // Shape: a matrix multiply whose smallest dimension on the rank is d (rows of tokens, the
   // weight's in or out width / tp) runs at matmul_efficiency * d / (d + matmul_half_dim) of
   // peak_tflops, so thin tensor-parallel shards run below big GEMMs. 0: every shape at
@@ -42,6 +46,10 @@ struct DeviceProfile {
   }
   double attention_matmul_efficiency() const {
     return attention_efficiency >= 0 ? attention_efficiency : matmul_efficiency;
+  }
+  double blockwise_attention_rate() const {
+    return blockwise_attention_efficiency >= 0 ? blockwise_attention_efficiency
+                                               : attention_matmul_efficiency();
   }
   // The fraction of peak a multiply with smallest dimension d reaches.
   double matmul_shape_efficiency(double d) const {
@@ -73,7 +81,8 @@ struct ClusterProfile {
 
 // TOML text -> profile. Sections [cluster] nodes, devices_per_node; [device] name,
 // peak_tflops, memory_gb, memory_bandwidth_gbs (+ optional elementwise_gbs, matmul_efficiency,
-// attention_efficiency, matmul_half_dim, kernel_overhead_us, precision);
+// attention_efficiency, blockwise_attention_efficiency, matmul_half_dim, kernel_overhead_us,
+// precision);
 // [network] intra_node_gbs, inter_node_gbs, latency_us (+ optional intra_node_latency_us).
 // Throws UserError naming the origin and every missing, unknown or out-of-range key.
 ClusterProfile parse_cluster(const std::string& toml_text, const std::string& origin);

@@ -10,9 +10,9 @@
 // the n dK/dV hops carries each block's gradients home after the last step's compute, so the
 // backward waits for it whole. A step's transfers hide behind its attention blocks: with the
 // sequence in 2n chunks (rank r holding chunks r and 2n - 1 - r) every step computes the same
-// share of the rank's causal attention, 1 / n of it, which is half of the full-s core the cost
-// model charges; the backward's blocks cost twice the forward's (as the input gradient does).
-// A step's exposed time is max(0, its transfer time - its block compute).
+// share of the rank's causal attention, 1 / n of it, forward and backward (the blockwise
+// kernel's tiles, as the cost model charges them). A step's exposed time is max(0, its
+// transfer time - its block compute).
 //
 // All-gather (Llama 3): the K/V of the whole sequence gathered over cp, 2 b s K_t D e bytes of
 // which a rank sends (n - 1) / n; backward reduce-scatters their gradients, the same bytes.
@@ -34,11 +34,11 @@ namespace {
 
 ContextParallelExchange ring_exchange(const NetworkProfile& network, bool crosses_nodes, double n,
                                       double block_bytes, double gradient_block_bytes,
-                                      double causal_core_seconds) {
+                                      double core_forward_seconds, double core_input_grad_seconds) {
   const double kv_hop = p2p_seconds(network, crosses_nodes, block_bytes);
   const double gradient_hop = p2p_seconds(network, crosses_nodes, gradient_block_bytes);
-  const double forward_block = causal_core_seconds / n;
-  const double backward_block = 2 * forward_block;
+  const double forward_block = core_forward_seconds / n;
+  const double backward_block = core_input_grad_seconds / n;
   auto exposed = [](double transfer, double compute) { return std::max(0.0, transfer - compute); };
   ContextParallelExchange ring;
   ring.forward_bytes = (n - 1) * block_bytes;
@@ -61,8 +61,8 @@ int64_t kv_heads_per_tp_rank(const TransformerSpec& spec, int64_t tp) {
 ContextParallelExchange context_parallel_exchange(const TransformerSpec& spec,
                                                   const PlanLayout& layout,
                                                   const ClusterProfile& cluster,
-                                                  double element_bytes,
-                                                  double attention_core_seconds) {
+                                                  double element_bytes, double core_forward_seconds,
+                                                  double core_input_grad_seconds) {
   ContextParallelExchange out;
   if (layout.cp == 1) return out;
   STRATA_CHECK(layout.cp > 1 && layout.tp >= 1 && spec.heads % layout.tp == 0, "cp ", layout.cp,
@@ -77,13 +77,12 @@ ContextParallelExchange context_parallel_exchange(const TransformerSpec& spec,
   // b * T_l: the (sequence, token) rows a rank holds.
   const double rows = static_cast<double>(layout.micro_batch * spec.seq) / n;
   const double kv_block = 2 * rows * kv_heads * D;  // elements of the rank's K and V
-  // The rank's causal share of the attention core: half of the full s x s it is charged.
-  const double causal_core_seconds = attention_core_seconds / 2;
 
   switch (layout.cp_comm) {
     case ContextParallelComm::ring:
-      out = ring_exchange(network, cp_group.crosses_nodes(), n, e * kv_block,
-                          gradient_element * kv_block, causal_core_seconds);
+      out =
+          ring_exchange(network, cp_group.crosses_nodes(), n, e * kv_block,
+                        gradient_element * kv_block, core_forward_seconds, core_input_grad_seconds);
       // Selective recomputation drops the core's work, and with it the K/V of the other ranks:
       // the ring runs again. Full recomputation repeats the whole forward.
       if (layout.recompute != Recompute::none) {

@@ -25,15 +25,15 @@ struct ContextParallelExchange {
 };
 
 // Per rank of the tp-strided cp group, for one layer and a microbatch of layout.micro_batch
-// sequences. `element_bytes` is e, the bytes of an activation element; `attention_core_seconds`
-// the rank's forward attention core (QK^T and attention x V over its s / cp queries and all s
-// keys, as the cost model charges it), of which the causal half is what the ring's blocks
-// compute. Zero at cp = 1.
+// sequences. `element_bytes` is e, the bytes of an activation element; `core_forward_seconds`
+// and `core_input_grad_seconds` the rank's attention core forward and backward over its s / cp
+// queries, as the cost model charges them (the blockwise kernel's causal tiles), which the
+// ring's blocks split n ways. Zero at cp = 1.
 ContextParallelExchange context_parallel_exchange(const TransformerSpec& spec,
                                                   const PlanLayout& layout,
                                                   const ClusterProfile& cluster,
-                                                  double element_bytes,
-                                                  double attention_core_seconds);
+                                                  double element_bytes, double core_forward_seconds,
+                                                  double core_input_grad_seconds);
 
 // Key/value heads of one tp rank as the attention sees them: kv_heads / tp, or the query heads
 // heads / tp when tp does not divide kv_heads (they are expanded to the query heads).

@@ -45,7 +45,14 @@ constexpr double kGradAccumulatePasses = 3;       // M: .grad += dW, two reads a
 constexpr double kLayerKernelsForward = 14;
 constexpr double kLayerKernelsInputGrad = 20;
 constexpr double kLayerKernelsWeightGrad = 4;
-constexpr double kAttentionCoreKernels = 3;
+// Of those, the attention core's, forward and input gradient: eager 3 and 5 (its multiplies
+// and softmax), blockwise 1 and 2 (one fused kernel; the backward's row sums of dO * O first).
+struct CoreKernels {
+  double forward, input_grad;
+};
+CoreKernels attention_core_kernels(AttentionKernel kernel) {
+  return kernel == AttentionKernel::eager ? CoreKernels{3, 5} : CoreKernels{1, 2};
+}
 
 // Optimizer step + clipping, bytes moved per local parameter. fp32/fp64: strata's AdamW as
 // separate ATen ops (decay, two moment updates, sqrt, scale, add eps, addcdiv: 92 bytes at 4
@@ -81,8 +88,12 @@ ElementwiseSeconds layer_elementwise_forward(const TransformerSpec& spec, const 
   const double replicated_tokens = layout.sequence_parallel ? n / t : n;
   const double h = static_cast<double>(spec.hidden), kv = static_cast<double>(spec.kv_width());
   const double s = static_cast<double>(spec.seq);
-  const double scores =
-      static_cast<double>(spec.heads) / t * s * (s / cp) * static_cast<double>(layout.micro_batch);
+  // The eager kernel's scores pass through memory; the blockwise kernel's tiles stay in cache
+  // (in SRAM on a GPU), their softmax priced in its rate (blockwise_attention_efficiency).
+  const double scores = spec.attention == AttentionKernel::eager
+                            ? static_cast<double>(spec.heads) / t * s * (s / cp) *
+                                  static_cast<double>(layout.micro_batch)
+                            : 0.0;
   double memory = kResidualAddPasses * e * replicated_tokens * h;
   memory += kHeadCopyPasses * e * n * (2 * h + 2 * kv) / t;
   if (spec.dropout) memory += 2 * kDropoutPasses * e * replicated_tokens * h;
@@ -207,8 +218,9 @@ std::vector<CostModel::StageModel> CostModel::stages(const PlanLayout& layout) c
   const double t = static_cast<double>(layout.tp), cp = static_cast<double>(layout.cp);
   const double peak = cluster.device.peak_tflops * 1e12;
   const double kernel = cluster.device.kernel_overhead_us * 1e-6;
-  const double R_attention =
-      cluster.device.peak_tflops * 1e12 * cluster.device.attention_matmul_efficiency();
+  const double R_attention = peak * (spec.attention == AttentionKernel::eager
+                                         ? cluster.device.attention_matmul_efficiency()
+                                         : cluster.device.blockwise_attention_rate());
   const double M = cluster.device.memory_bandwidth_gbs * 1e9;
   const double E = cluster.device.elementwise_rate_gbs() * 1e9;
   const double n = static_cast<double>(layout.micro_batch * spec.seq) / cp;
@@ -242,13 +254,21 @@ std::vector<CostModel::StageModel> CostModel::stages(const PlanLayout& layout) c
                               : all_reduce_seconds(network, tp_group, e * n * h);
   const double expert_tokens = replicated_tokens * expert_token_factor(spec.moe);
   const double ep_all_to_all = all_to_all_seconds(network, ep_group, e * expert_tokens * h);
-  // The attention core (2 matmuls forward, 4 for the input gradient), the same in every layer,
-  // at its own rate; the cp exchange of K and V hides behind it as far as it can.
+  // The attention core as its kernel executes it (transformer.h, attention_core_flops), the
+  // same in every layer, at its own rate; the cp exchange of K and V hides behind it as far as
+  // it can.
   const double split = t * cp;
-  const double core_matmul =
-      layer_flops(spec, layout.micro_batch, false).attention_core_forward / split / R_attention;
+  const AttentionCoreFlops core_flops = attention_core_flops(spec, layout.micro_batch);
+  const double core_forward = core_flops.forward / split / R_attention;
+  const double core_input_grad = core_flops.input_grad / split / R_attention;
+  const CoreKernels core_kernels = attention_core_kernels(spec.attention);
+  const CoreKernels eager_kernels = attention_core_kernels(AttentionKernel::eager);
+  const double forward_kernels =
+      kLayerKernelsForward - eager_kernels.forward + core_kernels.forward;
+  const double input_grad_kernels =
+      kLayerKernelsInputGrad - eager_kernels.input_grad + core_kernels.input_grad;
   const ContextParallelExchange cp_exchange =
-      context_parallel_exchange(spec, layout, cluster, e, core_matmul);
+      context_parallel_exchange(spec, layout, cluster, e, core_forward, core_input_grad);
 
   std::vector<StageModel> out(layout.pp);
   const std::vector<int64_t>& chunk_layers = partition(layout.pp * layout.vpp);
@@ -293,11 +313,12 @@ std::vector<CostModel::StageModel> CostModel::stages(const PlanLayout& layout) c
       }
 
       const double R = peak * layer_matmul_efficiency(spec, layout, moe, cluster.device);
+      // The model's full s x s core (layer_flops) is what the weight multiplies are not.
       const double core = flops.attention_core_forward;
       const double forward_matmul =
-          (flops.forward - core) / split / R + core_matmul + kLayerKernelsForward * kernel;
-      const double input_grad_matmul = (flops.input_grad - 2 * core) / split / R + 2 * core_matmul +
-                                       kLayerKernelsInputGrad * kernel;
+          (flops.forward - core) / split / R + core_forward + forward_kernels * kernel;
+      const double input_grad_matmul =
+          (flops.input_grad - 2 * core) / split / R + core_input_grad + input_grad_kernels * kernel;
       const ElementwiseSeconds elementwise = layer_elementwise_forward(spec, layout, moe, e, M, E);
       const double forward_elementwise = elementwise.layer;
       const double core_elementwise = elementwise.scores;
@@ -310,11 +331,11 @@ std::vector<CostModel::StageModel> CostModel::stages(const PlanLayout& layout) c
           flops.weight_grad / split / R + kLayerKernelsWeightGrad * kernel + accumulate;
       stage.parts.matmul +=
           (flops.forward - 3 * core + flops.input_grad + flops.weight_grad) / split / R;
-      stage.parts.attention += 3 * core_matmul;
+      stage.parts.attention += core_forward + core_input_grad;
       stage.parts.elementwise +=
           (1 + kBackwardElementwiseFactor) * forward_elementwise + accumulate;
       stage.parts.kernels +=
-          (kLayerKernelsForward + kLayerKernelsInputGrad + kLayerKernelsWeightGrad) * kernel;
+          (forward_kernels + input_grad_kernels + kLayerKernelsWeightGrad) * kernel;
       stage.forward_tp += 2 * tp_block;
       stage.backward_tp += 2 * tp_block;
       stage.forward_cp += cp_exchange.forward_seconds;
@@ -331,7 +352,7 @@ std::vector<CostModel::StageModel> CostModel::stages(const PlanLayout& layout) c
         stage.backward_tp += 2 * tp_block;
         if (moe) stage.backward_ep += 2 * ep_all_to_all;
       } else if (layout.recompute == Recompute::selective) {
-        const double repeated = core_matmul + core_elementwise + kAttentionCoreKernels * kernel;
+        const double repeated = core_forward + core_elementwise + core_kernels.forward * kernel;
         stage.input_compute += repeated;
         stage.parts.recompute += repeated;
       }

@@ -3,9 +3,10 @@
 // docs/planner.md states every term; in short:
 //
 // Time. Per microbatch and pipeline rank, a layer's matrix work takes FLOPs / (tp * cp) /
-// (peak_tflops * matmul_efficiency) (the attention core at attention_efficiency), FLOPs from
+// (peak_tflops * matmul_efficiency) (the attention core at attention_efficiency, or the
+// FLOPs the blockwise kernel executes at blockwise_attention_efficiency), FLOPs from
 // transformer.h (forward F, input gradient B, weight gradient W); its elementwise work, in
-// passes over memory (the backward twice the forward), moves residual adds, score masking and
+// passes over memory (the backward twice the forward), moves residual adds, eager score masking and
 // head copies at memory_bandwidth_gbs and norms, softmax and the activation function at
 // elementwise_gbs; weight gradients are accumulated into .grad (3 x gradient bytes).
 // Tensor-parallel all-reduces (2 forward, 2 backward per layer, of b*s*h elements; all-gather
@@ -59,8 +60,8 @@ struct MemoryBreakdown {
 
 // TimeBreakdown::compute by kind (their sum is compute).
 struct ComputeBreakdown {
-  double matmul = 0;       // the weight multiplies (q/k/v, projections, MLP, head) at their shapes
-  double attention = 0;    // the attention core's batched multiplies
+  double matmul = 0;     // the weight multiplies (q/k/v, projections, MLP, head) at their shapes
+  double attention = 0;  // the attention core: eager's batched multiplies, or the blockwise kernel
   double elementwise = 0;  // norms, softmax, activations, residuals, loss, gradient accumulation
   double kernels = 0;      // the fixed cost of every kernel (kernel_overhead_us)
   double recompute = 0;    // everything recomputation repeats

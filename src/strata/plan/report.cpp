@@ -57,7 +57,7 @@ std::string explanation(const Prediction& prediction) {
   };
   std::vector<Part> list = {
       {"weight multiplies", parts.matmul, "q/k/v, projections, MLP and head at their shapes"},
-      {"attention core", parts.attention, "the batched QK^T and attention x V"},
+      {"attention core", parts.attention, "QK^T and attention x V, as model.attention runs them"},
       {"elementwise", parts.elementwise, "norms, softmax, activations, residuals, loss, .grad"},
       {"kernel overhead", parts.kernels, "a fixed cost per kernel"},
       {"recomputation", parts.recompute, str("train.recompute = ", name_of(layout.recompute))},

@@ -2,6 +2,8 @@
 // lists them. Notation: n tokens of a microbatch (b * s), h hidden, F MLP width, t tp size.
 #include "strata/plan/transformer.h"
 
+#include <algorithm>
+
 #include "strata/core/error.h"
 
 namespace strata {
@@ -57,6 +59,7 @@ TransformerSpec transformer_of(const ModelConfig& model) {
   spec.learned_positions = model.pos == PositionEncoding::learned;
   spec.tied_embeddings = model.tie_embeddings;
   spec.dropout = false;
+  spec.attention = model.attention;
   const MoeConfig& moe = model.moe;
   if (moe.num_experts > 0) {  // the runtime's experts: the dense MLP's width, their activation
     spec.moe.experts = moe.num_experts;
@@ -134,6 +137,14 @@ PassFlops layer_flops(const TransformerSpec& spec, int64_t micro_batch, bool moe
   return flops;
 }
 
+AttentionCoreFlops attention_core_flops(const TransformerSpec& spec, int64_t micro_batch) {
+  const double core = layer_flops(spec, micro_batch, false).attention_core_forward;
+  if (spec.attention == AttentionKernel::eager) return {core, 2 * core};
+  const double s = static_cast<double>(spec.seq);
+  const double causal = std::min(1.0, (s + static_cast<double>(kBlockwiseDiagonalBlock)) / (2 * s));
+  return {causal * core, kBlockwiseBackwardProducts / 2 * causal * core};
+}
+
 PassFlops head_flops(const TransformerSpec& spec, int64_t micro_batch) {
   const double n = static_cast<double>(micro_batch * spec.seq);
   const double logits = 2 * n * static_cast<double>(spec.hidden) * static_cast<double>(spec.vocab);
@@ -168,6 +179,12 @@ double attention_core_activation_bytes(const TransformerSpec& spec, int64_t micr
   const double e = static_cast<double>(options.element_bytes);
   const double mask = spec.dropout ? 1.0 : 0.0;
   const double s = static_cast<double>(spec.seq);
+  if (spec.attention == AttentionKernel::blockwise) {
+    const double rows = static_cast<double>(micro_batch) * s / static_cast<double>(options.cp);
+    return (e * rows * static_cast<double>(spec.hidden) +
+            4 * static_cast<double>(spec.heads) * rows) /
+           static_cast<double>(options.tp);
+  }
   // Each rank keeps its s / cp queries against all s keys.
   const double scores = static_cast<double>(spec.heads) * s *
                         (s / static_cast<double>(options.cp)) * static_cast<double>(micro_batch);

@@ -38,6 +38,10 @@ struct TransformerSpec {
   bool learned_positions = true;  // a learned (seq, hidden) position table
   bool tied_embeddings = true;    // the output head reuses the token embedding
   bool dropout = false;           // dropout after attention and MLP (its masks are kept)
+  // The attention core's kernel (model.attention): eager materializes the s x s scores
+  // (Megatron-LM's fused softmax, what the published runs used); blockwise computes tiles with
+  // an online softmax and keeps no scores (FlashAttention-2; strata's default).
+  AttentionKernel attention = AttentionKernel::eager;
   MoeSpec moe;
 
   int64_t head_dim() const { return hidden / heads; }
@@ -89,6 +93,20 @@ struct PassFlops {
 PassFlops layer_flops(const TransformerSpec& spec, int64_t micro_batch, bool moe_layer);
 PassFlops head_flops(const TransformerSpec& spec, int64_t micro_batch);  // the logits matmul
 
+// The attention core's FLOPs as its kernel executes them, for one microbatch through one
+// layer (divide by tp and cp for one rank). Eager: layer_flops' full s x s core forward and
+// twice it for the input gradient. Blockwise (kernels/attention.h): only the tiles at or below
+// the causal diagonal, cut into 64-row blocks where it crosses them, a fraction
+// (s + 64) / (2 s) of the full core; and the backward recomputes QK^T from the saved
+// log-sum-exp, 5 tile products to the forward's 2 (FlashAttention-2's count).
+struct AttentionCoreFlops {
+  double forward = 0;
+  double input_grad = 0;
+};
+constexpr int64_t kBlockwiseDiagonalBlock = 64;  // rows of the diagonal's blocks
+constexpr double kBlockwiseBackwardProducts = 5;
+AttentionCoreFlops attention_core_flops(const TransformerSpec& spec, int64_t micro_batch);
+
 // Recompute: core/config_enums.h (train.recompute).
 
 // FLOPs of one training step over `sequences` sequences: model FLOPs count forward and backward
@@ -113,7 +131,8 @@ struct ActivationOptions {
 //   split by t: Q e*sbh, K and V 2e*sb*kv_width, the out-projection input e*sbh,
 //     MLP: up-projection output and activation output 2e*sb*ffn (SwiGLU: 4e*sb*ffn)
 //   attention core, split by t, dropped by selective recompute:
-//     softmax output e*a*s*s*b, with dropout also its mask d and output e per element
+//     eager: softmax output e*a*s*s*b, with dropout also its mask d and output e per element;
+//     blockwise: its output e*sbh and one float32 log-sum-exp per row and head, 4*a*sb
 // Full recomputation keeps only the layer input e*sbh (split by t with sequence parallelism).
 // MoE layers keep top_k * capacity-factor copies of the MLP items of their expert width.
 double layer_activation_bytes(const TransformerSpec& spec, int64_t micro_batch, bool moe_layer,
