@@ -247,8 +247,7 @@ std::string serving_to_text(const ServePrediction& prediction) {
       << " KiB per token per device, " << std::setprecision(8) << prediction.kv_tokens
       << " tokens, " << prediction.sequences << " sequences of the full length"
       << (prediction.fits ? "" : ": DOES NOT FIT")
-      << "; serve.kv_cache_mb = " << std::floor(prediction.kv_cache_bytes / (1024.0 * 1024.0))
-      << "\n";
+      << "; serve.kv_cache_mb = " << prediction.kv_cache_mb() << "\n";
   if (prediction.fits) {
     out << "decode: " << prediction.decode_batch << " sequences per step, " << std::setprecision(4)
         << prediction.decode_step_s * 1e3 << " ms per step, " << prediction.tokens_per_s
@@ -267,7 +266,7 @@ nlohmann::json serving_to_json(const ServePrediction& prediction) {
           {"kv_cache_bytes", prediction.kv_cache_bytes},
           {"kv_tokens", prediction.kv_tokens},
           {"sequences", prediction.sequences},
-          {"kv_cache_mb", std::floor(prediction.kv_cache_bytes / (1024.0 * 1024.0))},
+          {"kv_cache_mb", prediction.kv_cache_mb()},
           {"decode_batch", prediction.decode_batch},
           {"decode_step_s", prediction.decode_step_s},
           {"tokens_per_s", prediction.tokens_per_s},

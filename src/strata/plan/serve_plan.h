@@ -3,6 +3,7 @@
 // token takes and how many tokens and full-length sequences the rest holds, the
 // `serve.kv_cache_mb` that uses it, and the time of one decode step at that batch.
 #pragma once
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -24,6 +25,9 @@ struct ServePrediction {
   double tokens_per_s = 0;   // decoded, all replicas
   double memory_capacity = 0;
   bool fits = false;  // weights, workspace and one sequence's KV cache fit
+
+  // The serve.kv_cache_mb that gives the KV cache its share: kv_cache_bytes in whole MiB.
+  double kv_cache_mb() const { return std::floor(kv_cache_bytes / (1024.0 * 1024.0)); }
 };
 
 // The layout's tp and pp (dp, the replicas, is what is left); throws UserError for a layout
