@@ -4,7 +4,7 @@
 # minutes on an idle 2-core machine; run it on an idle machine (records taken while other
 # processes use more than half a core are marked "loaded" and do not count against targets).
 #
-#   bench/all.sh [BUILD_DIR]        (default build; needs targets strata and matmul_peak)
+#   bench/all.sh [BUILD_DIR]        (default build; needs targets strata, matmul_peak and serve_load)
 #   ONLY="layouts dp_d512" bench/all.sh    run only the named records
 #   SMOKE=1 bench/all.sh   every record on a tiny model, into a temporary results directory and
 #                          a temporary page: checks the suite end to end (ctest bench.smoke), not speed
@@ -18,7 +18,7 @@ bench=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 build=${1:-build}
 [[ -d $build ]] || build="$bench/../$build"
 build=$(cd "$build" 2>/dev/null && pwd) || { echo "all: no build dir ${1:-build}" >&2; exit 2; }
-for binary in src/strata bench/matmul_peak; do
+for binary in src/strata bench/matmul_peak bench/serve_load; do
   [[ -x $build/$binary ]] || { echo "all: $build/$binary missing; cmake --build $build" >&2; exit 2; }
 done
 
@@ -27,7 +27,8 @@ report_args=()
 export IDLE_WAIT_S=${IDLE_WAIT_S:-600}  # each record waits up to 10 min for an idle machine
 if [[ -n ${SMOKE:-} ]]; then
   # Later knobs win: these shrink every record's model and run; nothing lands in bench/results/.
-  tiny=(ROUNDS=2 STEPS=2 WARMUP=1 D_MODEL=64 N_HEADS=2 N_LAYERS=2 SEQ_LEN=32 BATCH=4)
+  tiny=(ROUNDS=2 STEPS=2 WARMUP=1 D_MODEL=64 N_HEADS=2 N_LAYERS=2 SEQ_LEN=32 BATCH=4
+        REQUESTS=8 PROMPT_MIN=4 PROMPT_MAX=12 SHORT_TOKENS=4 LONG_TOKENS=12)
   smoke_dir=$(mktemp -d)
   trap 'rm -rf "$smoke_dir"' EXIT
   export RESULTS=$smoke_dir/results SAMPLE_S=1 IDLE_WAIT_S=0
@@ -91,6 +92,12 @@ record compression_shm --title "Gradient compression's step time, dp 2 over shar
   "${compression_model[@]}" bench/compare_layouts.sh "$build" "${compression[@]}"
 record compression_tcp --title "Gradient compression's step time, dp 2 over TCP (d_model 256)" \
   OMPI_MCA_btl=tcp,self "${compression_model[@]}" bench/compare_layouts.sh "$build" "${compression[@]}"
+
+# Serving: continuous batching against static batching on one server (docs/serving.md).
+record serve_load --title "Serving under load: continuous against static batching (d_model 256, 1 rank x 2 threads)" \
+  --target 'continuous/static>=2.0' --target 'latency p50 continuous/static<=1.0' \
+  --target 'kv_utilization continuous>=0.90' \
+  ROUNDS=3 REQUESTS=64 bench/serve_load.sh "$build"
 
 record matmul --title "GEMM rates: strata's product and ATen's matmul in fp32 and bf16 (2 threads)" \
   $fair_blas bench/matmul.sh "$build"

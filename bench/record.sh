@@ -99,16 +99,28 @@ dirty=false
 stamp=$(date -u +%Y%m%dT%H%M%SZ)
 file="$results/$label-$stamp.json"
 
+# The command as a shell reads it back: words with anything but plain characters in single
+# quotes, a quote inside them as '\'' (a title like "The planner's ..." must paste and run).
+shell_word() {
+  if [[ $1 =~ ^[A-Za-z0-9_./=:,+@%-]+$ ]]; then
+    printf '%s' "$1"
+  else
+    local quote="'" escaped="'\\''"
+    printf "'%s'" "${1//$quote/$escaped}"
+  fi
+}
 command_words=(bench/record.sh "$label")
-[[ $title != "$label" ]] && command_words+=(--title "'$title'")
-for target in "${targets[@]}"; do command_words+=(--target "'$target'"); done
+[[ $title != "$label" ]] && command_words+=(--title "$title")
+for target in "${targets[@]}"; do command_words+=(--target "$target"); done
 command_words+=("${knobs[@]}" "${script#"$repo"/}" "$@")
+command_text=
+for word in "${command_words[@]}"; do command_text+="${command_text:+ }$(shell_word "$word")"; done
 REC_LABEL=$label REC_TITLE=$title REC_COMMIT=$commit REC_DIRTY=$dirty REC_DATE=$stamp \
 REC_WALL_S=$wall_s REC_OTHER="$other_before $other_during $other_after" \
 REC_LOADAVG_BEFORE=$loadavg_before REC_LOADAVG_AFTER=$loadavg_after \
 REC_CPU=$(lscpu | sed -n 's/^Model name: *//p') REC_CORES=$(nproc) \
 REC_MEMORY_GIB=$(free -g | awk '/^Mem:/ { print $2 }') \
-REC_COMMAND="${command_words[*]}" REC_TARGETS=$(printf '%s\n' "${targets[@]}") \
+REC_COMMAND=$command_text REC_TARGETS=$(printf '%s\n' "${targets[@]}") \
   python3 - "$out" "$file" <<'EOF'
 import json, os, sys
 env = os.environ

@@ -10,6 +10,7 @@
 #
 # Environment knobs:
 #   ROUNDS=3 REQUESTS=64 CONCURRENCY=8 MAX_SECONDS=300   rounds per mode, workload, bounds
+#   PROMPT_MIN=8 PROMPT_MAX=48                            prompt lengths of the mix (tokens)
 #   SHORT_TOKENS=8 LONG_TOKENS=96 LONG_SHARE=0.2          completion lengths of the mix
 #   D_MODEL=256 N_LAYERS=4 N_HEADS=8 SEQ_LEN=256 VOCAB=256 THREADS=2   model and threads
 #   KEEP=DIR       keep the checkpoint, server log and JSON lines in DIR
@@ -21,9 +22,14 @@ load="$build/bench/serve_load"
 [[ -x $load ]] || { echo "serve_load: $load missing; ninja -C $build serve_load" >&2; exit 2; }
 ROUNDS=${ROUNDS:-3} REQUESTS=${REQUESTS:-64} CONCURRENCY=${CONCURRENCY:-8}
 MAX_SECONDS=${MAX_SECONDS:-300} SHORT_TOKENS=${SHORT_TOKENS:-8} LONG_TOKENS=${LONG_TOKENS:-96}
-LONG_SHARE=${LONG_SHARE:-0.2} THREADS=${THREADS:-2}
+LONG_SHARE=${LONG_SHARE:-0.2} THREADS=${THREADS:-2} PROMPT_MIN=${PROMPT_MIN:-8} PROMPT_MAX=${PROMPT_MAX:-48}
 D_MODEL=${D_MODEL:-256} N_LAYERS=${N_LAYERS:-4} N_HEADS=${N_HEADS:-8} SEQ_LEN=${SEQ_LEN:-256}
 VOCAB=${VOCAB:-256}
+if ((PROMPT_MAX + LONG_TOKENS > SEQ_LEN)); then
+  echo "serve_load: PROMPT_MAX ($PROMPT_MAX) + LONG_TOKENS ($LONG_TOKENS) exceed SEQ_LEN ($SEQ_LEN):" \
+    "the server would refuse the longest requests; shorten them or raise SEQ_LEN" >&2
+  exit 2
+fi
 
 bench_workdir
 bench_header
@@ -60,11 +66,14 @@ done
 [[ -n $port ]] || { echo "serve_load: the server did not start:" >&2; cat "$work/serve.log" >&2; exit 1; }
 echo "model:   d_model $D_MODEL, $N_LAYERS layers, $N_HEADS heads, seq_len $SEQ_LEN; $THREADS threads"
 echo "load:    $REQUESTS requests x $ROUNDS rounds per mode, $CONCURRENCY clients;" \
-  "completions $SHORT_TOKENS tokens, or $LONG_TOKENS with probability $LONG_SHARE"
+  "prompts $PROMPT_MIN to $PROMPT_MAX tokens; completions $SHORT_TOKENS tokens, or $LONG_TOKENS with probability $LONG_SHARE"
 
 for round in $(seq "$ROUNDS"); do
-  for mode in continuous static; do
+  modes="continuous static"
+  ((round % 2 == 0)) && modes="static continuous"  # the order reversed every other round
+  for mode in $modes; do
     "$load" --port "$port" --mode "$mode" --requests "$REQUESTS" --concurrency "$CONCURRENCY" \
+      --prompt-min "$PROMPT_MIN" --prompt-max "$PROMPT_MAX" \
       --short-tokens "$SHORT_TOKENS" --long-tokens "$LONG_TOKENS" --long-share "$LONG_SHARE" \
       --max-seconds "$MAX_SECONDS" --seed "$round" | tee -a "$work/rounds.jsonl"
   done
@@ -85,4 +94,18 @@ for mode in ("continuous", "static"):
     print(f"{mode}: " + "; ".join(parts))
 ratio = summary("continuous", "output_tokens_per_s")[0] / summary("static", "output_tokens_per_s")[0]
 print(f"throughput continuous / static (medians): {ratio:.2f}x")
+# The rows bench/record.sh records: per round (the two modes ran back to back on the same seed)
+# continuous over static in throughput and in request latency p50, and the KV utilization.
+pairs = [{row["mode"]: row for row in rows[i:i + 2]} for i in range(0, len(rows) - 1, 2)]
+def paired(name, metric, key):
+    values = [r["continuous"][key] / r["static"][key] for r in pairs]
+    return {"name": name, "metric": metric, "value": statistics.median(values), "rounds": values}
+out = [paired("continuous/static", "output tokens/s, continuous / static", "output_tokens_per_s"),
+       paired("latency p50 continuous/static", "request latency p50, continuous / static",
+              "latency_p50_s")]
+for mode in ("continuous", "static"):
+    values = [row["kv_utilization"] for row in rows if row["mode"] == mode]
+    out.append({"name": f"kv_utilization {mode}", "metric": "tokens stored / tokens reserved",
+                "value": statistics.median(values), "rounds": values})
+print(json.dumps({"rows": out}))
 PY
