@@ -97,7 +97,7 @@ record compression_tcp --title "Gradient compression's step time, dp 2 over TCP 
 record serve_load --title "Serving under load: continuous against static batching (d_model 256, 1 rank x 2 threads)" \
   --target 'continuous/static>=2.0' --target 'latency p50 continuous/static<=1.0' \
   --target 'kv_utilization continuous>=0.90' \
-  ROUNDS=3 REQUESTS=64 bench/serve_load.sh "$build"
+  ROUNDS=5 REQUESTS=256 bench/serve_load.sh "$build"
 
 record matmul --title "GEMM rates: strata's product and ATen's matmul in fp32 and bf16 (2 threads)" \
   $fair_blas bench/matmul.sh "$build"
