@@ -205,8 +205,11 @@ TEST(CostModel, BlockwiseAttentionPricesItsTilesNotTheScores) {
 // with nothing to compress is refused.
 TEST(CostModel, CompressionShrinksTheDataParallelPhaseWhereItTravels) {
   const TransformerSpec spec = megatron_gpt(24, 2048, 16, 51200, 2048);
+  // Between nodes at a tenth of the preset's bandwidth the reduction far outlasts the last
+  // backward it overlaps, so the dp phase is bound by the bytes that travel.
   auto dp_seconds = [&](const std::string& text, Precision precision) {
-    PlanInputs inputs = plan_inputs(spec, a100_nodes(16), 256);
+    PlanInputs inputs = plan_inputs(spec, a100_nodes(16), 16);
+    inputs.cluster.network.inter_node_gbs /= 10;
     inputs.precision = precision;
     return predict_layout(inputs, parse_layout(text)).time.data_parallel;
   };
@@ -228,6 +231,43 @@ TEST(CostModel, CompressionShrinksTheDataParallelPhaseWhereItTravels) {
   EXPECT_EQ(layout_to_string(resolve_layout(parse_layout("tp=4,compression=powersgd"), 8)),
             "tp=4 pp=1 dp=2 cp=1 cp_comm=ring ep=1 vpp=1 zero=0 micro_batch=1 recompute=none "
             "sequence_parallel=false schedule=none compression=powersgd powersgd_rank=4");
+}
+
+// The runtime starts each bucket's reduction as the last backward completes it
+// (data_parallel/gradient_reduction.h): what is left after the backward is the last bucket's
+// reduction, or what the backward could not cover.
+TEST(CostModel, TheGradientReductionOverlapsTheLastBackwardBucketByBucket) {
+  EXPECT_DOUBLE_EQ(data_parallel_exposed(1.0, 1, 5.0), 1.0);   // one bucket: nothing overlaps
+  EXPECT_DOUBLE_EQ(data_parallel_exposed(1.0, 4, 5.0), 0.25);  // a long backward: the last one
+  EXPECT_DOUBLE_EQ(data_parallel_exposed(4.0, 4, 2.0), 2.5);   // 4 - 2 * 3/4
+  // Against a bucket-by-bucket timeline: bucket i ready at i, each reduction 1.5.
+  double end = 0;
+  for (int i = 1; i <= 8; ++i) end = std::max(end, static_cast<double>(i)) + 1.5;
+  EXPECT_DOUBLE_EQ(data_parallel_exposed(12.0, 8, 8.0), end - 8.0);
+
+  // In a prediction: more tokens per microbatch lengthen the backward that hides the same
+  // reduction (the 1.3B model on 16 nodes, dp 16); a stage that finishes its last backward
+  // before the pipeline drains hides that much more (pp 4: the last stage finishes first).
+  const TransformerSpec spec = megatron_gpt(24, 2048, 16, 51200, 2048);
+  auto predict = [&](const std::string& text, int64_t global_batch) {
+    return predict_layout(plan_inputs(spec, a100_nodes(16), global_batch), parse_layout(text));
+  };
+  const Prediction short_backward = predict("tp=8,micro_batch=1", 16);
+  const Prediction long_backward = predict("tp=8,micro_batch=4", 64);
+  EXPECT_GT(short_backward.time.data_parallel, 1.5 * long_backward.time.data_parallel);
+  // The search prunes by the lower bound, which must stay below the prediction now that a
+  // stage's drain time hides its reduction (the bound credits a stage only the time between
+  // its own work and the busiest stage's).
+  CostModel model(plan_inputs(spec, a100_nodes(16), 64));
+  for (const char* text :
+       {"tp=8,pp=4,micro_batch=1,schedule=1f1b", "tp=4,pp=4,zero=1,micro_batch=2,schedule=1f1b",
+        "tp=2,pp=8,micro_batch=1,schedule=zb-h1", "tp=8,pp=2,zero=3,micro_batch=1,schedule=gpipe",
+        "tp=4,pp=4,vpp=2,micro_batch=1,schedule=interleaved-1f1b"}) {
+    const PlanLayout layout = resolve_layout(parse_layout(text), 128);
+    const Prediction full = model.predict(layout);
+    EXPECT_LE(model.predict_lower_bound(layout).step_time_s, full.step_time_s) << text;
+    EXPECT_GT(full.time.data_parallel, 0.0) << text;
+  }
 }
 
 TEST(CostModel, EachChoiceMovesTheRightTerm) {

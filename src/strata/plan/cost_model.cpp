@@ -1,6 +1,7 @@
 // The cost model: per pipeline rank, the parameters, activations and per-microbatch times of
 // the layers it holds; then the schedule simulator for the pipeline, and the data-parallel
-// and optimizer phases after it. Notation: t tp, b micro_batch, n = b * s / cp tokens a rank
+// phase (its gradient reduction overlapping each stage's last backward and the pipeline's
+// drain) and the optimizer after it. Notation: t tp, b micro_batch, n = b * s / cp tokens a rank
 // computes, e bytes of an activation element, R matmul FLOP/s, M memory bytes/s.
 #include "strata/plan/cost_model.h"
 
@@ -168,7 +169,25 @@ Schedule make_schedule(const ScheduleKey& key) {
   return build_schedule(request);
 }
 
+// The data-parallel buckets of a stage's gradients: runs of layer units about
+// parallel.bucket_mb's default large, never splitting a unit (ZeRO-3: one unit each).
+int64_t reduction_buckets(double gradient_bytes, int64_t units, int64_t zero) {
+  constexpr double kBucketBytes = 25.0 * 1024 * 1024;  // parallel.bucket_mb = 25
+  if (zero == 3) return units;
+  const auto wanted = static_cast<int64_t>(std::ceil(gradient_bytes / kBucketBytes));
+  return std::clamp<int64_t>(wanted, 1, units);
+}
+
 }  // namespace
+
+double data_parallel_exposed(double reduction_s, int64_t buckets, double backward_s) {
+  STRATA_CHECK(buckets >= 1, "buckets ", buckets);
+  // Bucket i (1-based) is ready at backward_s * i / k and the reductions run one after another,
+  // each reduction_s / k: the last ends at max over i of (ready_i + (k - i + 1) * reduction_s /
+  // k), which is the larger of the two ends below.
+  const double k = static_cast<double>(buckets);
+  return std::max(reduction_s / k, reduction_s - backward_s * (k - 1) / k);
+}
 
 // One pipeline rank: what it holds and what one microbatch costs it.
 struct CostModel::StageModel {
@@ -568,6 +587,7 @@ Prediction CostModel::predict(const PlanLayout& layout, bool simulate_pipeline) 
     if (models[r].per_microbatch() > models[busiest].per_microbatch()) busiest = r;
   }
   double pipeline_time = m * models[busiest].per_microbatch();
+  std::vector<double> pipeline_stage_end(layout.pp, pipeline_time);
   double no_transfer_time = pipeline_time;
   if (layout.pp > 1 && simulate_pipeline) {
     const Schedule schedule = make_schedule({layout.schedule, layout.pp, microbatches, layout.vpp});
@@ -578,6 +598,7 @@ Prediction CostModel::predict(const PlanLayout& layout, bool simulate_pipeline) 
     simulations_ += 2;
     no_transfer_time = ideal.step_time;
     pipeline_time = real.step_time;
+    for (int64_t r = 0; r < layout.pp; ++r) pipeline_stage_end[r] = real.per_stage[r].end;
     prediction.bubble_fraction = ideal.bubble_fraction;
   }
 
@@ -593,16 +614,27 @@ Prediction CostModel::predict(const PlanLayout& layout, bool simulate_pipeline) 
   time.pipeline_bubble = std::max(0.0, no_transfer_time - m * stage.per_microbatch());
   time.pipeline_p2p = std::max(0.0, pipeline_time - no_transfer_time);
 
-  // After the pipeline: every stage reduces its gradients over its replicas (the slowest
-  // decides), then steps its optimizer.
+  // After the pipeline: every stage reduces its gradients over its replicas, then (once the
+  // gradient norm is agreed over all ranks) steps its optimizer. The reduction proper overlaps
+  // the stage's last backward bucket by bucket (data_parallel_exposed), and a stage that ends
+  // its last backward before the pipeline's end hides that much more of it.
+  // Without the simulation (the lower bound) a stage ends no earlier than its own work.
+  std::vector<double> stage_slack(layout.pp, 0.0);
+  for (int64_t r = 0; layout.pp > 1 && r < layout.pp; ++r) {
+    const double end = simulate_pipeline ? pipeline_stage_end[r] : m * models[r].per_microbatch();
+    stage_slack[r] = std::max(0.0, pipeline_time - end);
+  }
   const int64_t replicas = layout.dp * layout.cp;
   const GroupSpan replica_group = group_span(layout.tp, replicas, cluster.devices_per_node);
   const GroupSpan expert_group =
       group_span(layout.tp * layout.ep, replicas / layout.ep, cluster.devices_per_node);
   const double M = cluster.device.memory_bandwidth_gbs * 1e9;
-  double data_parallel = 0, optimizer = 0;
-  for (const StageModel& model : models) {
-    double reduce = 0;
+  double hidden_part = 0, after_part = 0, optimizer = 0;
+  for (int64_t r = 0; r < layout.pp; ++r) {
+    const StageModel& model = models[r];
+    double overlapped = 0;  // the gradient reduction proper, which overlaps the last backward
+    double reduce = 0;      // before the gradient norm, after the last backward
+    double after = 0;       // ZeRO's parameter gathers and the synchronizing small sums
     // PowerSGD's share of the elements that travel: its matrices as factors, the rest whole.
     const double stage_params = model.dense_params + model.expert_params;
     const double powersgd_share =
@@ -625,48 +657,55 @@ Prediction CostModel::predict(const PlanLayout& layout, bool simulate_pipeline) 
           if (layout.zero == 0) {
             // The runtime copies every gradient into one flat buffer and back around the
             // all-reduce.
-            reduce += all_reduce_seconds(network, group, sent) + 4 * grads / M;
+            overlapped += all_reduce_seconds(network, group, sent);
+            reduce += 4 * grads / M;
           } else {
-            reduce += reduce_scatter_seconds(network, group, sent) +
-                      all_gather_seconds(network, group, weights);
+            overlapped += reduce_scatter_seconds(network, group, sent);
           }
           break;
         }
         case GradientCompression::powersgd:
           // Two all-reduces (P and Q) of fp32 factors; error feedback reads and writes the
-          // residual and the gradient (3 passes); ZeRO >= 1 still gathers the weights.
-          reduce += all_reduce_seconds(network, group, 4 * powersgd_share * params) +
-                    3 * 4 * params / M +
-                    (layout.zero >= 1 ? all_gather_seconds(network, group, weights) : 0.0);
+          // residual and the gradient (3 passes); ZeRO-1/2 still gather the weights (below).
+          reduce +=
+              all_reduce_seconds(network, group, 4 * powersgd_share * params) + 3 * 4 * params / M;
           break;
         case GradientCompression::onebit:
           // Signs packed 8 per byte and a float32 scale per 256 through the two phases
           // (worker -> server -> worker: an all-reduce's volume); encoding with error feedback
           // on both sides, 4 passes.
           reduce += all_reduce_seconds(network, group, params * (1.0 / 8 + 4.0 / 256)) +
-                    4 * 4 * params / M +
-                    (layout.zero >= 1 ? all_gather_seconds(network, group, weights) : 0.0);
+                    4 * 4 * params / M;
           break;
       }
-      if (layout.zero == 3) reduce += m * 2 * all_gather_seconds(network, group, gathered);
+      // ZeRO-1/2 gather the updated parameters once; ZeRO-3 gathers each unit before its
+      // forward and its backward instead, every microbatch.
+      if (layout.zero == 1 || layout.zero == 2)
+        after += all_gather_seconds(network, group, weights);
+      if (layout.zero == 3) after += m * 2 * all_gather_seconds(network, group, gathered);
     }
     if (layout.compression == GradientCompression::powersgd) {
       reduce += model.powersgd_flops /
                 (cluster.device.peak_tflops * 1e12 * cluster.device.matmul_efficiency);
     }
-    reduce += model.tied_embedding_sync;
-    // The mean loss is averaged over the replicas: one small all-reduce.
-    reduce += all_reduce_seconds(network, replica_group, 8);
-    data_parallel = std::max(data_parallel, reduce);
+    // The tied embedding's sum waits for both end stages; the mean loss is averaged over the
+    // replicas: one small all-reduce.
+    after += model.tied_embedding_sync + all_reduce_seconds(network, replica_group, 8);
+    const double exposed = data_parallel_exposed(
+        overlapped,
+        reduction_buckets(bytes_per.grads * stage_params, model.layers + 1, layout.zero),
+        model.backward_input() + model.weight_compute);
+    hidden_part = std::max(hidden_part, std::max(0.0, exposed + reduce - stage_slack[r]));
+    after_part = std::max(after_part, after);
     const double local =
         model.dense_params / (layout.zero >= 1 ? static_cast<double>(replicas) : 1.0) +
         model.expert_params / (layout.zero >= 1 ? static_cast<double>(replicas / layout.ep) : 1.0);
     optimizer = std::max(optimizer, optimizer_bytes_per_parameter(inputs_.precision) * local / M);
   }
-  time.data_parallel = data_parallel;
+  time.data_parallel = hidden_part + after_part;
   time.optimizer = optimizer;
 
-  prediction.step_time_s = pipeline_time + data_parallel + optimizer;
+  prediction.step_time_s = pipeline_time + time.data_parallel + optimizer;
   const double devices = static_cast<double>(cluster.devices());
   const double batch = static_cast<double>(inputs_.global_batch);
   prediction.tokens_per_s = batch * static_cast<double>(spec.seq) / prediction.step_time_s;

@@ -125,6 +125,12 @@ struct Prediction {
   std::vector<StagePrediction> stages;  // one per pipeline rank
 };
 
+// The part of a stage's gradient reduction (reduction_s in all, over `buckets` equal buckets)
+// left after its last backward (backward_s), which readies the buckets at an even pace and
+// starts each bucket's reduction as it is ready: the runtime's overlap
+// (data_parallel/gradient_reduction.h). One bucket overlaps nothing.
+double data_parallel_exposed(double reduction_s, int64_t buckets, double backward_s);
+
 // The cost model of one (model, cluster, batch), with caches for the pipeline simulations a
 // search repeats. Not thread-safe.
 class CostModel {
