@@ -74,8 +74,8 @@ std::string explanation(const Prediction& prediction) {
            " microbatches")},
       {"pipeline p2p", time.pipeline_p2p, str("what transfers add, ", link_name(links.pipeline))},
       {"data-parallel communication", time.data_parallel,
-       str("left after the last backward, dp x cp ", layout.dp * layout.cp, " zero ", layout.zero, ", ",
-           link_name(links.data_parallel))},
+       str("left after the last backward, dp x cp ", layout.dp * layout.cp, " zero ", layout.zero,
+           ", ", link_name(links.data_parallel))},
       {"optimizer", time.optimizer, "AdamW and clipping, memory-bound"},
   };
   std::stable_sort(list.begin(), list.end(),
