@@ -35,7 +35,9 @@ struct AttentionForward {
 // touches 128 KiB of scores and <= 256 KiB of q, k, v tiles (float32): within a core's L2
 // (1-2 MiB). Each tile product is one BLAS-sized GEMM, which runs nearer its peak the larger
 // it is; where the diagonal crosses a tile pair it is cut into 64-row blocks, so the masked
-// triangle wastes little. Measured choices in docs/performance.md ("Attention alone").
+// triangle wastes little. Chosen by timing bench/attention_kernel against 64-row query tiles and
+// 128-row key tiles (slower here, commit 798f44f); the kernel against eager attention is the
+// `attention` record of docs/performance.md.
 constexpr int64_t kAttentionQueryTile = 128;
 constexpr int64_t kAttentionKeyTile = 256;
 

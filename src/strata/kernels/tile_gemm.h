@@ -4,8 +4,8 @@
 //
 // float goes to oneDNN's sgemm when libtorch brought libdnnl with it (Debian's libtorch does,
 // for MKL-DNN): it picks its kernels from the CPU it runs on, where Debian's OpenBLAS 0.3.21
-// may not know the CPU and fall back to SSE3 kernels (docs/performance.md, "Attention
-// alone"). Inside a parallel region it runs on one thread. Without libdnnl, and for double,
+// may not know the CPU and fall back to SSE3 kernels (docs/performance.md, "The
+// peers"). Inside a parallel region it runs on one thread. Without libdnnl, and for double,
 // the product goes through ATen's mm on tensors wrapping the pointers.
 #pragma once
 #include <cstdint>
