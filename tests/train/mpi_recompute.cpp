@@ -5,6 +5,7 @@
 // recomputation keeps a fraction of the activations.
 #include <gtest/gtest.h>
 
+#include "strata/parallel/linear.h"
 #include "test_configs.h"
 #include "test_support.h"
 #include "train_support.h"
@@ -109,9 +110,13 @@ double activation_formula_bytes(const Config& config, Recompute mode) {
                           ? e * n * h + 4 * a * n
                           : (4 + (e < 4 ? e : 0)) * a * s * n;
   const double head = 4 * n * h + e * n * h + 2 * 4 * n * V;
-  // 16-bit products run in float32 on CPU (parallel/linear.cpp): the up-projection's float32
-  // output 4*n*F lives until it is rounded, on top of whatever the peak holds.
-  const double transient = e < 4 ? 4 * n * F : 0.0;
+  // 16-bit products that run in float32 on CPU (parallel/linear.cpp: fp16, and bf16 without
+  // AMX): the up-projection's float32 output 4*n*F lives until it is rounded, on top of
+  // whatever the peak holds.
+  const bool float32_products =
+      config.train.precision == Precision::fp16 ||
+      (config.train.precision == Precision::bf16 && !cpu_bf16_products_native());
+  const double transient = float32_products ? 4 * n * F : 0.0;
   switch (mode) {
     case Recompute::none:
       return L * (kept + core) + head + transient;

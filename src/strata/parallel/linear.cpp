@@ -4,8 +4,8 @@
 // Its three products go through kernels/tile_gemm.h in float32 when oneDNN is loaded: oneDNN
 // picks its kernels from the CPU, where Debian's OpenBLAS (behind ATen's matmul) may not know
 // the CPU and run generic SSE3 kernels at a fifth of the speed (docs/performance.md). Other
-// dtypes, and a process without oneDNN, use ATen's matmul; bf16 and fp16 on CPU are multiplied
-// in float32 and rounded (multiplies_in_float32 below).
+// dtypes, and a process without oneDNN, use ATen's matmul; fp16 on CPU, and bf16 on a CPU
+// without AMX, are multiplied in float32 and rounded (multiplies_in_float32 below).
 #include "strata/parallel/linear.h"
 
 #include <torch/csrc/autograd/custom_function.h>
@@ -22,11 +22,14 @@ using torch::autograd::variable_list;
 
 // 16-bit operands on CPU multiply in float32 and the product is rounded: a product of two
 // 16-bit numbers is exact in float32, so this is what a bf16 GEMM accumulating in float32
-// computes. oneDNN's float32 sgemm runs about 3x faster than its bf16 GEMM on a CPU without
-// AMX (2 threads of this machine: ~250 against ~80 GFLOP/s, docs/performance.md), and
-// libtorch 1.13 has no CPU float16 GEMM at all. A CUDA tensor multiplies natively.
+// computes. Without AMX oneDNN's float32 sgemm runs about 3x faster than its bf16 GEMM (an
+// AVX-512 BF16 Xeon, 2 threads: ~250 against ~80 GFLOP/s); with AMX its bf16 GEMM runs about
+// 5x faster than float32 (the `matmul` record of docs/performance.md), so bf16 stays bf16
+// there. libtorch 1.13 has no CPU float16 GEMM at all. A CUDA tensor multiplies natively.
 bool multiplies_in_float32(const at::Tensor& a) {
-  return a.is_cpu() && (a.scalar_type() == at::kBFloat16 || a.scalar_type() == at::kHalf);
+  if (!a.is_cpu()) return false;
+  if (a.scalar_type() == at::kHalf) return true;
+  return a.scalar_type() == at::kBFloat16 && !cpu_bf16_products_native();
 }
 
 bool onednn_products(const at::Tensor& a, const at::Tensor& b) {
@@ -99,6 +102,15 @@ struct LinearFunction : torch::autograd::Function<LinearFunction> {
 };
 
 }  // namespace
+
+bool cpu_bf16_products_native() {
+#if defined(__x86_64__) && defined(__GNUC__)
+  static const bool amx = __builtin_cpu_supports("amx-bf16");
+  return amx;
+#else
+  return false;
+#endif
+}
 
 at::Tensor linear(const at::Tensor& x, const at::Tensor& weight) {
   return LinearFunction::apply(x, weight);

@@ -16,6 +16,11 @@ namespace strata {
 // x (..., in), weight (out, in) -> (..., out).
 at::Tensor linear(const at::Tensor& x, const at::Tensor& weight);
 
+// Whether bf16 products on this CPU run as bf16 (ATen's matmul, oneDNN on the CPU's AMX
+// tiles) rather than in float32 and rounded: true where the CPU has AMX-BF16. Either way the
+// products accumulate in float32 and round once; only the summation order differs.
+bool cpu_bf16_products_native();
+
 class WeightGradQueue {
  public:
   void push(std::function<void()> work) { work_.push_back(std::move(work)); }
