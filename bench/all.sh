@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # The whole benchmark suite, each benchmark recorded by bench/record.sh into bench/results/ with
-# the targets the issues set, then docs/performance.md regenerated (bench/report.py). About 17
+# the targets the issues set, then docs/performance.md regenerated (bench/report.py). About 18
 # minutes on an idle 2-core machine; run it on an idle machine (records taken while other
 # processes use more than half a core are marked "loaded" and do not count against targets).
 #
-#   bench/all.sh [BUILD_DIR]        (default build; needs targets strata, matmul_peak and serve_load)
+#   bench/all.sh [BUILD_DIR]        (default build; needs targets strata and bench/'s)
 #   ONLY="layouts dp_d512" bench/all.sh    run only the named records
 #   SMOKE=1 bench/all.sh   every record on a tiny model, into a temporary results directory and
 #                          a temporary page: checks the suite end to end (ctest bench.smoke), not speed
@@ -18,7 +18,7 @@ bench=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 build=${1:-build}
 [[ -d $build ]] || build="$bench/../$build"
 build=$(cd "$build" 2>/dev/null && pwd) || { echo "all: no build dir ${1:-build}" >&2; exit 2; }
-for binary in src/strata bench/matmul_peak bench/serve_load; do
+for binary in src/strata bench/matmul_peak bench/serve_load bench/serve_step bench/onebit_allreduce; do
   [[ -x $build/$binary ]] || { echo "all: $build/$binary missing; cmake --build $build" >&2; exit 2; }
 done
 
@@ -28,7 +28,7 @@ export IDLE_WAIT_S=${IDLE_WAIT_S:-600}  # each record waits up to 10 min for an 
 if [[ -n ${SMOKE:-} ]]; then
   # Later knobs win: these shrink every record's model and run; nothing lands in bench/results/.
   tiny=(ROUNDS=2 STEPS=2 WARMUP=1 D_MODEL=64 N_HEADS=2 N_LAYERS=2 SEQ_LEN=32 BATCH=4
-        REQUESTS=8 PROMPT_MIN=4 PROMPT_MAX=12 SHORT_TOKENS=4 LONG_TOKENS=12)
+        REQUESTS=8 PROMPT_MIN=4 PROMPT_MAX=12 SHORT_TOKENS=4 LONG_TOKENS=12 ELEMENTS=65536 CALLS=2)
   smoke_dir=$(mktemp -d)
   trap 'rm -rf "$smoke_dir"' EXIT
   export RESULTS=$smoke_dir/results SAMPLE_S=1 IDLE_WAIT_S=0
@@ -98,6 +98,13 @@ record serve_load --title "Serving under load: continuous against static batchin
   --target 'continuous/static>=2.0' --target 'latency p50 continuous/static<=1.0' \
   --target 'kv_utilization continuous>=0.90' \
   ROUNDS=5 REQUESTS=256 bench/serve_load.sh "$build"
+
+# The two pieces the serving and 1-bit Adam pages reason from: a decode step's fixed and
+# per-sequence cost, and the 1-bit codec against the float32 all-reduce.
+record serve_step --title "One serving engine step: decode time by batch size (d_model 256, 2 threads)" \
+  bench/serve_step.sh "$build" --sequences 1,8,16
+record onebit_allreduce --title "1-bit compressed all-reduce against float32, 2 ranks, shared memory and TCP (3.2 M floats)" \
+  bench/onebit_allreduce.sh "$build"
 
 record matmul --title "GEMM rates: strata's product and ATen's matmul in fp32 and bf16 (2 threads)" \
   $fair_blas bench/matmul.sh "$build"
