@@ -1,13 +1,79 @@
 // AdamW update and the learning-rate schedule.
 #include "strata/optim/adamw.h"
 
+#include <ATen/Dispatch.h>
+#include <ATen/Parallel.h>
 #include <ATen/core/grad_mode.h>
 
+#include <array>
 #include <cmath>
 
 namespace strata {
 
 namespace {
+
+// The scalars of one update: value <- value * decay - step_size * m / (sqrt(v) * inv_bc2 + eps),
+// after m <- beta1 m + (1 - beta1) g and v <- beta2 v + (1 - beta2) g^2 (when the variance
+// is not frozen).
+struct Update {
+  double decay, beta1, beta2, step_size, inv_sqrt_bias_correction2, eps;
+  bool update_variance;
+};
+
+// One pass over each element (read value, gradient and both moments, write three back) where
+// the separate ATen ops make nine: the update is memory-bound, so this is its cost. Contiguous
+// CPU tensors of one floating dtype; false (nothing done) otherwise.
+bool fused_update(const AdamW::Slot& slot, const at::Tensor& grad, const Update& u) {
+  const at::Tensor& value = slot.value;
+  if (!value.is_cpu() || !value.is_contiguous()) return false;
+  if (value.scalar_type() != at::kFloat && value.scalar_type() != at::kDouble) return false;
+  const std::array<const at::Tensor*, 3> others{&slot.exp_avg, &slot.exp_avg_sq, &grad};
+  for (const at::Tensor* t : others) {
+    if (t == &grad && !u.update_variance) continue;  // the frozen phase reads no gradient
+    if (!t->is_cpu() || !t->is_contiguous() || t->scalar_type() != value.scalar_type() ||
+        t->numel() != value.numel()) {
+      return false;
+    }
+  }
+  AT_DISPATCH_FLOATING_TYPES(value.scalar_type(), "adamw_fused", [&] {
+    using T = scalar_t;
+    T* w = value.data_ptr<T>();
+    T* m = slot.exp_avg.data_ptr<T>();
+    T* v = slot.exp_avg_sq.data_ptr<T>();
+    const T* g = u.update_variance ? grad.data_ptr<T>() : nullptr;
+    const T decay = static_cast<T>(u.decay), b1 = static_cast<T>(u.beta1),
+            b2 = static_cast<T>(u.beta2), one_b1 = static_cast<T>(1.0 - u.beta1),
+            one_b2 = static_cast<T>(1.0 - u.beta2), step = static_cast<T>(u.step_size),
+            inv_bc2 = static_cast<T>(u.inv_sqrt_bias_correction2), eps = static_cast<T>(u.eps);
+    at::parallel_for(0, value.numel(), 1 << 14, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        if (g != nullptr) {
+          m[i] = m[i] * b1 + one_b1 * g[i];
+          v[i] = v[i] * b2 + one_b2 * g[i] * g[i];
+        }
+        w[i] = w[i] * decay - step * m[i] / (std::sqrt(v[i]) * inv_bc2 + eps);
+      }
+    });
+  });
+  return true;
+}
+
+// The same update as ATen ops, for any other tensors (views, CUDA, 16-bit).
+void unfused_update(AdamW::Slot& slot, const at::Tensor& grad, const Update& u) {
+  at::Tensor& value = slot.value;
+  if (u.decay != 1.0) value.mul_(u.decay);
+  if (u.update_variance) {
+    slot.exp_avg.mul_(u.beta1).add_(grad, 1.0 - u.beta1);
+    slot.exp_avg_sq.mul_(u.beta2).addcmul_(grad, grad, 1.0 - u.beta2);
+  }
+  auto denominator = (slot.exp_avg_sq.sqrt() * u.inv_sqrt_bias_correction2).add_(u.eps);
+  value.addcdiv_(slot.exp_avg, denominator, -u.step_size);
+}
+
+void update(AdamW::Slot& slot, const at::Tensor& grad, const Update& u) {
+  if (!fused_update(slot, grad, u)) unfused_update(slot, grad, u);
+}
+
 std::vector<AdamW::Slot> slots_of(const std::vector<Parameter*>& parameters) {
   std::vector<AdamW::Slot> slots;
   for (const Parameter* parameter : parameters) {
@@ -36,14 +102,11 @@ void AdamW::step(double lr) {
   const double step_size = lr / bias_correction1;
   const double inv_sqrt_bias_correction2 = 1.0 / std::sqrt(bias_correction2);
   for (Slot& slot : slots_) {
-    at::Tensor& value = slot.value;
-    const at::Tensor grad = slot.grad.defined() ? slot.grad : value.grad();
+    const at::Tensor grad = slot.grad.defined() ? slot.grad : slot.value.grad();
     if (!grad.defined()) continue;
-    if (slot.weight_decay && weight_decay_ != 0.0) value.mul_(1.0 - lr * weight_decay_);
-    slot.exp_avg.mul_(beta1_).add_(grad, 1.0 - beta1_);
-    slot.exp_avg_sq.mul_(beta2_).addcmul_(grad, grad, 1.0 - beta2_);
-    auto denominator = (slot.exp_avg_sq.sqrt() * inv_sqrt_bias_correction2).add_(eps_);
-    value.addcdiv_(slot.exp_avg, denominator, -step_size);
+    const double decay = slot.weight_decay ? 1.0 - lr * weight_decay_ : 1.0;
+    update(slot, grad,
+           {decay, beta1_, beta2_, step_size, inv_sqrt_bias_correction2, eps_, /*variance=*/true});
   }
 }
 
@@ -55,10 +118,9 @@ void AdamW::step_with_frozen_variance(double lr, int64_t variance_steps) {
   const double step_size = lr / bias_correction1;
   const double inv_sqrt_bias_correction2 = 1.0 / std::sqrt(bias_correction2);
   for (Slot& slot : slots_) {
-    at::Tensor& value = slot.value;
-    if (slot.weight_decay && weight_decay_ != 0.0) value.mul_(1.0 - lr * weight_decay_);
-    auto denominator = (slot.exp_avg_sq.sqrt() * inv_sqrt_bias_correction2).add_(eps_);
-    value.addcdiv_(slot.exp_avg, denominator, -step_size);
+    const double decay = slot.weight_decay ? 1.0 - lr * weight_decay_ : 1.0;
+    update(slot, at::Tensor(),
+           {decay, beta1_, beta2_, step_size, inv_sqrt_bias_correction2, eps_, /*variance=*/false});
   }
 }
 
