@@ -55,10 +55,10 @@ CoreKernels attention_core_kernels(AttentionKernel kernel) {
   return kernel == AttentionKernel::eager ? CoreKernels{3, 5} : CoreKernels{1, 2};
 }
 
-// Optimizer step + clipping, bytes moved per local parameter. fp32/fp64: strata's AdamW as
-// separate ATen ops (decay, two moment updates, sqrt, scale, add eps, addcdiv: 92 bytes at 4
-// bytes per element) + clipping (the norm reads the gradients, 4; scaling them rewrites
-// them, 8) + zero_grad (4) = 108. bf16: a fused
+// Optimizer step + clipping, bytes moved per local parameter. fp32/fp64: strata's fused AdamW
+// (optim/adamw.cpp: reads value, gradient and both moments, writes value and moments: 28
+// bytes at 4 bytes per element) + clipping (the norm reads the gradients, 4; scaling them
+// rewrites them, 8) + zero_grad (4) = 44. bf16: a fused
 // mixed-precision AdamW (read fp32 master, m, v and the 2-byte gradient; write master, m, v
 // and the 2-byte weight) + reading the gradients for the norm.
 double optimizer_bytes_per_parameter(Precision precision) {
@@ -67,9 +67,9 @@ double optimizer_bytes_per_parameter(Precision precision) {
     case Precision::fp16:
       return 30;
     case Precision::fp32:
-      return 108;
+      return 44;
     case Precision::fp64:
-      return 216;
+      return 88;
   }
   return 0;
 }
