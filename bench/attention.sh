@@ -12,8 +12,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 build_arg=build
 if [[ $# -gt 0 && $1 != --* ]]; then build_arg=$1; shift; fi
 bench_init attention "$build_arg"
-binary="$build/bench/attention_kernel"
-[[ -x $binary ]] || { echo "attention: $binary missing; cmake --build $build --target attention_kernel" >&2; exit 2; }
+bench_binary attention_kernel
 THREADS=${THREADS:-2}
 export OMP_NUM_THREADS=$THREADS
 bench_header

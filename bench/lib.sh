@@ -1,6 +1,7 @@
 # Shared set-up of the bench/ scripts; source it, then call these in order.
 #   bench_init NAME [BUILD_DIR]   sets repo, build (absolute), strata and python; exits 2 with a
 #                                 message when the build or its strata binary is missing
+#   bench_binary NAME             sets binary to BUILD_DIR/bench/NAME; exits 2 when it is missing
 #   bench_workdir                 sets work: $KEEP if given (kept), else a temp dir removed on exit
 #   bench_header                  prints the machine, date and load lines every record starts with
 # shellcheck shell=bash
@@ -15,6 +16,11 @@ bench_init() {
   [[ -x $strata ]] || { echo "$bench_name: $strata missing; ninja -C $build strata" >&2; exit 2; }
   python=/usr/bin/python3  # Debian's python3-torch, the same libtorch that strata links
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+}
+
+bench_binary() {
+  binary="$build/bench/$1"
+  [[ -x $binary ]] || { echo "$bench_name: $binary missing; cmake --build $build --target $1" >&2; exit 2; }
 }
 
 bench_workdir() {

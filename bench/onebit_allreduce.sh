@@ -11,8 +11,7 @@ set -euo pipefail
 
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 bench_init onebit_allreduce "${1:-build}"
-binary="$build/bench/onebit_allreduce"
-[[ -x $binary ]] || { echo "onebit_allreduce: $binary missing; cmake --build $build --target onebit_allreduce" >&2; exit 2; }
+bench_binary onebit_allreduce
 ROUNDS=${ROUNDS:-3} ELEMENTS=${ELEMENTS:-3200000} CALLS=${CALLS:-20}
 bench_header
 bench_workdir

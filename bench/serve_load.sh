@@ -18,8 +18,8 @@ set -euo pipefail
 
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 bench_init serve_load "${1:-build}"
-load="$build/bench/serve_load"
-[[ -x $load ]] || { echo "serve_load: $load missing; ninja -C $build serve_load" >&2; exit 2; }
+bench_binary serve_load
+load=$binary
 ROUNDS=${ROUNDS:-3} REQUESTS=${REQUESTS:-64} CONCURRENCY=${CONCURRENCY:-8}
 MAX_SECONDS=${MAX_SECONDS:-300} SHORT_TOKENS=${SHORT_TOKENS:-8} LONG_TOKENS=${LONG_TOKENS:-96}
 LONG_SHARE=${LONG_SHARE:-0.2} THREADS=${THREADS:-2} PROMPT_MIN=${PROMPT_MIN:-8} PROMPT_MAX=${PROMPT_MAX:-48}

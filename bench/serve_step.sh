@@ -13,8 +13,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 build_arg=build
 if [[ $# -gt 0 && $1 != --* ]]; then build_arg=$1; shift; fi
 bench_init serve_step "$build_arg"
-binary="$build/bench/serve_step"
-[[ -x $binary ]] || { echo "serve_step: $binary missing; cmake --build $build --target serve_step" >&2; exit 2; }
+bench_binary serve_step
 THREADS=${THREADS:-2}
 bench_header
 bench_workdir
