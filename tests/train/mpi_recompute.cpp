@@ -5,6 +5,7 @@
 // recomputation keeps a fraction of the activations.
 #include <gtest/gtest.h>
 
+#include "strata/core/precision.h"
 #include "strata/parallel/linear.h"
 #include "test_configs.h"
 #include "test_support.h"
@@ -113,10 +114,8 @@ double activation_formula_bytes(const Config& config, Recompute mode) {
   // 16-bit products that run in float32 on CPU (parallel/linear.cpp: fp16, and bf16 without
   // AMX): the up-projection's float32 output 4*n*F lives until it is rounded, on top of
   // whatever the peak holds.
-  const bool float32_products =
-      config.train.precision == Precision::fp16 ||
-      (config.train.precision == Precision::bf16 && !cpu_bf16_products_native());
-  const double transient = float32_products ? 4 * n * F : 0.0;
+  const double transient =
+      cpu_multiplies_in_float32(compute_dtype(config.train.precision)) ? 4 * n * F : 0.0;
   switch (mode) {
     case Recompute::none:
       return L * (kept + core) + head + transient;

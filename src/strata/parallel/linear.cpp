@@ -27,9 +27,7 @@ using torch::autograd::variable_list;
 // 5x faster than float32 (the `matmul` record of docs/performance.md), so bf16 stays bf16
 // there. libtorch 1.13 has no CPU float16 GEMM at all. A CUDA tensor multiplies natively.
 bool multiplies_in_float32(const at::Tensor& a) {
-  if (!a.is_cpu()) return false;
-  if (a.scalar_type() == at::kHalf) return true;
-  return a.scalar_type() == at::kBFloat16 && !cpu_bf16_products_native();
+  return a.is_cpu() && cpu_multiplies_in_float32(a.scalar_type());
 }
 
 bool onednn_products(const at::Tensor& a, const at::Tensor& b) {
@@ -103,13 +101,13 @@ struct LinearFunction : torch::autograd::Function<LinearFunction> {
 
 }  // namespace
 
-bool cpu_bf16_products_native() {
+bool cpu_multiplies_in_float32(at::ScalarType dtype) {
 #if defined(__x86_64__) && defined(__GNUC__)
   static const bool amx = __builtin_cpu_supports("amx-bf16");
-  return amx;
 #else
-  return false;
+  static const bool amx = false;
 #endif
+  return dtype == at::kHalf || (dtype == at::kBFloat16 && !amx);
 }
 
 at::Tensor linear(const at::Tensor& x, const at::Tensor& weight) {

@@ -16,10 +16,11 @@ namespace strata {
 // x (..., in), weight (out, in) -> (..., out).
 at::Tensor linear(const at::Tensor& x, const at::Tensor& weight);
 
-// Whether bf16 products on this CPU run as bf16 (ATen's matmul, oneDNN on the CPU's AMX
-// tiles) rather than in float32 and rounded: true where the CPU has AMX-BF16. Either way the
-// products accumulate in float32 and round once; only the summation order differs.
-bool cpu_bf16_products_native();
+// Whether CPU products of this dtype run in float32 and are rounded (the one test linear uses):
+// float16 always, bfloat16 where the CPU lacks AMX-BF16 (with it, ATen's matmul runs oneDNN's
+// AMX kernels). Either way the products accumulate in float32 and round once; only the
+// summation order differs.
+bool cpu_multiplies_in_float32(at::ScalarType dtype);
 
 class WeightGradQueue {
  public:

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "strata/core/config.h"
 #include "strata/core/error.h"
 #include "strata/pipeline/generators.h"
 #include "strata/pipeline/partition.h"
@@ -172,9 +173,9 @@ Schedule make_schedule(const ScheduleKey& key) {
 // The data-parallel buckets of a stage's gradients: runs of layer units about
 // parallel.bucket_mb's default large, never splitting a unit (ZeRO-3: one unit each).
 int64_t reduction_buckets(double gradient_bytes, int64_t units, int64_t zero) {
-  constexpr double kBucketBytes = 25.0 * 1024 * 1024;  // parallel.bucket_mb = 25
   if (zero == 3) return units;
-  const auto wanted = static_cast<int64_t>(std::ceil(gradient_bytes / kBucketBytes));
+  const double bucket_bytes = ParallelConfig{}.bucket_mb * 1024 * 1024;
+  const auto wanted = static_cast<int64_t>(std::ceil(gradient_bytes / bucket_bytes));
   return std::clamp<int64_t>(wanted, 1, units);
 }
 
@@ -587,7 +588,9 @@ Prediction CostModel::predict(const PlanLayout& layout, bool simulate_pipeline) 
     if (models[r].per_microbatch() > models[busiest].per_microbatch()) busiest = r;
   }
   double pipeline_time = m * models[busiest].per_microbatch();
-  std::vector<double> pipeline_stage_end(layout.pp, pipeline_time);
+  // When each stage ends its last backward: its own work, or the simulation's timeline.
+  std::vector<double> pipeline_stage_end(layout.pp);
+  for (int64_t r = 0; r < layout.pp; ++r) pipeline_stage_end[r] = m * models[r].per_microbatch();
   double no_transfer_time = pipeline_time;
   if (layout.pp > 1 && simulate_pipeline) {
     const Schedule schedule = make_schedule({layout.schedule, layout.pp, microbatches, layout.vpp});
@@ -619,10 +622,9 @@ Prediction CostModel::predict(const PlanLayout& layout, bool simulate_pipeline) 
   // the stage's last backward bucket by bucket (data_parallel_exposed), and a stage that ends
   // its last backward before the pipeline's end hides that much more of it.
   // Without the simulation (the lower bound) a stage ends no earlier than its own work.
-  std::vector<double> stage_slack(layout.pp, 0.0);
-  for (int64_t r = 0; layout.pp > 1 && r < layout.pp; ++r) {
-    const double end = simulate_pipeline ? pipeline_stage_end[r] : m * models[r].per_microbatch();
-    stage_slack[r] = std::max(0.0, pipeline_time - end);
+  std::vector<double> stage_slack(layout.pp);
+  for (int64_t r = 0; r < layout.pp; ++r) {
+    stage_slack[r] = std::max(0.0, pipeline_time - pipeline_stage_end[r]);
   }
   const int64_t replicas = layout.dp * layout.cp;
   const GroupSpan replica_group = group_span(layout.tp, replicas, cluster.devices_per_node);
