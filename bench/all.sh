@@ -4,7 +4,7 @@
 # minutes on an idle 2-core machine; run it on an idle machine (records taken while other
 # processes use more than half a core are marked "loaded" and do not count against targets).
 #
-#   bench/all.sh [BUILD_DIR]        (default build; needs targets strata and bench/'s)
+#   bench/all.sh [BUILD_DIR]        (default build; needs strata and the bench/ programs built)
 #   ONLY="layouts dp_d512" bench/all.sh    run only the named records
 #   SMOKE=1 bench/all.sh   every record on a tiny model, into a temporary results directory and
 #                          a temporary page: checks the suite end to end (ctest bench.smoke), not speed

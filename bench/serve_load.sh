@@ -92,8 +92,6 @@ for mode in ("continuous", "static"):
         median, low, high = summary(mode, key)
         parts.append(f"{key} {median:.4g} ({low:.4g}..{high:.4g}){' ' + unit if unit else ''}")
     print(f"{mode}: " + "; ".join(parts))
-ratio = summary("continuous", "output_tokens_per_s")[0] / summary("static", "output_tokens_per_s")[0]
-print(f"throughput continuous / static (medians): {ratio:.2f}x")
 # The rows bench/record.sh records: per round (the two modes ran back to back on the same seed)
 # continuous over static in throughput and in request latency p50, and the KV utilization.
 pairs = [{row["mode"]: row for row in rows[i:i + 2]} for i in range(0, len(rows) - 1, 2)]
@@ -103,6 +101,7 @@ def paired(name, metric, key):
 out = [paired("continuous/static", "output tokens/s, continuous / static", "output_tokens_per_s"),
        paired("latency p50 continuous/static", "request latency p50, continuous / static",
               "latency_p50_s")]
+print(f"throughput continuous / static (median of the paired rounds): {out[0]['value']:.2f}x")
 for mode in ("continuous", "static"):
     values = [row["kv_utilization"] for row in rows if row["mode"] == mode]
     out.append({"name": f"kv_utilization {mode}", "metric": "tokens stored / tokens reserved",
