@@ -18,11 +18,9 @@
 // is cut into row blocks that each multiply only the keys they see (for_each_block).
 #include "strata/kernels/attention.h"
 
-#include <ATen/Parallel.h>
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -117,26 +115,6 @@ struct Rows {
                                 bool transposed = false) const {
     return {at(b, head, row), row_stride, transposed};
   }
-};
-
-// Task indices [0, count) for the threads of run_on_threads, each taking the next one when it
-// is done with its last, rather than fixed equal ranges: tasks differ in cost, and on a
-// shared machine another process may slow one thread down; either way the others take up
-// the slack and no thread sits idle at the end while another works through its range.
-class TaskQueue {
- public:
-  explicit TaskQueue(int64_t count) : count_(count) {}
-  // Sets task to the next one; false once all have been handed out.
-  bool take(int64_t& task) {
-    task = next_.fetch_add(1, std::memory_order_relaxed);
-    return task < count_;
-  }
-  // How many threads to start: one per ATen thread, at most one per task.
-  int64_t threads() const { return std::min<int64_t>(at::get_num_threads(), count_); }
-
- private:
-  const int64_t count_;
-  std::atomic<int64_t> next_{0};
 };
 
 // Zeroes rows [first, first + rows) of one head.

@@ -146,6 +146,51 @@ void score_gradient_row(const double* probabilities, double* dprobabilities, int
   }
 }
 
+STRATA_VECTOR_CLONES void gathered_scores_row(const float* query, const float* rows,
+                                              int64_t row_stride, const int64_t* slots,
+                                              int64_t count, int64_t D, float* scores) {
+  for (int64_t j = 0; j < count; ++j) {
+    const float* key = rows + slots[j] * row_stride;
+    Floats sums{};
+    int64_t d = 0;
+    for (; d + kLanes <= D; d += kLanes) {
+      Floats q, k;
+      load(q, query + d, kLanes, 0);
+      load(k, key + d, kLanes, 0);
+      sums += q * k;
+    }
+    if (d < D) {
+      Floats q, k;
+      load(q, query + d, D - d, 0);
+      load(k, key + d, D - d, 0);
+      sums += q * k;
+    }
+    float sum = 0;
+    for (int64_t lane = 0; lane < kLanes; ++lane) sum += sums[lane];
+    scores[j] = sum;
+  }
+}
+
+STRATA_VECTOR_CLONES void gathered_weighted_sum(const float* weights, const float* rows,
+                                                int64_t row_stride, const int64_t* slots,
+                                                int64_t count, int64_t D, float* out) {
+  int64_t d0 = 0;
+  for (; d0 + kLanes <= D; d0 += kLanes) {  // whole vectors: loads of a constant size
+    Floats sums{};
+    for (int64_t j = 0; j < count; ++j) {
+      Floats v;
+      load(v, rows + slots[j] * row_stride + d0, kLanes, 0);
+      sums += weights[j] * v;
+    }
+    std::memcpy(out + d0, &sums, sizeof sums);
+  }
+  for (; d0 < D; ++d0) {
+    float sum = 0;
+    for (int64_t j = 0; j < count; ++j) sum += weights[j] * rows[slots[j] * row_stride + d0];
+    out[d0] = sum;
+  }
+}
+
 STRATA_VECTOR_CLONES void exp_in_place(float* values, int64_t n) {
   exp_shifted_and_sum(values, n, 0.0f);
 }

@@ -33,6 +33,14 @@ void score_gradient_row(const float* probabilities, float* dprobabilities, int64
 void score_gradient_row(const double* probabilities, double* dprobabilities, int64_t cols,
                         double delta);
 
+// Decode (decode_attention.h): one query row's scores against `count` key rows gathered from
+// memory, row j at rows + slots[j] * row_stride (D values each): scores[j] = query . key_j.
+void gathered_scores_row(const float* query, const float* rows, int64_t row_stride,
+                         const int64_t* slots, int64_t count, int64_t D, float* scores);
+// And the weighted sum of the gathered value rows: out = sum_j weights[j] value_j (D values).
+void gathered_weighted_sum(const float* weights, const float* rows, int64_t row_stride,
+                           const int64_t* slots, int64_t count, int64_t D, float* out);
+
 // exp on each of n values in place, as the float rows compute it (for tests).
 void exp_in_place(float* values, int64_t n);
 

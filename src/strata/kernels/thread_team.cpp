@@ -1,8 +1,10 @@
 // A parallel region through libgomp's GOMP_parallel, looked up at run time (see thread_team.h).
 #include "strata/kernels/thread_team.h"
 
+#include <ATen/Parallel.h>
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <atomic>
 #include <exception>
 
@@ -46,5 +48,7 @@ void run_on_threads(int64_t threads, const std::function<void()>& body) {
   parallel(&run_member, &region, static_cast<unsigned>(threads), 0);
   if (region.error) std::rethrow_exception(region.error);
 }
+
+int64_t TaskQueue::threads() const { return std::min<int64_t>(at::get_num_threads(), count_); }
 
 }  // namespace strata

@@ -6,6 +6,7 @@
 // libtorch loads, so the threads are ATen's own OpenMP threads; and since they run inside a
 // region, oneDNN and ATen called from them stay on their thread instead of forking again.
 #pragma once
+#include <atomic>
 #include <cstdint>
 #include <functional>
 
@@ -16,5 +17,25 @@ namespace strata {
 // once on the caller instead when threads <= 1, inside a parallel region already (OpenMP
 // does not nest by default), or without libgomp in the process.
 void run_on_threads(int64_t threads, const std::function<void()>& body);
+
+// Task indices [0, count) for the threads of run_on_threads, each taking the next one when it
+// is done with its last, rather than fixed equal ranges: tasks differ in cost, and on a
+// shared machine another process may slow one thread down; either way the others take up
+// the slack and no thread sits idle at the end while another works through its range.
+class TaskQueue {
+ public:
+  explicit TaskQueue(int64_t count) : count_(count) {}
+  // Sets task to the next one; false once all have been handed out.
+  bool take(int64_t& task) {
+    task = next_.fetch_add(1, std::memory_order_relaxed);
+    return task < count_;
+  }
+  // How many threads to start: one per ATen thread, at most one per task.
+  int64_t threads() const;
+
+ private:
+  const int64_t count_;
+  std::atomic<int64_t> next_{0};
+};
 
 }  // namespace strata

@@ -7,17 +7,40 @@
 #include <ATen/core/grad_mode.h>
 
 #include <cmath>
+#include <numeric>
 
 #include "strata/core/error.h"
 #include "strata/core/precision.h"
 #include "strata/dist/comm.h"
 #include "strata/kernels/attention.h"
+#include "strata/kernels/decode_attention.h"
 #include "strata/model/activation.h"
 #include "strata/model/recompute.h"
 #include "strata/parallel/linear.h"
 #include "strata/parallel/regions.h"
 
 namespace strata {
+namespace {
+
+double attention_scale(const ModelConfig& config) {
+  return 1.0 / std::sqrt(static_cast<double>(config.head_dim()));
+}
+
+// (heads, T, D) queries of one batch row as the (T, heads, D) rows decode_attention reads.
+at::Tensor query_rows(const at::Tensor& q) {
+  at::Tensor rows = q.transpose(0, 1);
+  return rows.stride(2) == 1 ? rows : rows.contiguous();
+}
+
+// Which kv head each of this rank's query heads reads: its own group's, unless every rank
+// holds every kv head (tp does not divide them), when its heads start at its first head.
+DecodeHeads decode_heads(bool kv_replicated, int64_t first_head, const ModelConfig& config) {
+  if (!kv_replicated) return {};
+  return {first_head, config.n_heads / config.kv_heads()};
+}
+
+}  // namespace
+
 GPT::GPT(const ModelConfig& config, uint64_t seed, at::ScalarType dtype, TensorParallel tp,
          StageSpec stage, Comm* ep, ContextParallel cp)
     : config_(config),
@@ -260,14 +283,29 @@ at::Tensor GPT::attention(const at::Tensor& x, const BlockParams& block, int64_t
       cache->keys[layer] = k;
       cache->values[layer] = v;
     }
-    k = expand_kv(k);
-    v = expand_kv(v);
-    if (!cache && recomputes(layer, Recompute::selective)) {
-      y = recomputed({q, k, v}, [this](const std::vector<at::Tensor>& in, bool) {
-        return attention_core(in[0], in[1], in[2], 0);
-      });
+    if (cache && T == 1 && !cp_.comm) {
+      // A decode step: each batch row's one query against its cache, as serving decodes.
+      std::vector<int64_t> positions(k.size(2));
+      std::iota(positions.begin(), positions.end(), 0);
+      const std::vector<DecodeQuery> query = {{0, positions.data(), k.size(2)}};
+      const DecodeHeads heads = decode_heads(kv_replicated_, tp_rank_ * local_heads_, config_);
+      at::Tensor out = at::empty({B, 1, H_l, D}, q.options());
+      for (int64_t b = 0; b < B; ++b) {
+        at::Tensor out_b = out[b];
+        decode_attention(query_rows(q[b]), k[b].transpose(0, 1), v[b].transpose(0, 1), query,
+                         attention_scale(config_), out_b, heads);
+      }
+      y = out.transpose(1, 2);
     } else {
-      y = attention_core(q, k, v, past);
+      k = expand_kv(k);
+      v = expand_kv(v);
+      if (!cache && recomputes(layer, Recompute::selective)) {
+        y = recomputed({q, k, v}, [this](const std::vector<at::Tensor>& in, bool) {
+          return attention_core(in[0], in[1], in[2], 0);
+        });
+      } else {
+        y = attention_core(q, k, v, past);
+      }
     }
   }
   y = y.transpose(1, 2).reshape({B, T, H_l * D});
@@ -288,26 +326,36 @@ at::Tensor GPT::expand_kv(const at::Tensor& kv) const {
 at::Tensor GPT::paged_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                 int64_t layer) {
   // The new keys and values go to their slots first, so each sequence then reads its whole
-  // context (earlier steps and this one) from the pool, and attends as a cache would.
+  // context (earlier steps and this one) from the pool, and attends as a cache would: the
+  // decoding sequences (one new row each) all in one call of the decode kernel, reading their
+  // slots in place; a prefill chunk through the attention kernel over its gathered context.
   at::Tensor& keys = paged_->cache->keys[layer];  // (slots, K_l, D)
   at::Tensor& values = paged_->cache->values[layer];
   keys.index_copy_(0, paged_->write_slots, k[0].transpose(0, 1));
   values.index_copy_(0, paged_->write_slots, v[0].transpose(0, 1));
-  std::vector<at::Tensor> outputs;
-  outputs.reserve(paged_->sequences.size());
+  const at::Tensor q_rows = query_rows(q[0]);  // (N, H_l, D)
+  at::Tensor out = at::empty(q_rows.sizes(), q.options());
+  std::vector<DecodeQuery> decoding;
   for (const PagedBatch::Sequence& sequence : paged_->sequences) {
     const at::Tensor& slots = sequence.context_slots;
+    if (sequence.rows == 1) {
+      decoding.push_back({sequence.first_row, slots.data_ptr<int64_t>(), slots.size(0)});
+      continue;
+    }
     at::Tensor k_s = expand_kv(keys.index_select(0, slots).transpose(0, 1).unsqueeze(0));
     at::Tensor v_s = expand_kv(values.index_select(0, slots).transpose(0, 1).unsqueeze(0));
     at::Tensor q_s = q.narrow(2, sequence.first_row, sequence.rows);
-    outputs.push_back(attention_core(q_s, k_s, v_s, slots.size(0) - sequence.rows));
+    out.narrow(0, sequence.first_row, sequence.rows)
+        .copy_(attention_core(q_s, k_s, v_s, slots.size(0) - sequence.rows)[0].transpose(0, 1));
   }
-  return at::cat(outputs, 2);  // (1, H_l, N, D)
+  decode_attention(q_rows, keys, values, decoding, attention_scale(config_), out,
+                   decode_heads(kv_replicated_, tp_rank_ * local_heads_, config_));
+  return out.unsqueeze(0).transpose(1, 2);  // (1, H_l, N, D)
 }
 
 at::Tensor GPT::attention_core(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                int64_t past) {
-  const double scale = 1.0 / std::sqrt(static_cast<double>(config_.head_dim()));
+  const double scale = attention_scale(config_);
   if (cp_.comm) return context_parallel_attention(q, k, v, scale, cp_);
   if (config_.attention == AttentionKernel::blockwise) {
     return blockwise_attention(q, k, v, scale, AttentionPositions{past, 0});
