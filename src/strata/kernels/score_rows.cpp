@@ -1,58 +1,17 @@
-// Row operations on attention score tiles. The float versions work on GCC vector types of
-// 16 lanes, which the compiler maps onto whatever registers the clone it builds has (one
-// AVX-512 register, two AVX2 ones, four SSE ones); target_clones builds each function for
-// those three and the loader picks one for the CPU it finds.
-//
-// exp (Cephes' expf): x = n ln2 + r with n = round(x / ln2) and |r| <= ln2 / 2, ln2 split in
-// two constants so n ln2 is exact; exp(r) from a degree-6 polynomial; 2^n by writing n + 127
-// into the exponent bits. Inputs are clamped to [-87.3, 88] so 2^n stays a normal float, and
-// inputs below -87.3 (exp under 1.2e-38), -inf included, give exactly 0.
+// Row operations on attention score tiles. The float versions work on 16-lane vectors
+// (vector_lanes.h), each function built for AVX-512, AVX2 and baseline x86-64.
 #include "strata/kernels/score_rows.h"
+#include "strata/kernels/vector_lanes.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
 
-#define STRATA_VECTOR_CLONES __attribute__((target_clones("avx512f", "arch=haswell", "default")))
-
 namespace strata {
 namespace {
 
-using Floats = float __attribute__((vector_size(64)));
-using Ints = int32_t __attribute__((vector_size(64)));
-constexpr int64_t kLanes = 16;
-constexpr float kNegativeInfinity = -std::numeric_limits<float>::infinity();
-
-// A C-style cast between vector types of one size keeps the bits (GCC's vector extension).
-// Vectors travel by reference between these helpers: passed by value between functions built
-// for different targets they would change the ABI (GCC's -Wpsabi); always inlined, nothing is
-// passed at all.
-[[gnu::always_inline]] inline void load(Floats& lanes, const float* values, int64_t n, float fill) {
-  lanes = Floats{} + fill;
-  std::memcpy(&lanes, values, n * sizeof(float));
-}
-
-[[gnu::always_inline]] inline void exp_lanes(Floats& x) {
-  const Ints underflow = x < -87.3f;
-  x = x < -87.3f ? Floats{} - 87.3f : x;
-  x = x > 88.0f ? Floats{} + 88.0f : x;
-  const Floats shifter = Floats{} + 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
-  const Floats shifted = x * 1.44269504088896341f + shifter;
-  const Floats n = shifted - shifter;
-  const Ints two_to_n = (((Ints)shifted - 0x4B400000) + 127) << 23;
-  Floats r = x - n * 0.693359375f;
-  r = r - n * -2.12194440e-4f;
-  Floats p = Floats{} + 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  const Floats y = (p * r * r + r + 1.0f) * (Floats)two_to_n;
-  const Ints bits = (Ints)y & ~underflow;
-  x = (Floats)bits;
-}
+using namespace lanes;
 
 // values[i] = exp(values[i] - shift) for i < n; returns their sum.
 [[gnu::always_inline]] inline float exp_shifted_and_sum(float* values, int64_t n, float shift) {

@@ -2,6 +2,7 @@
 #include "strata/model/activation.h"
 
 #include "strata/core/precision.h"
+#include "strata/kernels/gelu.h"
 
 namespace strata {
 
@@ -12,7 +13,7 @@ at::Tensor ffn_activation(const at::Tensor& h, Activation activation) {
     const int64_t F = x.size(-1) / 2;
     y = at::silu(x.narrow(-1, 0, F)) * x.narrow(-1, F, F);
   } else {
-    y = at::gelu(x, "tanh");
+    y = gelu_tanh(x);
   }
   return y.to(h.scalar_type());
 }

@@ -1,0 +1,91 @@
+// The vectorized GELU against ATen's gelu(approximate = "tanh") computed in float64: values
+// and gradients in float32 (within 1e-6 absolute plus 1e-6 relative) over [-12, 12] and at
+// the edges (0, +-inf, NaN, huge values), sizes that end inside a vector and span several
+// chunks; bfloat16 within one bfloat16 rounding of the float64 answer; float64 goes to ATen.
+#include <gtest/gtest.h>
+
+#include <ATen/ATen.h>
+
+#include <cmath>
+#include <limits>
+
+#include "strata/kernels/gelu.h"
+
+namespace strata {
+namespace {
+
+at::Tensor reference(const at::Tensor& x) { return at::gelu(x.to(at::kDouble), "tanh"); }
+
+at::Tensor reference_grad(const at::Tensor& x, const at::Tensor& dy) {
+  at::Tensor xd = x.to(at::kDouble).detach().requires_grad_(true);
+  at::gelu(xd, "tanh").backward(dy.to(at::kDouble));
+  return xd.grad();
+}
+
+// Largest |got - want| / (1 + |want|): absolute near 0, relative for large values.
+double max_error(const at::Tensor& got, const at::Tensor& want) {
+  at::Tensor g = got.to(at::kDouble), w = want.to(at::kDouble);
+  return ((g - w).abs() / (w.abs() + 1)).max().item<double>();
+}
+
+at::Tensor inputs(int64_t n, at::ScalarType dtype) {
+  return (at::rand({n}, at::kDouble) * 24 - 12).to(dtype);
+}
+
+TEST(Gelu, MatchesAtenInFloat32AcrossSizesAndChunks) {
+  at::manual_seed(1);
+  for (int64_t n : {int64_t{1}, int64_t{15}, int64_t{17}, kGeluChunk - 3, 3 * kGeluChunk + 5}) {
+    const at::Tensor x = inputs(n, at::kFloat).requires_grad_(true);
+    const at::Tensor dy = at::randn({n});
+    const at::Tensor y = gelu_tanh(x);
+    EXPECT_EQ(y.scalar_type(), at::kFloat);
+    EXPECT_LT(max_error(y, reference(x.detach())), 2e-6) << "n " << n;
+    y.backward(dy);
+    EXPECT_LT(max_error(x.grad(), reference_grad(x, dy)), 2e-6) << "n " << n;
+  }
+}
+
+TEST(Gelu, KeepsTheEdgeValues) {
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  const at::Tensor x =
+      at::tensor({0.0f, -0.0f, kInf, 1e30f, -1e30f, 1e-20f, 80.0f, -80.0f, -10.0f});
+  const at::Tensor y = gelu_tanh(x);
+  EXPECT_EQ(y[0].item<float>(), 0.0f);
+  EXPECT_EQ(y[2].item<float>(), kInf);
+  EXPECT_EQ(y[3].item<float>(), 1e30f);
+  EXPECT_EQ(y[4].item<float>(), 0.0f);
+  EXPECT_NEAR(y[5].item<float>(), 0.5e-20f, 1e-27f);
+  EXPECT_EQ(y[6].item<float>(), 80.0f);
+  EXPECT_EQ(y[7].item<float>(), 0.0f);
+  // Far below 0 GELU is tiny, not 0: exact to float rounding, where 1 + tanh would cancel.
+  const double want = reference(x[8]).item<double>();
+  EXPECT_NEAR(y[8].item<float>(), want, 1e-5 * std::abs(want));
+  const at::Tensor nan = gelu_tanh(at::tensor({std::numeric_limits<float>::quiet_NaN()}));
+  EXPECT_TRUE(std::isnan(nan[0].item<float>()));
+}
+
+TEST(Gelu, BFloat16IsOneRoundingFromTheExactValue) {
+  at::manual_seed(2);
+  const int64_t n = 2 * kGeluChunk + 9;
+  const at::Tensor x = inputs(n, at::kBFloat16).requires_grad_(true);
+  const at::Tensor dy = at::randn({n}).to(at::kBFloat16);
+  const at::Tensor y = gelu_tanh(x);
+  EXPECT_EQ(y.scalar_type(), at::kBFloat16);
+  // bfloat16 keeps 8 significant bits: one rounding is within 2^-8 relative.
+  EXPECT_LT(max_error(y, reference(x.detach())), 1.0 / 256);
+  y.backward(dy);
+  EXPECT_EQ(x.grad().scalar_type(), at::kBFloat16);
+  EXPECT_LT(max_error(x.grad(), reference_grad(x, dy)), 1.0 / 256);
+  // And at least as close as ATen's own bfloat16 GELU.
+  EXPECT_LE(max_error(gelu_tanh(x.detach()), reference(x.detach())),
+            max_error(at::gelu(x.detach(), "tanh"), reference(x.detach())));
+}
+
+TEST(Gelu, Float64IsAtensOwn) {
+  at::manual_seed(3);
+  const at::Tensor x = inputs(100, at::kDouble);
+  EXPECT_TRUE(at::equal(gelu_tanh(x), reference(x)));
+}
+
+}  // namespace
+}  // namespace strata
