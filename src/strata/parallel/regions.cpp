@@ -20,26 +20,38 @@ at::Tensor all_reduced(const at::Tensor& x, Comm& comm) {
   return out;
 }
 
-// (B, T, C) -> (B, T * size, C): chunks from every rank, in rank order, along T.
+// The collectives move whole chunks of memory, rank after rank, while a rank's tokens are a
+// slice of dim 1 of (B, T, ...): contiguous in memory only when B is 1. With B > 1 each
+// direction makes one copy, between (B, T, ...) and the (size, B, T / size, ...) layout the
+// collective wants, and hands back a contiguous tensor.
+
+// (B, T, ...) -> (B, T * size, ...): chunks from every rank, in rank order, along T.
 at::Tensor all_gathered_along_tokens(const at::Tensor& x, Comm& comm) {
-  at::Tensor tokens_first = x.transpose(0, 1).contiguous();  // (T, B, C)
-  auto shape = tokens_first.sizes().vec();
-  shape[0] *= comm.size();
-  at::Tensor out = at::empty(shape, x.options());
-  comm.all_gather(out, tokens_first);
-  return out.transpose(0, 1);
+  const at::Tensor chunk = x.contiguous();
+  auto shape = chunk.sizes().vec();
+  shape.insert(shape.begin(), comm.size());
+  at::Tensor ranks_first = at::empty(shape, x.options());  // (size, B, T, ...)
+  comm.all_gather(ranks_first, chunk);
+  auto gathered = chunk.sizes().vec();
+  gathered[1] *= comm.size();
+  return x.size(0) == 1 ? ranks_first.view(gathered)
+                        : ranks_first.transpose(0, 1).reshape(gathered);
 }
 
-// (B, T, C) -> (B, T / size, C): this rank's chunk of the sum over ranks.
+// (B, T, ...) -> (B, T / size, ...): this rank's chunk of the sum over ranks.
 at::Tensor reduce_scattered_along_tokens(const at::Tensor& x, Comm& comm) {
   STRATA_CHECK(x.size(1) % comm.size() == 0, "tokens (", x.size(1), ") not divisible by tp (",
                comm.size(), ")");
-  at::Tensor tokens_first = x.transpose(0, 1).contiguous();
-  auto shape = tokens_first.sizes().vec();
-  shape[0] /= comm.size();
+  auto split = x.sizes().vec();  // (B, size, T / size, ...)
+  split[1] /= comm.size();
+  split.insert(split.begin() + 1, comm.size());
+  const at::Tensor ranks_first =
+      x.size(0) == 1 ? x.contiguous() : x.reshape(split).transpose(0, 1).contiguous();
+  auto shape = x.sizes().vec();
+  shape[1] /= comm.size();
   at::Tensor out = at::empty(shape, x.options());
-  comm.reduce_scatter(out, tokens_first, ReduceOp::Sum);
-  return out.transpose(0, 1);
+  comm.reduce_scatter(out, ranks_first, ReduceOp::Sum);
+  return out;
 }
 
 at::Tensor own_chunk_along_tokens(const at::Tensor& x, Comm& comm) {
