@@ -1,7 +1,8 @@
 // The vectorized GELU against ATen's gelu(approximate = "tanh") computed in float64: values
-// and gradients in float32 (within 1e-6 absolute plus 1e-6 relative) over [-12, 12] and at
-// the edges (0, +-inf, NaN, huge values), sizes that end inside a vector and span several
-// chunks; bfloat16 within one bfloat16 rounding of the float64 answer; float64 goes to ATen.
+// and gradients in float32 (within 2e-6 absolute plus 2e-6 relative) over [-12, 12], sizes that
+// end inside a vector and span several chunks; values at the edges (0, inf, NaN, huge, far
+// below 0) and gradients at huge values; bfloat16 within one bfloat16 rounding of the float64
+// answer and at least as close as ATen's; float64 goes to ATen.
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
@@ -57,11 +58,23 @@ TEST(Gelu, KeepsTheEdgeValues) {
   EXPECT_NEAR(y[5].item<float>(), 0.5e-20f, 1e-27f);
   EXPECT_EQ(y[6].item<float>(), 80.0f);
   EXPECT_EQ(y[7].item<float>(), 0.0f);
-  // Far below 0 GELU is tiny, not 0: exact to float rounding, where 1 + tanh would cancel.
-  const double want = reference(x[8]).item<double>();
-  EXPECT_NEAR(y[8].item<float>(), want, 1e-5 * std::abs(want));
+  // Far below 0 GELU is tiny, not 0: x / (1 + exp(-2u)) to float rounding, where ATen's
+  // 1 + tanh(u) cancels to 0.
+  const double x6 = -6.0, u6 = 0.7978845608028654 * (x6 + 0.044715 * x6 * x6 * x6);
+  const double want = x6 / (1 + std::exp(-2 * u6));
+  EXPECT_NEAR(gelu_tanh(at::tensor({-6.0f}))[0].item<float>(), want, 1e-5 * std::abs(want));
   const at::Tensor nan = gelu_tanh(at::tensor({std::numeric_limits<float>::quiet_NaN()}));
   EXPECT_TRUE(std::isnan(nan[0].item<float>()));
+}
+
+TEST(Gelu, GradientIsOneOrZeroFarFromZero) {
+  // x^3 overflows float from 7e12 on and x^2 from 2e19: the gradient must still be 1 above 0
+  // and 0 below, as the exact derivative is to float precision.
+  const at::Tensor x =
+      at::tensor({1e4f, 1e6f, 1e13f, 1e20f, 3e38f, -1e4f, -1e6f, -1e20f}).requires_grad_(true);
+  gelu_tanh(x).backward(at::ones({8}));
+  const at::Tensor want = at::tensor({1.0f, 1.0f, 1.0f, 1.0f, 1.0f, 0.0f, 0.0f, 0.0f});
+  EXPECT_TRUE(at::equal(x.grad(), want)) << x.grad();
 }
 
 TEST(Gelu, BFloat16IsOneRoundingFromTheExactValue) {

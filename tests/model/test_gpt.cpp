@@ -127,25 +127,29 @@ TEST(GptShape, FlopsPerTokenFormula) {
 }
 
 TEST(GptDecode, KvCacheMatchesFullForward) {
-  for (const PositionEncoding pos : {PositionEncoding::learned, PositionEncoding::rope}) {
-    ModelConfig config = tiny_model();
-    config.pos = pos;
-    config.n_heads = 4;
-    config.n_kv_heads = 2;
-    GPT model(config, 9, at::kDouble);
-    at::NoGradGuard no_grad;
-    at::Tensor tokens =
-        at::arange(config.seq_len, at::kLong).remainder(config.vocab_size).view({1, -1});
-    at::Tensor full = model.logits(tokens);
-    KVCache cache;
-    at::Tensor prefix = model.logits(tokens.narrow(1, 0, 3), &cache);
-    std::vector<at::Tensor> pieces{prefix};
-    for (int64_t t = 3; t < config.seq_len; ++t)
-      pieces.push_back(model.logits(tokens.narrow(1, t, 1), &cache));
-    EXPECT_EQ(testing::compare_tensors(at::cat(pieces, 1), full, 1e-10, 1e-12), "") << name_of(pos);
-    EXPECT_EQ(cache.length, config.seq_len);
-    EXPECT_THROW(model.logits(tokens.narrow(1, 0, 1), &cache), UserError);
-  }
+  // Batches of 1 and 2 rows (decode steps run the decode kernel per row of the cache).
+  for (const int64_t B : {1, 2})
+    for (const PositionEncoding pos : {PositionEncoding::learned, PositionEncoding::rope}) {
+      ModelConfig config = tiny_model();
+      config.pos = pos;
+      config.n_heads = 4;
+      config.n_kv_heads = 2;
+      GPT model(config, 9, at::kDouble);
+      at::NoGradGuard no_grad;
+      at::Tensor tokens = (at::arange(B * config.seq_len, at::kLong) * 7)
+                              .remainder(config.vocab_size)
+                              .view({B, -1});
+      at::Tensor full = model.logits(tokens);
+      KVCache cache;
+      at::Tensor prefix = model.logits(tokens.narrow(1, 0, 3), &cache);
+      std::vector<at::Tensor> pieces{prefix};
+      for (int64_t t = 3; t < config.seq_len; ++t)
+        pieces.push_back(model.logits(tokens.narrow(1, t, 1), &cache));
+      EXPECT_EQ(testing::compare_tensors(at::cat(pieces, 1), full, 1e-10, 1e-12), "")
+          << name_of(pos) << " batch " << B;
+      EXPECT_EQ(cache.length, config.seq_len);
+      EXPECT_THROW(model.logits(tokens.narrow(1, 0, 1), &cache), UserError);
+    }
 }
 
 // The blockwise kernel is the default; eager attention (the T x T scores) is the reference.

@@ -71,6 +71,30 @@ TEST(Regions, ForwardAndBackwardMoveWhatTheyPromise) {
       "");
 }
 
+TEST(Regions, SequenceCollectivesKeepTokenOrderForAnyBatchAndRank) {
+  // One batch row (the chunks are contiguous: no copy) and four dims (B, T, heads, D); the
+  // results come back contiguous, in token order.
+  Comm tp = Comm::world(60);
+  const int64_t n = tp.size(), r = tp.rank();
+  for (const std::vector<int64_t>& shape :
+       {std::vector<int64_t>{1, 2 * n, 3}, std::vector<int64_t>{3, 2 * n, 2, 3}}) {
+    at::Tensor x = shared_randn(shape, 300 + r);
+    at::Tensor sum_x = at::zeros_like(x);
+    for (int64_t k = 0; k < n; ++k) sum_x += shared_randn(shape, 300 + k);
+    at::Tensor scattered = reduce_scatter_to_sequence(x, tp);
+    EXPECT_TRUE(scattered.is_contiguous());
+    EXPECT_EQ(testing::compare_tensors(scattered, sum_x.narrow(1, 2 * r, 2), 1e-12, 1e-12), "")
+        << x.sizes();
+    at::Tensor gathered = gather_from_sequence(x.narrow(1, 0, 2), tp);
+    EXPECT_TRUE(gathered.is_contiguous());
+    for (int64_t k = 0; k < n; ++k) {
+      EXPECT_TRUE(
+          at::equal(gathered.narrow(1, 2 * k, 2), shared_randn(shape, 300 + k).narrow(1, 0, 2)))
+          << x.sizes() << " chunk " << k;
+    }
+  }
+}
+
 TEST(VocabParallelCrossEntropy, EqualsFullCrossEntropyWithPadding) {
   Comm tp = Comm::world(60);
   const int64_t n = tp.size(), r = tp.rank();

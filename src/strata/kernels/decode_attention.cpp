@@ -116,9 +116,11 @@ void decode_attention(const at::Tensor& q, const at::Tensor& keys, const at::Ten
                  x->strides());
   }
   const int64_t slots = keys.size(0), rows = q.size(0);
+  std::vector<bool> taken(rows, false);  // two tasks writing one row would race
   for (const DecodeQuery& query : queries) {
-    STRATA_CHECK(query.row >= 0 && query.row < rows && query.length >= 1, "decode query of row ",
-                 query.row, " and ", query.length, " keys");
+    STRATA_CHECK(query.row >= 0 && query.row < rows && query.length >= 1 && !taken[query.row],
+                 "decode query of row ", query.row, " and ", query.length, " keys (each row once)");
+    taken[query.row] = true;
     for (int64_t j = 0; j < query.length; ++j) {
       STRATA_CHECK(query.slots[j] >= 0 && query.slots[j] < slots, "decode query slot ",
                    query.slots[j], " outside the cache's ", slots);

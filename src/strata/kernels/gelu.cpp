@@ -31,11 +31,15 @@ constexpr float kCubic = 0.044715f;
 // by a large x (the gradient's second term).
 [[gnu::always_inline]] inline void halves_of_tanh(const Floats& x, Floats& s, Floats& one_minus_s) {
   Floats e = 2.0f * kSqrtTwoOverPi * x * (1.0f + kCubic * x * x);
-  e = e > 40.0f ? Floats{} + 40.0f
-                : e;  // s is 1 in float from 2u = 17 on; 1 / (e + 1) stays normal
+  // From 2u = 30 on (x above 7.5) s is 1 in float and 1 - s under 1e-13: there they are set to
+  // exactly 1 and 0, so the gradient's x^3-sized factor (inf once x^2 overflows) meets a true 0.
+  const Ints saturated = e > 30.0f;
+  e = saturated ? Floats{} + 30.0f : e;
   exp_lanes(e);
   one_minus_s = 1.0f / (e + 1.0f);
   s = e * one_minus_s;
+  s = saturated ? Floats{} + 1.0f : s;
+  one_minus_s = saturated ? Floats{} : one_minus_s;
 }
 
 // x becomes GELU(x) = x s.
@@ -50,7 +54,9 @@ constexpr float kCubic = 0.044715f;
   Floats s, one_minus_s;
   halves_of_tanh(x, s, one_minus_s);
   const Floats inner_grad = kSqrtTwoOverPi * (1.0f + 3.0f * kCubic * x * x);
-  dy *= s + 2.0f * x * s * one_minus_s * inner_grad;
+  const Floats both = s * one_minus_s;  // 0 where either side saturated: no 0 * inf
+  const Floats term = both == 0.0f ? Floats{} : 2.0f * x * both * inner_grad;
+  dy *= s + term;
 }
 
 // Element access by dtype: float32 as it is; bfloat16 widened to float32 and rounded back to

@@ -16,6 +16,7 @@
 #define STRATA_VECTOR_CLONES __attribute__((target_clones("avx512f", "arch=haswell", "default")))
 
 namespace strata::lanes {
+namespace {  // each including file keeps its own copy: nothing here is linked
 
 using Floats = float __attribute__((vector_size(64)));
 using Ints = int32_t __attribute__((vector_size(64)));
@@ -52,4 +53,5 @@ constexpr float kNegativeInfinity = -std::numeric_limits<float>::infinity();
   x = (Floats)bits;
 }
 
+}  // namespace
 }  // namespace strata::lanes

@@ -283,8 +283,9 @@ at::Tensor GPT::attention(const at::Tensor& x, const BlockParams& block, int64_t
       cache->keys[layer] = k;
       cache->values[layer] = v;
     }
-    if (cache && T == 1 && !cp_.comm) {
-      // A decode step: each batch row's one query against its cache, as serving decodes.
+    if (cache && T == 1 && !cp_.comm && !at::GradMode::is_enabled()) {
+      // A decode step: each batch row's one query against its cache, as serving decodes (the
+      // kernel has no backward; a differentiable call takes the attention kernel below).
       std::vector<int64_t> positions(k.size(2));
       std::iota(positions.begin(), positions.end(), 0);
       const std::vector<DecodeQuery> query = {{0, positions.data(), k.size(2)}};
