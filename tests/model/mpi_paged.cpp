@@ -1,11 +1,13 @@
 // GPT::forward_paged split over tp ranks (2 and 4): the keys and values cached by heads, or
 // every kv head on every rank when tp does not divide them (1 or 2 kv heads over 4 ranks), and
-// one step of decodes and prefill chunks equals the whole model's forward on one rank.
+// one step of decodes and prefill chunks equals the whole model's forward on one rank; and
+// generation's cache decoding, split the same way, equals the whole model's full forward.
 #include <gtest/gtest.h>
 
 #include "paged_step.h"
 #include "strata/dist/comm.h"
 #include "test_configs.h"
+#include "test_support.h"
 
 namespace strata {
 namespace {
@@ -21,6 +23,28 @@ TEST(GptPagedTensorParallel, AStepEqualsTheWholeModel) {
     GPT split(config, 3, at::kDouble, TensorParallel{&world, false});
     EXPECT_EQ(testing::check_paged_step(split, whole, testing::mixed_paged_step(), 1e-10, 1e-12),
               "")
+        << "tp " << world.size() << " kv heads " << kv_heads;
+  }
+}
+
+TEST(GptCacheTensorParallel, DecodingEqualsTheWholeForward) {
+  Comm world = Comm::world();
+  for (const int64_t kv_heads : {4, 2, 1}) {
+    ModelConfig config = testing::gpt_config(64, 32, 2, 4, 48);
+    config.pos = PositionEncoding::rope;
+    config.n_kv_heads = kv_heads;
+    config.init_std = 0.1;
+    GPT whole(config, 3, at::kDouble);
+    GPT split(config, 3, at::kDouble, TensorParallel{&world, false});
+    at::NoGradGuard no_grad;
+    const at::Tensor tokens =
+        (at::arange(2 * config.seq_len, at::kLong) * 5).remainder(config.vocab_size).view({2, -1});
+    KVCache cache;
+    std::vector<at::Tensor> pieces{split.logits(tokens.narrow(1, 0, 5), &cache)};
+    for (int64_t t = 5; t < config.seq_len; ++t) {
+      pieces.push_back(split.logits(tokens.narrow(1, t, 1), &cache));
+    }
+    EXPECT_EQ(testing::compare_tensors(at::cat(pieces, 1), whole.logits(tokens), 1e-10, 1e-12), "")
         << "tp " << world.size() << " kv heads " << kv_heads;
   }
 }
