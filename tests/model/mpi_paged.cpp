@@ -4,6 +4,8 @@
 // generation's cache decoding, split the same way, equals the whole model's full forward.
 #include <gtest/gtest.h>
 
+#include <string>
+
 #include "paged_step.h"
 #include "strata/dist/comm.h"
 #include "test_configs.h"
@@ -12,8 +14,10 @@
 namespace strata {
 namespace {
 
-TEST(GptPagedTensorParallel, AStepEqualsTheWholeModel) {
-  Comm world = Comm::world();
+// check(split, whole, what) for the test model with 4, 2 and 1 kv heads: whole on this rank,
+// and split over the world as tp.
+template <typename Check>
+void for_each_kv_split(Comm& world, Check&& check) {
   for (const int64_t kv_heads : {4, 2, 1}) {
     ModelConfig config = testing::gpt_config(64, 32, 2, 4, 48);
     config.pos = PositionEncoding::rope;
@@ -21,32 +25,32 @@ TEST(GptPagedTensorParallel, AStepEqualsTheWholeModel) {
     config.init_std = 0.1;
     GPT whole(config, 3, at::kDouble);
     GPT split(config, 3, at::kDouble, TensorParallel{&world, false});
+    check(split, whole,
+          "tp " + std::to_string(world.size()) + " kv heads " + std::to_string(kv_heads));
+  }
+}
+
+TEST(GptPagedTensorParallel, AStepEqualsTheWholeModel) {
+  Comm world = Comm::world();
+  for_each_kv_split(world, [](GPT& split, GPT& whole, const std::string& what) {
     EXPECT_EQ(testing::check_paged_step(split, whole, testing::mixed_paged_step(), 1e-10, 1e-12),
               "")
-        << "tp " << world.size() << " kv heads " << kv_heads;
-  }
+        << what;
+  });
 }
 
 TEST(GptCacheTensorParallel, DecodingEqualsTheWholeForward) {
   Comm world = Comm::world();
-  for (const int64_t kv_heads : {4, 2, 1}) {
-    ModelConfig config = testing::gpt_config(64, 32, 2, 4, 48);
-    config.pos = PositionEncoding::rope;
-    config.n_kv_heads = kv_heads;
-    config.init_std = 0.1;
-    GPT whole(config, 3, at::kDouble);
-    GPT split(config, 3, at::kDouble, TensorParallel{&world, false});
+  for_each_kv_split(world, [](GPT& split, GPT& whole, const std::string& what) {
     at::NoGradGuard no_grad;
-    const at::Tensor tokens =
-        (at::arange(2 * config.seq_len, at::kLong) * 5).remainder(config.vocab_size).view({2, -1});
+    const int64_t T = whole.config().seq_len, V = whole.config().vocab_size;
+    const at::Tensor tokens = (at::arange(2 * T, at::kLong) * 5).remainder(V).view({2, -1});
     KVCache cache;
     std::vector<at::Tensor> pieces{split.logits(tokens.narrow(1, 0, 5), &cache)};
-    for (int64_t t = 5; t < config.seq_len; ++t) {
-      pieces.push_back(split.logits(tokens.narrow(1, t, 1), &cache));
-    }
+    for (int64_t t = 5; t < T; ++t) pieces.push_back(split.logits(tokens.narrow(1, t, 1), &cache));
     EXPECT_EQ(testing::compare_tensors(at::cat(pieces, 1), whole.logits(tokens), 1e-10, 1e-12), "")
-        << "tp " << world.size() << " kv heads " << kv_heads;
-  }
+        << what;
+  });
 }
 
 }  // namespace
