@@ -1,7 +1,10 @@
 // The linear autograd function. The queue pointer is process-wide: the CPU autograd engine
 // runs a backward on the thread that called it, and a rank runs one backward at a time.
 //
-// Its three products go through kernels/tile_gemm.h in float32 when oneDNN is loaded: oneDNN
+// A float32 forward product of at most kSkinnyRows rows (a serving step's decode rows) goes
+// through kernels/skinny_gemm.h, which streams the weight once for all rows and gives each row
+// the same bits whatever other rows share the call. The other float32 products go through
+// kernels/tile_gemm.h when oneDNN is loaded: oneDNN
 // picks its kernels from the CPU, where Debian's OpenBLAS (behind ATen's matmul) may not know
 // the CPU and run generic SSE3 kernels at a fifth of the speed (docs/performance.md). Other
 // dtypes, and a process without oneDNN, use ATen's matmul; fp16 on CPU, and bf16 on a CPU
@@ -10,6 +13,7 @@
 
 #include <torch/csrc/autograd/custom_function.h>
 
+#include "strata/kernels/skinny_gemm.h"
 #include "strata/kernels/tile_gemm.h"
 
 namespace strata {
@@ -41,7 +45,10 @@ at::Tensor product(const at::Tensor& a, const at::Tensor& b, bool a_transposed, 
     return product(a.to(at::kFloat), b.to(at::kFloat), a_transposed, b_transposed)
         .to(a.scalar_type());
   }
-  if (!onednn_products(a, b) || a.numel() == 0 || b.numel() == 0) {
+  const bool few_rows = a.is_cpu() && a.scalar_type() == at::kFloat &&
+                        b.scalar_type() == at::kFloat && !a_transposed && b_transposed &&
+                        a.size(0) <= kSkinnyRows;
+  if (!few_rows && (!onednn_products(a, b) || a.numel() == 0 || b.numel() == 0)) {
     return at::matmul(a_transposed ? a.t() : a, b_transposed ? b.t() : b);
   }
   const at::Tensor ac = a.contiguous(), bc = b.contiguous();
@@ -49,6 +56,12 @@ at::Tensor product(const at::Tensor& a, const at::Tensor& b, bool a_transposed, 
                 k = a_transposed ? ac.size(0) : ac.size(1);
   const int64_t n = b_transposed ? bc.size(0) : bc.size(1);
   at::Tensor out = at::empty({m, n}, ac.options());
+  if (few_rows) {
+    // The few rows of a serving step (one per decoding sequence), or of a small batch.
+    skinny_gemm_nt(m, n, k, ac.data_ptr<float>(), k, bc.data_ptr<float>(), k, out.data_ptr<float>(),
+                   n);
+    return out;
+  }
   tile_gemm(m, n, k, 1.0f, TileOperand<float>{ac.data_ptr<float>(), ac.size(1), a_transposed},
             TileOperand<float>{bc.data_ptr<float>(), bc.size(1), b_transposed}, 0.0f,
             out.data_ptr<float>(), n, TileGemmBackend::onednn);

@@ -1,0 +1,139 @@
+// The few-rows product (skinny_gemm.h): blocks of up to 4 rows of x by 4 rows of w, 16
+// accumulator vectors of kLanes partial sums each, the k loop streaming one vector of every
+// operand row per step (8 loads for 16 multiply-adds); then one tree folds the 16 vectors into
+// the 16 outputs of the block. The columns go out in panels of kPanel to the threads; within a
+// panel, each 4 rows of w (4 KB at k = 256) are used by every block of x rows before the next,
+// so w streams from memory once and x stays in L1.
+#include "strata/kernels/skinny_gemm.h"
+
+#include <algorithm>
+
+#include "strata/core/error.h"
+#include "strata/kernels/thread_team.h"
+#include "strata/kernels/vector_lanes.h"
+
+namespace strata {
+namespace {
+
+using lanes::Floats;
+using lanes::kLanes;
+using Indices = int32_t __attribute__((vector_size(64)));
+
+constexpr int64_t kPanel = 64;  // columns per task
+// One thread runs the whole product unless it has 2^21 multiply-adds (~10 us of one core's work;
+// waking a second thread costs several us) or a weight of 2^20 values (4 MB: beyond the core's
+// L2, where the product streams w from memory and two cores stream it faster than one).
+constexpr int64_t kThreadedWork = int64_t{1} << 21;
+constexpr int64_t kThreadedWeight = int64_t{1} << 20;
+
+// One level of the tree: a and b each hold 16 / W accumulators' partial sums, 2W lanes apiece;
+// the result holds all 32 / W accumulators (a's, then b's), W lanes apiece, each lane the sum
+// of its accumulator's two partials W lanes apart. (Vectors go by reference: vector_lanes.h.)
+constexpr Indices kLow8 = {0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23};
+constexpr Indices kLow4 = {0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27};
+constexpr Indices kLow2 = {0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21, 24, 25, 28, 29};
+constexpr Indices kLow1 = {0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30};
+
+template <int W>
+[[gnu::always_inline]] inline void fold(const Floats& a, const Floats& b, Floats& result) {
+  constexpr Indices low = W == 8 ? kLow8 : W == 4 ? kLow4 : W == 2 ? kLow2 : kLow1;
+  constexpr Indices high = low + W;
+  result = __builtin_shuffle(a, b, low) + __builtin_shuffle(a, b, high);
+}
+
+// Lane i of the result: the sum of acc[i]'s 16 lanes, added in the same order for every i.
+[[gnu::always_inline]] inline void sum_each(const Floats (&acc)[16], Floats& sums) {
+  Floats eights[8], fours[4], twos[2];
+  for (int i = 0; i < 8; ++i) fold<8>(acc[2 * i], acc[2 * i + 1], eights[i]);
+  for (int i = 0; i < 4; ++i) fold<4>(eights[2 * i], eights[2 * i + 1], fours[i]);
+  for (int i = 0; i < 2; ++i) fold<2>(fours[2 * i], fours[2 * i + 1], twos[i]);
+  fold<1>(twos[0], twos[1], sums);
+}
+
+// out[i][j] for i < MR, j < NR: accumulator 4i + j, whatever MR and NR are, so every output is
+// summed by the same tree.
+template <int MR, int NR>
+[[gnu::always_inline]] inline void block(const float* x, int64_t ldx, const float* w, int64_t ldw,
+                                         int64_t k, float* out, int64_t ldo) {
+  Floats acc[16] = {};
+  const int64_t whole = k - k % kLanes;
+  for (int64_t l = 0; l < whole; l += kLanes) {
+    Floats xs[MR], ws[NR];
+    for (int i = 0; i < MR; ++i) std::memcpy(&xs[i], x + i * ldx + l, sizeof(Floats));
+    for (int j = 0; j < NR; ++j) std::memcpy(&ws[j], w + j * ldw + l, sizeof(Floats));
+    for (int i = 0; i < MR; ++i) {
+      for (int j = 0; j < NR; ++j) acc[4 * i + j] += xs[i] * ws[j];
+    }
+  }
+  if (whole < k) {  // the last k % kLanes, zero-filled
+    Floats xs[MR], ws[NR];
+    for (int i = 0; i < MR; ++i) lanes::load(xs[i], x + i * ldx + whole, k - whole, 0.0f);
+    for (int j = 0; j < NR; ++j) lanes::load(ws[j], w + j * ldw + whole, k - whole, 0.0f);
+    for (int i = 0; i < MR; ++i) {
+      for (int j = 0; j < NR; ++j) acc[4 * i + j] += xs[i] * ws[j];
+    }
+  }
+  Floats sums;
+  sum_each(acc, sums);
+  for (int i = 0; i < MR; ++i) {
+    for (int j = 0; j < NR; ++j) out[i * ldo + j] = sums[4 * i + j];
+  }
+}
+
+// The blocks of one 4-column group of w against every row of x.
+template <int NR>
+[[gnu::always_inline]] inline void column_group(int64_t m, int64_t k, const float* x, int64_t ldx,
+                                                const float* w, int64_t ldw, float* out,
+                                                int64_t ldo) {
+  int64_t i = 0;
+  for (; i + 4 <= m; i += 4) block<4, NR>(x + i * ldx, ldx, w, ldw, k, out + i * ldo, ldo);
+  switch (m - i) {
+    case 3:
+      return block<3, NR>(x + i * ldx, ldx, w, ldw, k, out + i * ldo, ldo);
+    case 2:
+      return block<2, NR>(x + i * ldx, ldx, w, ldw, k, out + i * ldo, ldo);
+    case 1:
+      return block<1, NR>(x + i * ldx, ldx, w, ldw, k, out + i * ldo, ldo);
+    default:
+      return;
+  }
+}
+
+// Columns [first, last) of out.
+STRATA_VECTOR_CLONES
+void panel(int64_t m, int64_t k, const float* x, int64_t ldx, const float* w, int64_t ldw,
+           float* out, int64_t ldo, int64_t first, int64_t last) {
+  int64_t j = first;
+  for (; j + 4 <= last; j += 4) column_group<4>(m, k, x, ldx, w + j * ldw, ldw, out + j, ldo);
+  switch (last - j) {
+    case 3:
+      return column_group<3>(m, k, x, ldx, w + j * ldw, ldw, out + j, ldo);
+    case 2:
+      return column_group<2>(m, k, x, ldx, w + j * ldw, ldw, out + j, ldo);
+    case 1:
+      return column_group<1>(m, k, x, ldx, w + j * ldw, ldw, out + j, ldo);
+    default:
+      return;
+  }
+}
+
+}  // namespace
+
+void skinny_gemm_nt(int64_t m, int64_t n, int64_t k, const float* x, int64_t ldx, const float* w,
+                    int64_t ldw, float* out, int64_t ldo) {
+  STRATA_CHECK(m >= 0 && n >= 0 && k >= 0, "skinny_gemm_nt: sizes m ", m, ", n ", n, ", k ", k);
+  STRATA_CHECK(ldx >= k && ldw >= k && ldo >= n, "skinny_gemm_nt: row strides ldx ", ldx, ", ldw ",
+               ldw, ", ldo ", ldo, " are shorter than the rows (k ", k, ", n ", n, ")");
+  if (m == 0 || n == 0) return;
+  const int64_t panels = (n + kPanel - 1) / kPanel;
+  TaskQueue tasks(panels);
+  const bool threaded = m * n * k >= kThreadedWork || n * k >= kThreadedWeight;
+  const int64_t threads = threaded ? tasks.threads() : 1;
+  run_on_threads(threads, [&] {
+    for (int64_t task; tasks.take(task);) {
+      panel(m, k, x, ldx, w, ldw, out, ldo, task * kPanel, std::min(n, (task + 1) * kPanel));
+    }
+  });
+}
+
+}  // namespace strata

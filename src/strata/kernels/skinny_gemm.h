@@ -1,0 +1,28 @@
+// Products of a few rows by a weight matrix, out = x w^T, as a linear layer computes them when
+// a serving step decodes a few sequences (one row each). oneDNN's sgemm falls off a cliff at
+// 16 rows on the CPUs measured here: it starts packing the whole weight matrix on every call,
+// and 16 rows of a 256 x 1024 weight cost 4.8x what 15 rows do (docs/serving.md). This kernel
+// reads each weight row once per call and keeps the few rows of x in L1.
+//
+// Each output element is one dot product: kLanes partial sums over k, in order, then summed
+// by a fixed tree. Its value is the same whatever m is, whichever rows share the call and
+// however the columns are split over threads: a row's result does not depend on the batch it
+// was computed in.
+#pragma once
+#include <cstdint>
+
+namespace strata {
+
+// The most rows skinny_gemm_nt takes over from the general product (measured: at 32 rows it
+// still runs 1.6-3x faster than oneDNN's sgemm at the serving model's shapes; at 64 rows the
+// two are level).
+constexpr int64_t kSkinnyRows = 48;
+
+// out (m x n, rows ldo apart) = x (m x k, rows ldx apart) times w (n x k, rows ldw apart)
+// transposed: out[i][j] = sum over l of x[i][l] w[j][l]. Splits the columns over ATen's threads
+// when the product is large enough to pay for them (or runs on the calling thread inside a
+// parallel region). Any m works; m above kSkinnyRows is slower than a blocked GEMM.
+void skinny_gemm_nt(int64_t m, int64_t n, int64_t k, const float* x, int64_t ldx, const float* w,
+                    int64_t ldw, float* out, int64_t ldo);
+
+}  // namespace strata

@@ -1,0 +1,129 @@
+// skinny_gemm_nt against ATen's mm in float64: every row count from 1 to kSkinnyRows + 3 (the
+// 4-row blocks and each remainder), column counts that leave 1, 2 and 3 columns of a group and
+// a partial panel, k that ends inside a vector, row strides wider than the rows, shapes large
+// enough to run on two threads; each row's bits do not depend on the other rows of the call,
+// on the row count or on the thread count (what serving's determinism rests on); linear's
+// forward takes this path for a few rows; empty sizes; bad sizes and strides refused.
+#include <gtest/gtest.h>
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+
+#include <limits>
+#include <string>
+
+#include "strata/kernels/skinny_gemm.h"
+#include "strata/parallel/linear.h"
+
+namespace strata {
+namespace {
+
+// A row-major matrix of `rows` x `cols` stored with `spare` extra columns per row.
+at::Tensor padded(int64_t rows, int64_t cols, int64_t spare = 3) {
+  return at::randn({rows, cols + spare}).narrow(1, 0, cols);
+}
+
+// out = x w^T through the kernel, into a NaN-filled output with spare columns (which must stay
+// NaN: the kernel writes only its m x n).
+at::Tensor skinny(const at::Tensor& x, const at::Tensor& w) {
+  const int64_t m = x.size(0), n = w.size(0), k = x.size(1);
+  at::Tensor out = at::full({m, n + 2}, std::numeric_limits<float>::quiet_NaN());
+  skinny_gemm_nt(m, n, k, x.data_ptr<float>(), x.stride(0), w.data_ptr<float>(), w.stride(0),
+                 out.data_ptr<float>(), out.stride(0));
+  EXPECT_TRUE(out.narrow(1, n, 2).isnan().all().item<bool>()) << "wrote past column " << n;
+  return out.narrow(1, 0, n);
+}
+
+void expect_product(int64_t m, int64_t n, int64_t k) {
+  at::manual_seed(m * 10007 + n * 101 + k);
+  const at::Tensor x = padded(m, k), w = padded(n, k, 5);
+  const at::Tensor got = skinny(x, w).to(at::kDouble);
+  const at::Tensor want = at::mm(x.to(at::kDouble), w.to(at::kDouble).t());
+  // float32 products summed in float32: k roundings of terms of size ~1 each.
+  const double error = (got - want).abs().max().item<double>();
+  EXPECT_LE(error, 2e-6 * k) << "m " << m << " n " << n << " k " << k;
+}
+
+TEST(SkinnyGemm, MatchesFloat64ForEveryRowCount) {
+  for (int64_t m = 1; m <= kSkinnyRows + 3; ++m) expect_product(m, 70, 37);
+}
+
+TEST(SkinnyGemm, MatchesFloat64AcrossColumnsAndDepths) {
+  for (int64_t n : {1, 2, 3, 4, 5, 63, 64, 65, 131}) {
+    for (int64_t k : {1, 15, 16, 17, 100, 256}) expect_product(5, n, k);
+  }
+}
+
+TEST(SkinnyGemm, MatchesFloat64WhenThreaded) {
+  // 8 x 1024 x 768 multiply-adds and a weight of 786k values: two threads where ATen has them.
+  expect_product(8, 1024, 768);
+  expect_product(3, 2048, 512);  // threaded for its weight alone
+}
+
+// Row i of a product equals row i computed alone, for every row count, and equals it again on
+// one thread: a decoding sequence's logits do not depend on the batch it shared a step with.
+TEST(SkinnyGemm, EachRowIsTheSameWhateverSharesTheCall) {
+  at::manual_seed(7);
+  for (auto [n, k] : {std::pair<int64_t, int64_t>{96, 33}, {1024, 768}}) {
+    const at::Tensor x = padded(kSkinnyRows, k), w = padded(n, k);
+    const at::Tensor all = skinny(x, w).clone();
+    for (int64_t m : {int64_t{1}, int64_t{3}, int64_t{4}, int64_t{13}}) {
+      const at::Tensor first = skinny(x.narrow(0, 0, m), w);
+      EXPECT_TRUE(at::equal(first, all.narrow(0, 0, m))) << "m " << m << " n " << n;
+      const at::Tensor last = skinny(x.narrow(0, kSkinnyRows - m, m), w);
+      EXPECT_TRUE(at::equal(last, all.narrow(0, kSkinnyRows - m, m))) << "m " << m << " n " << n;
+    }
+    const int threads = at::get_num_threads();
+    at::set_num_threads(1);
+    const at::Tensor one_thread = skinny(x, w).clone();
+    at::set_num_threads(threads);
+    EXPECT_TRUE(at::equal(one_thread, all)) << "n " << n;
+  }
+}
+
+TEST(SkinnyGemm, EmptySizesWriteNothing) {
+  const at::Tensor x = at::randn({4, 8}), w = at::randn({6, 8});
+  at::Tensor out = at::full({4, 6}, 5.0f);
+  skinny_gemm_nt(0, 6, 8, x.data_ptr<float>(), 8, w.data_ptr<float>(), 8, out.data_ptr<float>(), 6);
+  skinny_gemm_nt(4, 0, 8, x.data_ptr<float>(), 8, w.data_ptr<float>(), 8, out.data_ptr<float>(), 6);
+  EXPECT_TRUE(at::equal(out, at::full({4, 6}, 5.0f)));
+  // k = 0: every output is the empty sum.
+  skinny_gemm_nt(4, 6, 0, x.data_ptr<float>(), 8, w.data_ptr<float>(), 8, out.data_ptr<float>(), 6);
+  EXPECT_TRUE(at::equal(out, at::zeros({4, 6})));
+}
+
+TEST(SkinnyGemm, RefusesNegativeSizesAndShortStrides) {
+  const at::Tensor x = at::randn({4, 8}), w = at::randn({6, 8});
+  at::Tensor out = at::empty({4, 6});
+  const float* xp = x.data_ptr<float>();
+  const float* wp = w.data_ptr<float>();
+  float* op = out.data_ptr<float>();
+  EXPECT_THROW(skinny_gemm_nt(-1, 6, 8, xp, 8, wp, 8, op, 6), std::exception);
+  EXPECT_THROW(skinny_gemm_nt(4, 6, 8, xp, 7, wp, 8, op, 6), std::exception);  // ldx < k
+  EXPECT_THROW(skinny_gemm_nt(4, 6, 8, xp, 8, wp, 7, op, 6), std::exception);  // ldw < k
+  EXPECT_THROW(skinny_gemm_nt(4, 6, 8, xp, 8, wp, 8, op, 5), std::exception);  // ldo < n
+}
+
+// linear's forward on a few float32 rows is this kernel's product, bit for bit, and its
+// gradients still match float64 (the backward's products are not few-row ones).
+TEST(SkinnyGemm, IsLinearsForwardForAFewRows) {
+  at::manual_seed(3);
+  const at::Tensor x = at::randn({2, 5, 64}).requires_grad_(true);
+  const at::Tensor w = at::randn({48, 64}).requires_grad_(true);
+  const at::Tensor y = strata::linear(x, w);
+  const at::Tensor flat = x.detach().reshape({10, 64}).contiguous();
+  EXPECT_TRUE(at::equal(y.detach().reshape({10, 48}), skinny(flat, w.detach().contiguous())));
+  const at::Tensor dy = at::randn({2, 5, 48});
+  y.backward(dy);
+  const at::Tensor xd = x.detach().to(at::kDouble), wd = w.detach().to(at::kDouble);
+  const at::Tensor dyd = dy.to(at::kDouble);
+  EXPECT_LE((x.grad().to(at::kDouble) - at::matmul(dyd, wd)).abs().max().item<double>(), 1e-4);
+  EXPECT_LE((w.grad().to(at::kDouble) - at::matmul(dyd.reshape({10, 48}).t(), xd.reshape({10, 64})))
+                .abs()
+                .max()
+                .item<double>(),
+            1e-4);
+}
+
+}  // namespace
+}  // namespace strata
