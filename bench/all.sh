@@ -98,11 +98,19 @@ record serve_load --title "Serving under load: continuous against static batchin
   --target 'continuous/static>=2.0' --target 'latency p50 continuous/static<=1.0' \
   --target 'kv_utilization continuous>=0.90' \
   ROUNDS=5 REQUESTS=256 bench/serve_load.sh "$build"
+# The same load on a model whose weights (340 MB) stream from memory at every decode step, as
+# a served LLM's do, where a step's time grows slowly with its sequences (GPT-2 small's shape).
+record serve_load_d768 --title "Serving under load: continuous against static batching (d_model 768, 12 layers, 1 rank x 2 threads)" \
+  --target 'continuous/static>=2.0' --target 'latency p50 continuous/static<=1.0' \
+  --target 'kv_utilization continuous>=0.90' \
+  ROUNDS=3 REQUESTS=256 D_MODEL=768 N_LAYERS=12 N_HEADS=12 bench/serve_load.sh "$build"
 
 # The two pieces the serving and 1-bit Adam pages reason from: a decode step's fixed and
 # per-sequence cost, and the 1-bit codec against the float32 all-reduce.
 record serve_step --title "One serving engine step: decode time by batch size (d_model 256, 2 threads)" \
   bench/serve_step.sh "$build" --sequences 1,8,16
+record serve_step_d768 --title "One serving engine step: decode time by batch size (d_model 768, 12 layers, 2 threads)" \
+  bench/serve_step.sh "$build" --d-model 768 --layers 12 --heads 12 --sequences 1,8,16 --steps 20
 record onebit_allreduce --title "1-bit compressed all-reduce against float32, 2 ranks, shared memory and TCP (3.2 M floats)" \
   bench/onebit_allreduce.sh "$build"
 
