@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The whole benchmark suite, each benchmark recorded by bench/record.sh into bench/results/ with
-# the targets the issues set, then docs/performance.md regenerated (bench/report.py). About 18
+# the targets the issues set, then docs/performance.md regenerated (bench/report.py). About 25
 # minutes on an idle 2-core machine; run it on an idle machine (records taken while other
 # processes use more than half a core are marked "loaded" and do not count against targets).
 #
@@ -103,7 +103,7 @@ record serve_load --title "Serving under load: continuous against static batchin
 record serve_load_d768 --title "Serving under load: continuous against static batching (d_model 768, 12 layers, 1 rank x 2 threads)" \
   --target 'continuous/static>=2.0' --target 'latency p50 continuous/static<=1.0' \
   --target 'kv_utilization continuous>=0.90' \
-  ROUNDS=3 REQUESTS=256 D_MODEL=768 N_LAYERS=12 N_HEADS=12 bench/serve_load.sh "$build"
+  ROUNDS=5 REQUESTS=256 D_MODEL=768 N_LAYERS=12 N_HEADS=12 bench/serve_load.sh "$build"
 
 # The two pieces the serving and 1-bit Adam pages reason from: a decode step's fixed and
 # per-sequence cost, and the 1-bit codec against the float32 all-reduce.
