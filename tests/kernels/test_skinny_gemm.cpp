@@ -1,9 +1,10 @@
 // skinny_gemm_nt against ATen's mm in float64: every row count from 1 to kSkinnyRows + 3 (the
 // 4-row blocks and each remainder), column counts that leave 1, 2 and 3 columns of a group and
-// a partial panel, k that ends inside a vector, row strides wider than the rows, shapes large
-// enough to run on two threads; each row's bits do not depend on the other rows of the call,
-// on the row count or on the thread count (what serving's determinism rests on); linear's
-// forward takes this path for a few rows; empty sizes; bad sizes and strides refused.
+// a partial panel, k that ends inside a vector, row strides wider than the rows, exactly sized
+// operands, shapes that run on two threads (for their work, for their weight); each row's bits
+// do not depend on the other rows of the call, on the row count or on the thread count (what
+// serving's determinism rests on); linear's forward takes this path for a few rows and the
+// others beyond; empty sizes; bad sizes and strides refused.
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
@@ -54,10 +55,34 @@ TEST(SkinnyGemm, MatchesFloat64AcrossColumnsAndDepths) {
   }
 }
 
+// ATen's thread count for one scope (the kernel splits the columns over ATen's threads).
+class Threads {
+ public:
+  explicit Threads(int count) : previous_(at::get_num_threads()) { at::set_num_threads(count); }
+  ~Threads() { at::set_num_threads(previous_); }
+
+ private:
+  const int previous_;
+};
+
 TEST(SkinnyGemm, MatchesFloat64WhenThreaded) {
-  // 8 x 1024 x 768 multiply-adds and a weight of 786k values: two threads where ATen has them.
-  expect_product(8, 1024, 768);
-  expect_product(3, 2048, 512);  // threaded for its weight alone
+  const Threads two(2);
+  expect_product(8, 1024, 768);  // 6.3 M multiply-adds: threaded for the work
+  expect_product(1, 2048, 512);  // 1 M multiply-adds: threaded for its weight of 2^20 values
+}
+
+// Operands of exactly their size, k ending inside a vector: a load past the last row's end
+// would leave the allocation (the sanitizer build sees it).
+TEST(SkinnyGemm, ReadsNothingPastItsOperands) {
+  at::manual_seed(11);
+  for (int64_t m : {1, 3, 4, 6}) {
+    const at::Tensor x = at::randn({m, 37}), w = at::randn({7, 37});
+    at::Tensor out = at::empty({m, 7});
+    skinny_gemm_nt(m, 7, 37, x.data_ptr<float>(), 37, w.data_ptr<float>(), 37,
+                   out.data_ptr<float>(), 7);
+    const at::Tensor want = at::mm(x.to(at::kDouble), w.to(at::kDouble).t());
+    EXPECT_LE((out.to(at::kDouble) - want).abs().max().item<double>(), 1e-4) << "m " << m;
+  }
 }
 
 // Row i of a product equals row i computed alone, for every row count, and equals it again on
@@ -73,11 +98,17 @@ TEST(SkinnyGemm, EachRowIsTheSameWhateverSharesTheCall) {
       const at::Tensor last = skinny(x.narrow(0, kSkinnyRows - m, m), w);
       EXPECT_TRUE(at::equal(last, all.narrow(0, kSkinnyRows - m, m))) << "m " << m << " n " << n;
     }
-    const int threads = at::get_num_threads();
-    at::set_num_threads(1);
-    const at::Tensor one_thread = skinny(x, w).clone();
-    at::set_num_threads(threads);
+    at::Tensor one_thread, two_threads;
+    {
+      const Threads one(1);
+      one_thread = skinny(x, w).clone();
+    }
+    {
+      const Threads two(2);
+      two_threads = skinny(x, w).clone();
+    }
     EXPECT_TRUE(at::equal(one_thread, all)) << "n " << n;
+    EXPECT_TRUE(at::equal(two_threads, all)) << "n " << n;
   }
 }
 
@@ -105,7 +136,9 @@ TEST(SkinnyGemm, RefusesNegativeSizesAndShortStrides) {
 }
 
 // linear's forward on a few float32 rows is this kernel's product, bit for bit, and its
-// gradients still match float64 (the backward's products are not few-row ones).
+// gradients still match float64 (the backward's products are not few-row ones); one row more
+// than kSkinnyRows, bf16 rows (multiplied in float32 where the CPU lacks AMX) and a weight of
+// the wrong width take or refuse the other paths.
 TEST(SkinnyGemm, IsLinearsForwardForAFewRows) {
   at::manual_seed(3);
   const at::Tensor x = at::randn({2, 5, 64}).requires_grad_(true);
@@ -123,6 +156,19 @@ TEST(SkinnyGemm, IsLinearsForwardForAFewRows) {
                 .max()
                 .item<double>(),
             1e-4);
+
+  const at::Tensor many = at::randn({kSkinnyRows + 1, 64});
+  const at::Tensor many_want = at::mm(many.to(at::kDouble), w.detach().to(at::kDouble).t());
+  EXPECT_LE(
+      (strata::linear(many, w.detach()).to(at::kDouble) - many_want).abs().max().item<double>(),
+      1e-4);
+  const at::Tensor half = strata::linear(flat.to(at::kBFloat16), w.detach().to(at::kBFloat16));
+  EXPECT_EQ(half.scalar_type(), at::kBFloat16);
+  const at::Tensor half_want = at::mm(flat.to(at::kBFloat16).to(at::kDouble),
+                                      w.detach().to(at::kBFloat16).to(at::kDouble).t());
+  EXPECT_LE((half.to(at::kDouble) - half_want).abs().max().item<double>(),
+            1e-2 * (1 + half_want.abs().max().item<double>()));
+  EXPECT_THROW(strata::linear(flat, at::randn({48, 63})), std::exception);
 }
 
 }  // namespace

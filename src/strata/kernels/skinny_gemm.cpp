@@ -1,9 +1,12 @@
 // The few-rows product (skinny_gemm.h): blocks of up to 4 rows of x by 4 rows of w, 16
 // accumulator vectors of kLanes partial sums each, the k loop streaming one vector of every
 // operand row per step (8 loads for 16 multiply-adds, and a prefetch of the next 4 rows of w);
-// then one tree folds the 16 vectors into the 16 outputs of the block. The columns go out in panels
-// of kPanel to the threads; within a panel, each 4 rows of w (4 KB at k = 256) are used by every
-// block of x rows before the next, so w streams from memory once and x stays in L1.
+// then one tree folds the 16 vectors into the 16 outputs of the block. The columns go out in
+// panels of kPanel to the threads; within a panel, each 4 rows of w (4 KB at k = 256) are used
+// by every block of x rows before the next, so w streams from memory once; x is read again for
+// every group, from L1 while its m x k floats fit there (16 rows at k = 768 fill it) and from
+// L2 beyond. The 16 accumulators are 16 registers in the AVX-512 clone; the AVX2 clone (16
+// registers of 8 lanes) spills them to the stack: slower, the same sums.
 #include "strata/kernels/skinny_gemm.h"
 
 #include <algorithm>

@@ -1,14 +1,15 @@
 // The linear autograd function. The queue pointer is process-wide: the CPU autograd engine
 // runs a backward on the thread that called it, and a rank runs one backward at a time.
 //
-// A float32 forward product of at most kSkinnyRows rows (a serving step's decode rows) goes
-// through kernels/skinny_gemm.h, which streams the weight once for all rows and gives each row
-// the same bits whatever other rows share the call. The other float32 products go through
-// kernels/tile_gemm.h when oneDNN is loaded: oneDNN
-// picks its kernels from the CPU, where Debian's OpenBLAS (behind ATen's matmul) may not know
-// the CPU and run generic SSE3 kernels at a fifth of the speed (docs/performance.md). Other
-// dtypes, and a process without oneDNN, use ATen's matmul; fp16 on CPU, and bf16 on a CPU
-// without AMX, are multiplied in float32 and rounded (multiplies_in_float32 below).
+// A float32 forward product x W^T of at most kSkinnyRows rows (a serving step's decode rows, a
+// small batch) goes through kernels/skinny_gemm.h, which streams the weight once for all rows
+// and gives each row the same bits whatever other rows share the call. The other float32 CPU
+// products go through kernels/tile_gemm.h when oneDNN is loaded: oneDNN picks its kernels from
+// the CPU, where Debian's OpenBLAS (behind ATen's matmul) may not know the CPU and run generic
+// SSE3 kernels at a fifth of the speed (docs/performance.md). Other dtypes and devices, and a
+// process without oneDNN, use ATen's matmul; fp16 on CPU, and bf16 on a CPU without AMX, are
+// multiplied in float32 and rounded (multiplies_in_float32 below), so their few-row products
+// take the few-row kernel too.
 #include "strata/parallel/linear.h"
 
 #include <torch/csrc/autograd/custom_function.h>
@@ -34,9 +35,9 @@ bool multiplies_in_float32(const at::Tensor& a) {
   return a.is_cpu() && cpu_multiplies_in_float32(a.scalar_type());
 }
 
-bool onednn_products(const at::Tensor& a, const at::Tensor& b) {
+bool onednn_loaded() {
   static const bool available = preferred_tile_gemm_backend() == TileGemmBackend::onednn;
-  return available && a.scalar_type() == at::kFloat && b.scalar_type() == at::kFloat;
+  return available;
 }
 
 // a (M, K) @ op(b) with b (N, K) when b_transposed, else (K, N); row-major matrices.
@@ -45,16 +46,17 @@ at::Tensor product(const at::Tensor& a, const at::Tensor& b, bool a_transposed, 
     return product(a.to(at::kFloat), b.to(at::kFloat), a_transposed, b_transposed)
         .to(a.scalar_type());
   }
-  const bool few_rows = a.is_cpu() && a.scalar_type() == at::kFloat &&
-                        b.scalar_type() == at::kFloat && !a_transposed && b_transposed &&
-                        a.size(0) <= kSkinnyRows;
-  if (!few_rows && (!onednn_products(a, b) || a.numel() == 0 || b.numel() == 0)) {
+  const int64_t m = a.size(a_transposed ? 1 : 0), k = a.size(a_transposed ? 0 : 1);
+  const int64_t n = b.size(b_transposed ? 0 : 1);
+  // The raw-pointer kernels take float32 CPU matrices whose inner sizes agree; anything else
+  // goes to ATen's matmul, which also names a mismatch.
+  const bool raw = a.is_cpu() && b.is_cpu() && a.scalar_type() == at::kFloat &&
+                   b.scalar_type() == at::kFloat && b.size(b_transposed ? 1 : 0) == k;
+  const bool few_rows = raw && !a_transposed && b_transposed && m <= kSkinnyRows;
+  if (!few_rows && (!raw || !onednn_loaded() || a.numel() == 0 || b.numel() == 0)) {
     return at::matmul(a_transposed ? a.t() : a, b_transposed ? b.t() : b);
   }
   const at::Tensor ac = a.contiguous(), bc = b.contiguous();
-  const int64_t m = a_transposed ? ac.size(1) : ac.size(0),
-                k = a_transposed ? ac.size(0) : ac.size(1);
-  const int64_t n = b_transposed ? bc.size(0) : bc.size(1);
   at::Tensor out = at::empty({m, n}, ac.options());
   if (few_rows) {
     // The few rows of a serving step (one per decoding sequence), or of a small batch.
