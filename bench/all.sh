@@ -94,16 +94,14 @@ record compression_tcp --title "Gradient compression's step time, dp 2 over TCP 
   OMPI_MCA_btl=tcp,self "${compression_model[@]}" bench/compare_layouts.sh "$build" "${compression[@]}"
 
 # Serving: continuous batching against static batching on one server (docs/serving.md).
+serve_targets=(--target 'continuous/static>=2.0' --target 'latency p50 continuous/static<=1.0'
+  --target 'kv_utilization continuous>=0.90')
 record serve_load --title "Serving under load: continuous against static batching (d_model 256, 1 rank x 2 threads)" \
-  --target 'continuous/static>=2.0' --target 'latency p50 continuous/static<=1.0' \
-  --target 'kv_utilization continuous>=0.90' \
-  ROUNDS=5 REQUESTS=256 bench/serve_load.sh "$build"
+  "${serve_targets[@]}" ROUNDS=5 REQUESTS=256 bench/serve_load.sh "$build"
 # The same load on a model whose weights (340 MB) stream from memory at every decode step, as
 # a served LLM's do, where a step's time grows slowly with its sequences (GPT-2 small's shape).
 record serve_load_d768 --title "Serving under load: continuous against static batching (d_model 768, 12 layers, 1 rank x 2 threads)" \
-  --target 'continuous/static>=2.0' --target 'latency p50 continuous/static<=1.0' \
-  --target 'kv_utilization continuous>=0.90' \
-  ROUNDS=5 REQUESTS=256 D_MODEL=768 N_LAYERS=12 N_HEADS=12 bench/serve_load.sh "$build"
+  "${serve_targets[@]}" ROUNDS=5 REQUESTS=256 D_MODEL=768 N_LAYERS=12 N_HEADS=12 bench/serve_load.sh "$build"
 
 # The two pieces the serving and 1-bit Adam pages reason from: a decode step's fixed and
 # per-sequence cost, and the 1-bit codec against the float32 all-reduce.
