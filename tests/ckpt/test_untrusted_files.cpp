@@ -25,15 +25,8 @@ using testing::TempDir;
 
 constexpr int kMutations = 2000;
 
-std::string read_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
-void write_bytes(const std::string& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-}
+using testing::read_bytes;
+using testing::write_bytes;
 
 TEST(UntrustedFiles, CorruptSafetensorsHeadersAreRefusedCleanly) {
   TempDir dir;

@@ -1,10 +1,13 @@
-// Helpers for the data tests: writing and reading small files. (Expecting a UserError:
-// expect_error.h; an environment variable for one scope: test_support.h's ScopedEnv.)
+// Helpers for the data tests: writing small text files. (Reading a file's bytes:
+// test_support.h's read_bytes; expecting a UserError: expect_error.h; an environment variable
+// for one scope: test_support.h's ScopedEnv.)
 #pragma once
 #include <gtest/gtest.h>
 
 #include <fstream>
 #include <string>
+
+#include "test_support.h"
 
 namespace strata::testing {
 
@@ -12,11 +15,6 @@ inline void write_text(const std::string& path, const std::string& text) {
   std::ofstream out(path, std::ios::binary);
   out << text;
   ASSERT_TRUE(out.good()) << "cannot write " << path;
-}
-
-inline std::string read_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
 }  // namespace strata::testing

@@ -7,6 +7,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <sstream>
 
 #include "strata/dist/comm.h"
@@ -90,6 +92,16 @@ std::string rank0_path(Comm& world, const std::string& path) {
   if (world.rank() == 0) std::memcpy(bytes.data_ptr(), path.data(), path.size());
   world.broadcast(bytes, 0);
   return std::string(static_cast<const char*>(bytes.data_ptr()), bytes.numel());
+}
+
+std::string read_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+void write_bytes(const std::string& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
 }
 
 }  // namespace strata::testing

@@ -52,6 +52,10 @@ std::string compare_tensors(const at::Tensor& actual, const at::Tensor& expected
 // Rank 0's `path` on every rank of `world` (e.g. one shared temporary directory). Collective.
 std::string rank0_path(Comm& world, const std::string& path);
 
+// A file's bytes ("" when it cannot be read), and a file replaced by `bytes`.
+std::string read_bytes(const std::string& path);
+void write_bytes(const std::string& path, const std::string& bytes);
+
 // Runs a shell command, returns its exit status; its stdout+stderr go to *output if given.
 int run_command(const std::string& command, std::string* output = nullptr);
 

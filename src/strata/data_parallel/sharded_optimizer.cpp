@@ -23,18 +23,18 @@ ShardedOptimizer::ShardedOptimizer(FlatBuckets& buckets, Mesh& mesh, const Train
                        at::zeros({bucket.shard_numel()}, options),
                        at::zeros({bucket.shard_numel()}, options)});
   }
-  std::vector<AdamW::Slot> slots;
+  std::vector<AdamW::ParamState> param_states;
   for (const Segment& segment : buckets_.segments()) {
     const Bucket& bucket = buckets_.buckets()[segment.bucket];
     const State& state = shards_[segment.bucket];
     auto piece = [&](const at::Tensor& shard) {
       return shard.narrow(0, segment.start, segment.length);
     };
-    slots.push_back({piece(masters ? state.master : bucket.param_shard), piece(bucket.grad_shard),
-                     piece(state.exp_avg), piece(state.exp_avg_sq),
-                     segment.parameter->weight_decay});
+    param_states.push_back({piece(masters ? state.master : bucket.param_shard),
+                            piece(bucket.grad_shard), piece(state.exp_avg), piece(state.exp_avg_sq),
+                            segment.parameter->weight_decay});
   }
-  adamw_ = std::make_unique<AdamW>(std::move(slots), config);
+  adamw_ = std::make_unique<AdamW>(std::move(param_states), config);
 }
 
 double ShardedOptimizer::clip_gradients(double max_norm, double unscale) {

@@ -23,11 +23,11 @@ struct Update {
 // One pass over each element (read value, gradient and both moments, write three back) where
 // the separate ATen ops make nine: the update is memory-bound, so this is its cost. Contiguous
 // CPU tensors of one floating dtype; false (nothing done) otherwise.
-bool fused_update(const AdamW::Slot& slot, const at::Tensor& grad, const Update& u) {
-  const at::Tensor& value = slot.value;
+bool fused_update(const AdamW::ParamState& state, const at::Tensor& grad, const Update& u) {
+  const at::Tensor& value = state.value;
   if (!value.is_cpu() || !value.is_contiguous()) return false;
   if (value.scalar_type() != at::kFloat && value.scalar_type() != at::kDouble) return false;
-  const std::array<const at::Tensor*, 3> others{&slot.exp_avg, &slot.exp_avg_sq, &grad};
+  const std::array<const at::Tensor*, 3> others{&state.exp_avg, &state.exp_avg_sq, &grad};
   for (const at::Tensor* t : others) {
     if (t == &grad && !u.update_variance) continue;  // the frozen phase reads no gradient
     if (!t->is_cpu() || !t->is_contiguous() || t->scalar_type() != value.scalar_type() ||
@@ -38,8 +38,8 @@ bool fused_update(const AdamW::Slot& slot, const at::Tensor& grad, const Update&
   AT_DISPATCH_FLOATING_TYPES(value.scalar_type(), "adamw_fused", [&] {
     using T = scalar_t;
     T* w = value.data_ptr<T>();
-    T* m = slot.exp_avg.data_ptr<T>();
-    T* v = slot.exp_avg_sq.data_ptr<T>();
+    T* m = state.exp_avg.data_ptr<T>();
+    T* v = state.exp_avg_sq.data_ptr<T>();
     const T* g = u.update_variance ? grad.data_ptr<T>() : nullptr;
     const T decay = static_cast<T>(u.decay), b1 = static_cast<T>(u.beta1),
             b2 = static_cast<T>(u.beta2), one_b1 = static_cast<T>(1.0 - u.beta1),
@@ -59,36 +59,36 @@ bool fused_update(const AdamW::Slot& slot, const at::Tensor& grad, const Update&
 }
 
 // The same update as ATen ops, for any other tensors (views, CUDA, 16-bit).
-void unfused_update(AdamW::Slot& slot, const at::Tensor& grad, const Update& u) {
-  at::Tensor& value = slot.value;
+void unfused_update(AdamW::ParamState& state, const at::Tensor& grad, const Update& u) {
+  at::Tensor& value = state.value;
   if (u.decay != 1.0) value.mul_(u.decay);
   if (u.update_variance) {
-    slot.exp_avg.mul_(u.beta1).add_(grad, 1.0 - u.beta1);
-    slot.exp_avg_sq.mul_(u.beta2).addcmul_(grad, grad, 1.0 - u.beta2);
+    state.exp_avg.mul_(u.beta1).add_(grad, 1.0 - u.beta1);
+    state.exp_avg_sq.mul_(u.beta2).addcmul_(grad, grad, 1.0 - u.beta2);
   }
-  auto denominator = (slot.exp_avg_sq.sqrt() * u.inv_sqrt_bias_correction2).add_(u.eps);
-  value.addcdiv_(slot.exp_avg, denominator, -u.step_size);
+  auto denominator = (state.exp_avg_sq.sqrt() * u.inv_sqrt_bias_correction2).add_(u.eps);
+  value.addcdiv_(state.exp_avg, denominator, -u.step_size);
 }
 
-void update(AdamW::Slot& slot, const at::Tensor& grad, const Update& u) {
-  if (!fused_update(slot, grad, u)) unfused_update(slot, grad, u);
+void update(AdamW::ParamState& state, const at::Tensor& grad, const Update& u) {
+  if (!fused_update(state, grad, u)) unfused_update(state, grad, u);
 }
 
-std::vector<AdamW::Slot> slots_of(const std::vector<Parameter*>& parameters) {
-  std::vector<AdamW::Slot> slots;
+std::vector<AdamW::ParamState> param_states_of(const std::vector<Parameter*>& parameters) {
+  std::vector<AdamW::ParamState> states;
   for (const Parameter* parameter : parameters) {
-    slots.push_back({parameter->value, at::Tensor(), at::zeros_like(parameter->value),
-                     at::zeros_like(parameter->value), parameter->weight_decay});
+    states.push_back({parameter->value, at::Tensor(), at::zeros_like(parameter->value),
+                      at::zeros_like(parameter->value), parameter->weight_decay});
   }
-  return slots;
+  return states;
 }
 }  // namespace
 
 AdamW::AdamW(std::vector<Parameter*> parameters, const TrainConfig& config)
-    : AdamW(slots_of(parameters), config) {}
+    : AdamW(param_states_of(parameters), config) {}
 
-AdamW::AdamW(std::vector<Slot> slots, const TrainConfig& config)
-    : slots_(std::move(slots)),
+AdamW::AdamW(std::vector<ParamState> states, const TrainConfig& config)
+    : states_(std::move(states)),
       beta1_(config.beta1),
       beta2_(config.beta2),
       eps_(config.eps),
@@ -101,11 +101,11 @@ void AdamW::step(double lr) {
   const double bias_correction2 = 1.0 - std::pow(beta2_, static_cast<double>(step_count_));
   const double step_size = lr / bias_correction1;
   const double inv_sqrt_bias_correction2 = 1.0 / std::sqrt(bias_correction2);
-  for (Slot& slot : slots_) {
-    const at::Tensor grad = slot.grad.defined() ? slot.grad : slot.value.grad();
+  for (ParamState& state : states_) {
+    const at::Tensor grad = state.grad.defined() ? state.grad : state.value.grad();
     if (!grad.defined()) continue;
-    const double decay = slot.weight_decay ? 1.0 - lr * weight_decay_ : 1.0;
-    update(slot, grad,
+    const double decay = state.weight_decay ? 1.0 - lr * weight_decay_ : 1.0;
+    update(state, grad,
            {decay, beta1_, beta2_, step_size, inv_sqrt_bias_correction2, eps_, /*variance=*/true});
   }
 }
@@ -117,16 +117,17 @@ void AdamW::step_with_frozen_variance(double lr, int64_t variance_steps) {
   const double bias_correction2 = 1.0 - std::pow(beta2_, static_cast<double>(variance_steps));
   const double step_size = lr / bias_correction1;
   const double inv_sqrt_bias_correction2 = 1.0 / std::sqrt(bias_correction2);
-  for (Slot& slot : slots_) {
-    const double decay = slot.weight_decay ? 1.0 - lr * weight_decay_ : 1.0;
-    update(slot, at::Tensor(),
+  for (ParamState& state : states_) {
+    const double decay = state.weight_decay ? 1.0 - lr * weight_decay_ : 1.0;
+    update(state, at::Tensor(),
            {decay, beta1_, beta2_, step_size, inv_sqrt_bias_correction2, eps_, /*variance=*/false});
   }
 }
 
 int64_t AdamW::state_bytes() const {
   int64_t bytes = 0;
-  for (const Slot& slot : slots_) bytes += slot.exp_avg.nbytes() + slot.exp_avg_sq.nbytes();
+  for (const ParamState& state : states_)
+    bytes += state.exp_avg.nbytes() + state.exp_avg_sq.nbytes();
   return bytes;
 }
 

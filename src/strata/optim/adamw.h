@@ -1,7 +1,7 @@
 // AdamW (Loshchilov & Hutter) over the local pieces of the parameters: decoupled weight decay,
 // none on parameters marked weight_decay = false (norms, biases). Its state (step count and
-// the two moments per parameter) is exposed for checkpoints. It updates "slots": a value with
-// its gradient and moments, either one per parameter (moments owned here) or views the
+// the two moments per parameter) is exposed for checkpoints. It updates ParamStates: a value
+// with its gradient and moments, either one per parameter (moments owned here) or views the
 // caller owns (ZeRO's shards of flat buffers, data_parallel/sharded_optimizer.h).
 #pragma once
 #include <ATen/ATen.h>
@@ -17,16 +17,16 @@ namespace strata {
 class AdamW {
  public:
   // All four tensors have the same shape; any may be a view into a larger buffer.
-  struct Slot {
+  struct ParamState {
     at::Tensor value;  // updated in place
     at::Tensor grad;   // undefined: read value.grad() at each step (skipped if undefined)
     at::Tensor exp_avg, exp_avg_sq;
     bool weight_decay = true;
   };
-  // One slot per parameter; moments allocated here, gradients read from value.grad().
+  // One state per parameter; moments allocated here, gradients read from value.grad().
   AdamW(std::vector<Parameter*> parameters, const TrainConfig& config);
-  // Caller-owned slots.
-  AdamW(std::vector<Slot> slots, const TrainConfig& config);
+  // Caller-owned states.
+  AdamW(std::vector<ParamState> states, const TrainConfig& config);
 
   // One update with learning rate lr, using each parameter's .grad().
   void step(double lr);
@@ -37,11 +37,10 @@ class AdamW {
 
   int64_t step_count() const { return step_count_; }
   void set_step_count(int64_t steps) { step_count_ = steps; }
-  const std::vector<Slot>& slots() const { return slots_; }
   int64_t state_bytes() const;  // bytes of the moments' elements
 
  private:
-  std::vector<Slot> slots_;
+  std::vector<ParamState> states_;
   double beta1_, beta2_, eps_, weight_decay_;
   int64_t step_count_ = 0;
 };

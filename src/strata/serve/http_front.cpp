@@ -48,6 +48,16 @@ struct Completion {
     for (auto& sequence : sequences) sequence->cancelled = true;
     engine.notify();
   }
+  // A sequence not yet closed has text beyond what was sent, or has finished.
+  bool has_news() const {
+    for (size_t i = 0; i < sequences.size(); ++i) {
+      if (!closed[i] &&
+          (sequences[i]->streamable > sent[i] || sequences[i]->finish != FinishReason::none)) {
+        return true;
+      }
+    }
+    return false;
+  }
   bool finished() const {
     for (const auto& sequence : sequences) {
       if (sequence->finish == FinishReason::none) return false;
@@ -75,6 +85,112 @@ ApiError unfinished_error(FinishReason reason, bool client_gone, double timeout_
                         " s); its sequences were cancelled"));
   }
   return ApiError(503, "server_error", "the server is shutting down; the request was cancelled");
+}
+
+// Whether a request's sequences all ended well: the first that finished neither by length nor
+// by a stop string (timed out, cancelled, shut down) fails the whole request.
+struct Verdict {
+  FinishReason unfinished = FinishReason::none;
+  bool client_gone = false;
+
+  void see(const Sequence& sequence) {
+    if (sequence.finish == FinishReason::none || sequence.finish == FinishReason::length ||
+        sequence.finish == FinishReason::stop) {
+      return;
+    }
+    unfinished = sequence.finish;
+    client_gone = client_gone || sequence.cancelled;
+  }
+  bool failed() const { return unfinished != FinishReason::none; }
+  ApiError error(double timeout_s) const {
+    return unfinished_error(unfinished, client_gone, timeout_s);
+  }
+};
+
+// The request's prompts as sequences for the engine, one per choice.
+std::shared_ptr<Completion> make_completion(const CompletionRequest& request,
+                                            const httplib::Request& http_request, double timeout_s,
+                                            std::atomic<int64_t>& next_id) {
+  auto completion = std::make_shared<Completion>();
+  completion->id = str("cmpl-", next_id++);
+  completion->created = unix_time();
+  const auto now = ServeClock::now();
+  const auto timeout =
+      std::chrono::duration_cast<ServeClock::duration>(std::chrono::duration<double>(timeout_s));
+  // The engine polls the connection before every step: a client that hangs up, streaming or
+  // not, has its sequences cancelled and their blocks freed before the next step runs.
+  auto connection =
+      std::make_shared<ClientConnection>(http_request.local_addr, http_request.local_port,
+                                         http_request.remote_addr, http_request.remote_port);
+  for (size_t i = 0; i < request.prompts.size(); ++i) {
+    auto sequence = std::make_shared<Sequence>();
+    sequence->id = next_id++;
+    sequence->prompt_tokens = static_cast<int64_t>(request.prompt_ids[i].size());
+    sequence->tokens = request.prompt_ids[i];
+    sequence->sampling = request.sampling;
+    sequence->stop = request.stop;
+    const uint64_t seed = request.seeded ? request.sampling.seed : std::random_device{}();
+    sequence->generator = at::make_generator<at::CPUGeneratorImpl>(seed);
+    sequence->arrival = now;
+    sequence->deadline = now + timeout;
+    sequence->client_gone = [connection] { return connection->closed(); };
+    completion->sequences.push_back(std::move(sequence));
+  }
+  completion->sent.assign(completion->sequences.size(), 0);
+  completion->closed.assign(completion->sequences.size(), false);
+  return completion;
+}
+
+Json completion_object(const Completion& completion, const std::string& model, Json choices) {
+  return {{"id", completion.id},
+          {"object", "text_completion"},
+          {"created", completion.created},
+          {"model", model},
+          {"choices", std::move(choices)}};
+}
+
+// The response of a finished request that does not stream (under the engine's lock).
+Json whole_body(const Completion& completion, const std::string& model, Verdict& verdict) {
+  Json choices = Json::array();
+  int64_t prompt_tokens = 0, completion_tokens = 0;
+  for (size_t i = 0; i < completion.sequences.size(); ++i) {
+    const Sequence& sequence = *completion.sequences[i];
+    verdict.see(sequence);
+    choices.push_back(
+        choice(static_cast<int64_t>(i), sequence.text, finish_reason_name(sequence.finish)));
+    prompt_tokens += sequence.prompt_tokens;
+    completion_tokens += sequence.completion_tokens;
+  }
+  Json body = completion_object(completion, model, std::move(choices));
+  body["usage"] = {{"prompt_tokens", prompt_tokens},
+                   {"completion_tokens", completion_tokens},
+                   {"total_tokens", prompt_tokens + completion_tokens}};
+  return body;
+}
+
+// The events of a streaming request since its last ones: one per sequence with new text or
+// its finish (under the engine's lock). all_closed: every sequence has sent its last event.
+std::string next_events(Completion& completion, const std::string& model, Verdict& verdict,
+                        bool& all_closed) {
+  std::string events;
+  all_closed = true;
+  for (size_t i = 0; i < completion.sequences.size(); ++i) {
+    const Sequence& sequence = *completion.sequences[i];
+    if (completion.closed[i]) continue;
+    const bool last = sequence.finish != FinishReason::none;
+    verdict.see(sequence);
+    if (sequence.streamable > completion.sent[i] || last) {
+      const std::string delta =
+          sequence.text.substr(completion.sent[i], sequence.streamable - completion.sent[i]);
+      completion.sent[i] = sequence.streamable;
+      completion.closed[i] = last;
+      const Json reason = last ? Json(finish_reason_name(sequence.finish)) : Json(nullptr);
+      const Json choices = Json::array({choice(static_cast<int64_t>(i), delta, reason)});
+      events += "data: " + dump(completion_object(completion, model, choices)) + "\n\n";
+    }
+    all_closed = all_closed && completion.closed[i];
+  }
+  return events;
 }
 
 }  // namespace
@@ -210,35 +326,7 @@ void HttpFront::completions(const httplib::Request& http_request, httplib::Respo
   } catch (const ApiError& error) {
     return fail(error);
   }
-
-  auto completion = std::make_shared<Completion>();
-  completion->id = str("cmpl-", next_id_++);
-  completion->created = unix_time();
-  const auto now = ServeClock::now();
-  const auto timeout = std::chrono::duration_cast<ServeClock::duration>(
-      std::chrono::duration<double>(config_.request_timeout_s));
-  // The engine polls the connection before every step: a client that hangs up, streaming or
-  // not, has its sequences cancelled and their blocks freed before the next step runs.
-  auto connection =
-      std::make_shared<ClientConnection>(http_request.local_addr, http_request.local_port,
-                                         http_request.remote_addr, http_request.remote_port);
-  for (size_t i = 0; i < request.prompts.size(); ++i) {
-    auto sequence = std::make_shared<Sequence>();
-    sequence->id = next_id_++;
-    sequence->prompt_tokens = static_cast<int64_t>(request.prompt_ids[i].size());
-    sequence->tokens = request.prompt_ids[i];
-    sequence->sampling = request.sampling;
-    sequence->stop = request.stop;
-    const uint64_t seed = request.seeded ? request.sampling.seed : std::random_device{}();
-    sequence->generator = at::make_generator<at::CPUGeneratorImpl>(seed);
-    sequence->arrival = now;
-    sequence->deadline = now + timeout;
-    sequence->client_gone = [connection] { return connection->closed(); };
-    completion->sequences.push_back(std::move(sequence));
-  }
-  completion->sent.assign(completion->sequences.size(), 0);
-  completion->closed.assign(completion->sequences.size(), false);
-
+  auto completion = make_completion(request, http_request, config_.request_timeout_s, next_id_);
   switch (engine->submit(completion->sequences)) {
     case Admission::accepted:
       break;
@@ -249,45 +337,16 @@ void HttpFront::completions(const httplib::Request& http_request, httplib::Respo
     case Admission::stopping:
       return fail(ApiError(503, "server_error", "the server is shutting down"));
   }
-
-  const double timeout_s = config_.request_timeout_s;
-  const std::string model = model_name_;
   if (!request.stream) {
     engine->wait_until([&] { return completion->finished(); });
-    Json choices = Json::array();
-    int64_t prompt_tokens = 0, completion_tokens = 0;
-    FinishReason unfinished = FinishReason::none;
-    bool client_gone = false;
-    engine->with_lock([&] {
-      for (size_t i = 0; i < completion->sequences.size(); ++i) {
-        const Sequence& sequence = *completion->sequences[i];
-        if (sequence.finish != FinishReason::length && sequence.finish != FinishReason::stop) {
-          unfinished = sequence.finish;
-          client_gone = client_gone || sequence.cancelled;
-        }
-        choices.push_back(
-            choice(static_cast<int64_t>(i), sequence.text, finish_reason_name(sequence.finish)));
-        prompt_tokens += sequence.prompt_tokens;
-        completion_tokens += sequence.completion_tokens;
-      }
-    });
-    if (unfinished != FinishReason::none) {
-      return fail(unfinished_error(unfinished, client_gone, timeout_s));
-    }
+    Json body;
+    Verdict verdict;
+    engine->with_lock([&] { body = whole_body(*completion, model_name_, verdict); });
+    if (verdict.failed()) return fail(verdict.error(config_.request_timeout_s));
     count(200);
-    send_json(response, 200,
-              {{"id", completion->id},
-               {"object", "text_completion"},
-               {"created", completion->created},
-               {"model", model},
-               {"choices", choices},
-               {"usage",
-                {{"prompt_tokens", prompt_tokens},
-                 {"completion_tokens", completion_tokens},
-                 {"total_tokens", prompt_tokens + completion_tokens}}}});
+    send_json(response, 200, body);
     return;
   }
-
   // Streaming: after each engine step, an event per sequence with new final text (the last
   // one carries its finish_reason), then "data: [DONE]". A failed write also means the client
   // went away: its sequences are cancelled, if the engine has not seen the hang-up already.
@@ -295,52 +354,15 @@ void HttpFront::completions(const httplib::Request& http_request, httplib::Respo
   response.set_header("Cache-Control", "no-cache");
   response.set_chunked_content_provider(
       "text/event-stream",
-      [engine, completion, model, timeout_s](size_t, httplib::DataSink& sink) {
-        engine->wait_until([&] {
-          for (size_t i = 0; i < completion->sequences.size(); ++i) {
-            const Sequence& sequence = *completion->sequences[i];
-            if (!completion->closed[i] && (sequence.streamable > completion->sent[i] ||
-                                           sequence.finish != FinishReason::none)) {
-              return true;
-            }
-          }
-          return false;
-        });
+      [engine, completion, model = model_name_, timeout_s = config_.request_timeout_s](
+          size_t, httplib::DataSink& sink) {
+        engine->wait_until([&] { return completion->has_news(); });
+        bool all_closed = true;
+        Verdict verdict;
         std::string events;
-        bool all_closed = true, client_gone = false;
-        FinishReason unfinished = FinishReason::none;
-        engine->with_lock([&] {
-          for (size_t i = 0; i < completion->sequences.size(); ++i) {
-            const Sequence& sequence = *completion->sequences[i];
-            if (completion->closed[i]) continue;
-            const bool last = sequence.finish != FinishReason::none;
-            if (last && sequence.finish != FinishReason::length &&
-                sequence.finish != FinishReason::stop) {
-              unfinished = sequence.finish;
-              client_gone = client_gone || sequence.cancelled;
-            }
-            if (sequence.streamable > completion->sent[i] || last) {
-              const std::string delta = sequence.text.substr(
-                  completion->sent[i], sequence.streamable - completion->sent[i]);
-              completion->sent[i] = sequence.streamable;
-              completion->closed[i] = last;
-              const Json reason = last ? Json(finish_reason_name(sequence.finish)) : Json(nullptr);
-              events += "data: " +
-                        dump({{"id", completion->id},
-                              {"object", "text_completion"},
-                              {"created", completion->created},
-                              {"model", model},
-                              {"choices",
-                               Json::array({choice(static_cast<int64_t>(i), delta, reason)})}}) +
-                        "\n\n";
-            }
-            all_closed = all_closed && completion->closed[i];
-          }
-        });
-        if (unfinished != FinishReason::none) {
-          events =
-              "data: " + dump(error_body(unfinished_error(unfinished, client_gone, timeout_s))) +
-              "\n\n";
+        engine->with_lock([&] { events = next_events(*completion, model, verdict, all_closed); });
+        if (verdict.failed()) {
+          events = "data: " + dump(error_body(verdict.error(timeout_s))) + "\n\n";
           all_closed = true;
         } else if (all_closed) {
           events += "data: [DONE]\n\n";
