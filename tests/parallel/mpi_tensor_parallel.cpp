@@ -229,15 +229,20 @@ INSTANTIATE_TEST_SUITE_P(
 
 // Other model families (model/block_spec.h) with nonzero biases: Qwen2's on q, k and v
 // (column-split with their heads; with 4 kv heads replicated over tp = 3), GPT-2's on every
-// projection (the row-split ones added once, after the reduction or the reduce-scatter).
+// projection (the row-split ones added once, after the reduction or the reduce-scatter), also
+// with a SwiGLU MLP.
 struct FamilyVariant {
   const char* family;
   bool sequence_parallel;
 };
 
 BlockSpec block_of(const FamilyVariant& v) {
-  return std::string(v.family) == "qwen2" ? testing::qwen2_like_block()
-                                          : testing::gpt2_like_block();
+  const std::string family = v.family;
+  if (family == "qwen2") return testing::qwen2_like_block();
+  BlockSpec block = testing::gpt2_like_block();
+  // SwiGLU's fused gate and value rows carry their biases in the same two blocks.
+  if (family == "gpt2_swiglu") block.activation = Activation::swiglu;
+  return block;
 }
 
 class TensorParallelFamily : public ::testing::TestWithParam<FamilyVariant> {};
@@ -277,7 +282,8 @@ TEST_P(TensorParallelFamily, LogitsLossAndGradientSlicesEqualUnsharded) {
 INSTANTIATE_TEST_SUITE_P(
     Families, TensorParallelFamily,
     ::testing::Values(FamilyVariant{"qwen2", false}, FamilyVariant{"qwen2", true},
-                      FamilyVariant{"gpt2", false}, FamilyVariant{"gpt2", true}),
+                      FamilyVariant{"gpt2", false}, FamilyVariant{"gpt2", true},
+                      FamilyVariant{"gpt2_swiglu", true}),
     [](const ::testing::TestParamInfo<FamilyVariant>& info) {
       return std::string(info.param.family) + (info.param.sequence_parallel ? "_sp" : "");
     });
