@@ -8,6 +8,7 @@
 
 #include <cmath>
 
+#include "model_families.h"
 #include "strata/core/error.h"
 #include "strata/kernels/attention.h"
 #include "strata/model/gpt.h"
@@ -33,28 +34,15 @@ std::string variant_name(const ::testing::TestParamInfo<Variant>& info) {
              v.tie ? "_tied" : "_untied", "_kv", v.n_kv_heads);
 }
 
-class GptGradient : public ::testing::TestWithParam<Variant> {};
-
-TEST_P(GptGradient, MatchesFiniteDifferences) {
-  ModelConfig config = tiny_model();
-  config.pos = GetParam().pos;
-  config.norm = GetParam().norm;
-  config.activation = GetParam().activation;
-  config.tie_embeddings = GetParam().tie;
-  config.n_heads = 4;
-  config.n_kv_heads = GetParam().n_kv_heads;
-  GPT model(config, /*seed=*/7, at::kDouble);
-
-  auto generator = at::make_generator<at::CPUGeneratorImpl>(3);
-  at::Tensor tokens = at::randint(config.vocab_size, {2, config.seq_len}, generator, at::kLong);
-  at::Tensor targets = at::randint(config.vocab_size, {2, config.seq_len}, generator, at::kLong);
-
+// Every parameter's gradient (up to 12 elements of each, spread over it) against central
+// differences of the loss.
+void expect_gradients_match_finite_differences(GPT& model, const at::Tensor& tokens,
+                                               const at::Tensor& targets) {
   model.loss(tokens, targets).backward();
   const double h = 1e-6;
   for (auto& parameter : model.parameters()) {
     at::Tensor flat = parameter.value.detach().view(-1);  // shares storage with the parameter
     at::Tensor grad = parameter.value.grad().view(-1);
-    // Up to 12 elements per tensor, spread over it.
     const int64_t stride = std::max<int64_t>(1, flat.numel() / 12);
     for (int64_t i = 0; i < flat.numel(); i += stride) {
       const double original = flat[i].item<double>();
@@ -71,6 +59,25 @@ TEST_P(GptGradient, MatchesFiniteDifferences) {
   }
 }
 
+class GptGradient : public ::testing::TestWithParam<Variant> {};
+
+TEST_P(GptGradient, MatchesFiniteDifferences) {
+  ModelConfig config = tiny_model();
+  config.pos = GetParam().pos;
+  config.norm = GetParam().norm;
+  config.activation = GetParam().activation;
+  config.tie_embeddings = GetParam().tie;
+  config.n_heads = 4;
+  config.n_kv_heads = GetParam().n_kv_heads;
+  GPT model(config, /*seed=*/7, at::kDouble);
+
+  auto generator = at::make_generator<at::CPUGeneratorImpl>(3);
+  at::Tensor tokens = at::randint(config.vocab_size, {2, config.seq_len}, generator, at::kLong);
+  at::Tensor targets = at::randint(config.vocab_size, {2, config.seq_len}, generator, at::kLong);
+
+  expect_gradients_match_finite_differences(model, tokens, targets);
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Variants, GptGradient,
     ::testing::Values(
@@ -79,6 +86,82 @@ INSTANTIATE_TEST_SUITE_P(
         Variant{PositionEncoding::rope, Norm::layernorm, Activation::gelu, false, 1},
         Variant{PositionEncoding::learned, Norm::rmsnorm, Activation::swiglu, true, 4}),
     variant_name);
+
+// Blocks of other families (model/block_spec.h), their biases drawn nonzero: Qwen2's (q, k, v
+// biases; with Llama 3's rope scaling) and GPT-2's (every projection).
+BlockSpec qwen2_llama3_block() {
+  BlockSpec block = testing::qwen2_like_block();
+  block.rope_scaling = {RopeScalingType::llama3, 4.0, 1.0, 4.0, 16};
+  return block;
+}
+
+TEST(GptBlockSpec, GradientsWithBiasesMatchFiniteDifferences) {
+  for (const BlockSpec& block : {qwen2_llama3_block(), testing::gpt2_like_block()}) {
+    ModelConfig config = tiny_model();
+    config.n_heads = 4;
+    config.n_kv_heads = 2;
+    GPT model(config, block, /*seed=*/7, at::kDouble);
+    testing::randomize_biases(model, 8);
+    auto generator = at::make_generator<at::CPUGeneratorImpl>(3);
+    at::Tensor tokens = at::randint(config.vocab_size, {2, config.seq_len}, generator, at::kLong);
+    at::Tensor targets = at::randint(config.vocab_size, {2, config.seq_len}, generator, at::kLong);
+    expect_gradients_match_finite_differences(model, tokens, targets);
+  }
+}
+
+TEST(GptBlockSpec, EachBiasFlagAddsItsBias) {
+  // One flag at a time: the model gains that bias (and only it), and a nonzero value of it
+  // changes the logits. Rotary positions: without them a key bias adds the same q.b to every
+  // score of a query and the softmax cancels it.
+  const std::vector<std::pair<std::string, bool LinearBiases::*>> flags = {
+      {"attn.q.bias", &LinearBiases::q},      {"attn.k.bias", &LinearBiases::k},
+      {"attn.v.bias", &LinearBiases::v},      {"attn.out.bias", &LinearBiases::attention_out},
+      {"mlp.fc.bias", &LinearBiases::mlp_in}, {"mlp.out.bias", &LinearBiases::mlp_out}};
+  ModelConfig config = tiny_model();
+  config.pos = PositionEncoding::rope;
+  config.norm = Norm::rmsnorm;  // no norm biases: every bias is a projection's
+  config.activation = Activation::swiglu;
+  const at::Tensor tokens = at::arange(config.seq_len, at::kLong).remainder(5).view({1, -1});
+  at::NoGradGuard no_grad;
+  const at::Tensor plain = GPT(config, 5, at::kDouble).logits(tokens);
+  for (const auto& [name, flag] : flags) {
+    BlockSpec block = block_spec_of(config);
+    block.biases.*flag = true;
+    GPT model(config, block, 5, at::kDouble);
+    int64_t biases = 0;
+    for (const Parameter& parameter : model.parameters()) {
+      if (parameter.name.find(".bias") == std::string::npos) continue;
+      EXPECT_NE(parameter.name.find(name), std::string::npos) << parameter.name;
+      EXPECT_FALSE(parameter.weight_decay) << parameter.name;
+      ++biases;
+    }
+    EXPECT_EQ(biases, config.n_layers) << name;
+    EXPECT_TRUE(at::equal(model.logits(tokens), plain)) << name << ": a zero bias changes nothing";
+    testing::randomize_biases(model, 2);
+    EXPECT_GT((model.logits(tokens) - plain).abs().max().item<double>(), 1e-3) << name;
+  }
+}
+
+TEST(GptBlockSpec, DescribesTheConfigsModelAndReportsItsOwn) {
+  ModelConfig config = tiny_model();
+  config.pos = PositionEncoding::rope;
+  config.rope_theta = 500.0;
+  config.moe.num_experts = 2;
+  const BlockSpec derived = block_spec_of(config);
+  EXPECT_EQ(derived.position, PositionEncoding::rope);
+  EXPECT_EQ(derived.rope_theta, 500.0);
+  EXPECT_EQ(derived.norm, Norm::layernorm);
+  EXPECT_EQ(derived.moe.num_experts, 2);
+  EXPECT_FALSE(derived.biases.q || derived.biases.k || derived.biases.v ||
+               derived.biases.attention_out || derived.biases.mlp_in || derived.biases.mlp_out);
+  EXPECT_EQ(derived.rope_scaling.type, RopeScalingType::none);
+  // An explicit block wins over the config's description, and config() says so.
+  GPT model(config, testing::gpt2_like_block(), 1, at::kFloat);
+  EXPECT_EQ(model.config().pos, PositionEncoding::learned);
+  EXPECT_EQ(model.config().moe.num_experts, 0);
+  EXPECT_TRUE(model.block().biases.mlp_out);
+  EXPECT_NO_THROW(model.parameter("embedding.position.weight"));
+}
 
 TEST(GptInit, DependsOnlyOnSeedAndName) {
   ModelConfig two = tiny_model();
@@ -117,6 +200,9 @@ TEST(GptShape, ParameterCountInClosedForm) {
   config.tie_embeddings = false;
   EXPECT_EQ(GPT(config, 1, at::kFloat).num_parameters(),
             l * (4 * h * h + 2 * h * F + 4 * h) + 2 * V * h + s * h + 2 * h);
+  // GPT-2's biases: q, k, v (3h), attention out (h), MLP in (F) and out (h) per layer.
+  EXPECT_EQ(GPT(config, testing::gpt2_like_block(), 1, at::kFloat).num_parameters(),
+            l * (4 * h * h + 2 * h * F + 4 * h + 5 * h + F) + 2 * V * h + s * h + 2 * h);
 }
 
 TEST(GptShape, FlopsPerTokenFormula) {
@@ -124,6 +210,21 @@ TEST(GptShape, FlopsPerTokenFormula) {
   const ModelConfig config = testing::gpt_config(1000, 64, 2, 4, 32);
   const double h = 64, l = 2, V = 1000, s = 32;
   EXPECT_DOUBLE_EQ(training_flops_per_token(config), 6 * (12 * l * h * h + V * h) + 12 * l * h * s);
+}
+
+// "" when decoding `tokens` (B, T) from a KV cache (a prefix of 3, then one token at a time)
+// gives the full forward's logits, and the cache then refuses a token past model.seq_len.
+std::string cache_decoding_difference(GPT& model, const at::Tensor& tokens) {
+  at::NoGradGuard no_grad;
+  const at::Tensor full = model.logits(tokens);
+  KVCache cache;
+  std::vector<at::Tensor> pieces{model.logits(tokens.narrow(1, 0, 3), &cache)};
+  for (int64_t t = 3; t < tokens.size(1); ++t) {
+    pieces.push_back(model.logits(tokens.narrow(1, t, 1), &cache));
+  }
+  EXPECT_EQ(cache.length, tokens.size(1));
+  EXPECT_THROW(model.logits(tokens.narrow(1, 0, 1), &cache), UserError);
+  return testing::compare_tensors(at::cat(pieces, 1), full, 1e-10, 1e-12);
 }
 
 TEST(GptDecode, KvCacheMatchesFullForward) {
@@ -135,21 +236,24 @@ TEST(GptDecode, KvCacheMatchesFullForward) {
       config.n_heads = 4;
       config.n_kv_heads = 2;
       GPT model(config, 9, at::kDouble);
-      at::NoGradGuard no_grad;
       at::Tensor tokens = (at::arange(B * config.seq_len, at::kLong) * 7)
                               .remainder(config.vocab_size)
                               .view({B, -1});
-      at::Tensor full = model.logits(tokens);
-      KVCache cache;
-      at::Tensor prefix = model.logits(tokens.narrow(1, 0, 3), &cache);
-      std::vector<at::Tensor> pieces{prefix};
-      for (int64_t t = 3; t < config.seq_len; ++t)
-        pieces.push_back(model.logits(tokens.narrow(1, t, 1), &cache));
-      EXPECT_EQ(testing::compare_tensors(at::cat(pieces, 1), full, 1e-10, 1e-12), "")
-          << name_of(pos) << " batch " << B;
-      EXPECT_EQ(cache.length, config.seq_len);
-      EXPECT_THROW(model.logits(tokens.narrow(1, 0, 1), &cache), UserError);
+      EXPECT_EQ(cache_decoding_difference(model, tokens), "") << name_of(pos) << " batch " << B;
     }
+}
+
+TEST(GptDecode, KvCacheWithBiasesAndRopeScalingMatchesFullForward) {
+  for (const BlockSpec& block : {qwen2_llama3_block(), testing::gpt2_like_block()}) {
+    ModelConfig config = tiny_model();
+    config.n_heads = 4;
+    config.n_kv_heads = 2;
+    GPT model(config, block, 9, at::kDouble);
+    testing::randomize_biases(model, 10);
+    at::Tensor tokens =
+        (at::arange(2 * config.seq_len, at::kLong) * 7).remainder(config.vocab_size).view({2, -1});
+    EXPECT_EQ(cache_decoding_difference(model, tokens), "") << name_of(block.position);
+  }
 }
 
 // The blockwise kernel is the default; eager attention (the T x T scores) is the reference.

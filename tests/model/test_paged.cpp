@@ -1,8 +1,10 @@
 // GPT::forward_paged, the serving forward: one step of decoding sequences and prefill chunks
 // over a paged KV cache equals the whole-sequence forward for every row; both attention
-// kernels, both position encodings, grouped-query ratios 1, 2 and 4.
+// kernels, both position encodings, grouped-query ratios 1, 2 and 4; and blocks with biases
+// (Qwen2's, with Llama 3's rope scaling, and GPT-2's).
 #include <gtest/gtest.h>
 
+#include "model_families.h"
 #include "paged_step.h"
 #include "test_configs.h"
 
@@ -24,6 +26,21 @@ TEST(GptPaged, AStepOfDecodesAndPrefillChunksEqualsTheWholeSequences) {
             << name_of(kernel) << " " << name_of(pos) << " kv heads " << kv_heads;
       }
     }
+  }
+}
+
+TEST(GptPaged, BlocksWithBiasesEqualTheWholeSequences) {
+  BlockSpec qwen2 = testing::qwen2_like_block();
+  qwen2.rope_scaling = {RopeScalingType::llama3, 8.0, 1.0, 4.0, 32};
+  for (const BlockSpec& block : {qwen2, testing::gpt2_like_block()}) {
+    ModelConfig config = testing::gpt_config(64, 32, 2, 4, 48);
+    config.n_kv_heads = 2;
+    config.init_std = 0.1;
+    GPT model(config, block, 3, at::kDouble);
+    testing::randomize_biases(model, 4, 0.1);
+    EXPECT_EQ(testing::check_paged_step(model, model, testing::mixed_paged_step(), 1e-10, 1e-12),
+              "")
+        << name_of(block.position);
   }
 }
 

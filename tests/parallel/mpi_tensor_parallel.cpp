@@ -5,6 +5,7 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 
+#include "model_families.h"
 #include "strata/model/gpt.h"
 #include "strata/parallel/regions.h"
 #include "test_configs.h"
@@ -148,6 +149,26 @@ ModelConfig model_for(const Variant& v) {
   return config;
 }
 
+// Each of the sharded model's gradients (summed over tp where they are partial, as the trainer
+// does) equals its slice of the unsharded model's.
+void expect_gradient_slices_equal(GPT& sharded, GPT& reference, Comm& tp) {
+  for (auto& parameter : sharded.parameters()) {
+    at::Tensor grad = parameter.value.grad();
+    ASSERT_TRUE(grad.defined()) << parameter.name;
+    if (parameter.tp_partial_grad) tp.all_reduce(grad, ReduceOp::Sum);
+    const at::Tensor& full_grad = reference.parameter(parameter.name).value.grad();
+    for (const auto& slice : parameter.spec.local_slices()) {
+      at::Tensor want = full_grad, got = grad;
+      for (size_t d = 0; d < slice.shape.size(); ++d) {
+        want = want.narrow(d, slice.global_offsets[d], slice.shape[d]);
+      }
+      const int64_t dim = std::max<int64_t>(0, parameter.spec.split_dim);
+      got = got.narrow(dim, slice.local_start, slice.shape[dim]);
+      EXPECT_EQ(testing::compare_tensors(got, want, 1e-8, 1e-12), "") << parameter.name;
+    }
+  }
+}
+
 class TensorParallelGpt : public ::testing::TestWithParam<Variant> {};
 
 TEST_P(TensorParallelGpt, LossAndGradientSlicesEqualUnsharded) {
@@ -186,20 +207,7 @@ TEST_P(TensorParallelGpt, LossAndGradientSlicesEqualUnsharded) {
     EXPECT_EQ(counted[static_cast<size_t>(CommKind::ReduceScatter)], 0);
   }
 
-  for (auto& parameter : sharded.parameters()) {
-    at::Tensor grad = parameter.value.grad();
-    if (parameter.tp_partial_grad) tp.all_reduce(grad, ReduceOp::Sum);  // as the trainer does
-    const at::Tensor& full_grad = reference.parameter(parameter.name).value.grad();
-    for (const auto& slice : parameter.spec.local_slices()) {
-      at::Tensor want = full_grad, got = grad;
-      for (size_t d = 0; d < slice.shape.size(); ++d) {
-        want = want.narrow(d, slice.global_offsets[d], slice.shape[d]);
-      }
-      const int64_t dim = std::max<int64_t>(0, parameter.spec.split_dim);
-      got = got.narrow(dim, slice.local_start, slice.shape[dim]);
-      EXPECT_EQ(testing::compare_tensors(got, want, 1e-8, 1e-12), "") << parameter.name;
-    }
-  }
+  expect_gradient_slices_equal(sharded, reference, tp);
   // Whole-vocabulary logits gathered for generation equal the unsharded ones.
   at::NoGradGuard no_grad;
   EXPECT_EQ(testing::compare_tensors(sharded.logits(tokens), reference.logits(tokens), 1e-9, 1e-12),
@@ -218,6 +226,67 @@ INSTANTIATE_TEST_SUITE_P(
                       // kv replicated
                       ),
     variant_name);
+
+// Other model families (model/block_spec.h) with nonzero biases: Qwen2's on q, k and v
+// (column-split with their heads; with 4 kv heads replicated over tp = 3), GPT-2's on every
+// projection (the row-split ones added once, after the reduction or the reduce-scatter), also
+// with a SwiGLU MLP.
+struct FamilyVariant {
+  const char* family;
+  bool sequence_parallel;
+};
+
+BlockSpec block_of(const FamilyVariant& v) {
+  const std::string family = v.family;
+  if (family == "qwen2") return testing::qwen2_like_block();
+  BlockSpec block = testing::gpt2_like_block();
+  // SwiGLU's fused gate and value rows carry their biases in the same two blocks.
+  if (family == "gpt2_swiglu") block.activation = Activation::swiglu;
+  return block;
+}
+
+class TensorParallelFamily : public ::testing::TestWithParam<FamilyVariant> {};
+
+TEST_P(TensorParallelFamily, LogitsLossAndGradientSlicesEqualUnsharded) {
+  Comm tp = Comm::world(60);
+  ModelConfig config = testing::gpt_config(50, 48, 2, 12, 12);
+  config.d_ff = 48;
+  config.init_std = 0.2;
+  const BlockSpec block = block_of(GetParam());
+  if (block.position == PositionEncoding::rope) config.n_kv_heads = 4;
+  GPT reference(config, block, 11, at::kDouble);
+  GPT sharded(config, block, 11, at::kDouble, TensorParallel{&tp, GetParam().sequence_parallel});
+  testing::randomize_biases(reference, 21);
+  testing::randomize_biases(sharded, 21);
+  auto generator = at::make_generator<at::CPUGeneratorImpl>(4);
+  at::Tensor tokens = at::randint(config.vocab_size, {3, config.seq_len}, generator, at::kLong);
+  at::Tensor targets = at::randint(config.vocab_size, {3, config.seq_len}, generator, at::kLong);
+
+  at::Tensor expected = reference.loss(tokens, targets);
+  expected.backward();
+  at::Tensor loss = sharded.loss(tokens, targets);
+  loss.backward();
+  EXPECT_NEAR(loss.item<double>(), expected.item<double>(), 1e-10 * expected.item<double>());
+  expect_gradient_slices_equal(sharded, reference, tp);
+  // The biases are trained: each has a nonzero gradient.
+  for (const auto& parameter : reference.parameters()) {
+    if (parameter.name.find("attn.q.bias") != std::string::npos) {
+      EXPECT_GT(parameter.value.grad().abs().max().item<double>(), 0) << parameter.name;
+    }
+  }
+  at::NoGradGuard no_grad;
+  EXPECT_EQ(testing::compare_tensors(sharded.logits(tokens), reference.logits(tokens), 1e-9, 1e-12),
+            "");
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Families, TensorParallelFamily,
+    ::testing::Values(FamilyVariant{"qwen2", false}, FamilyVariant{"qwen2", true},
+                      FamilyVariant{"gpt2", false}, FamilyVariant{"gpt2", true},
+                      FamilyVariant{"gpt2_swiglu", true}),
+    [](const ::testing::TestParamInfo<FamilyVariant>& info) {
+      return std::string(info.param.family) + (info.param.sequence_parallel ? "_sp" : "");
+    });
 
 Config training_run(const Variant& v) {
   Config config = testing::tiny_training_run(20, 4, 2);

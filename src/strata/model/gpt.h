@@ -1,7 +1,13 @@
 // The GPT decoder: token embedding, learned or rotary positions, pre-norm blocks of causal
 // (grouped-query) attention and a GELU or SwiGLU MLP, a final norm, and a tied or untied
-// output head with cross-entropy. Written with ATen ops under autograd; every weight is a
-// Parameter with a global name, so initialization and checkpoints are layout-independent.
+// output head with cross-entropy. What a block is made of (norms, positions, activation,
+// biases, rope scaling, experts) is data: a BlockSpec (model/block_spec.h). Written with ATen
+// ops under autograd; every weight and bias is a Parameter with a global name, so
+// initialization and checkpoints are layout-independent.
+//
+// Every forward hands a ForwardContext (model/forward_context.h) down its calls: the KV cache
+// it reads and writes (none, generation's, serving's paged one), sequence parallelism, the
+// objective's scale and whether it is a recomputation. The model keeps no call's state.
 //
 // Tensor parallelism (Megatron-style) over the tp group: attention heads, the MLP's hidden
 // units and the vocabulary are split; the communication lives in parallel/regions.h. With
@@ -16,6 +22,9 @@
 // rank's tokens of each sequence (two chunks, at their original positions) and attention
 // reaches the other ranks' keys. Under tensor parallelism each tp rank holds the same tokens
 // (split again over tp with sequence parallelism).
+//
+// The code: gpt.cpp builds the parameters and runs a stage (training, generation, serving);
+// gpt_block.cpp the embedding, blocks, norms, MLP and experts; gpt_attention.cpp attention.
 #pragma once
 #include <ATen/ATen.h>
 
@@ -24,8 +33,11 @@
 #include <vector>
 
 #include "strata/core/config.h"
+#include "strata/model/block_spec.h"
+#include "strata/model/forward_context.h"
 #include "strata/model/moe.h"
 #include "strata/model/parameter.h"
+#include "strata/model/rope.h"
 #include "strata/parallel/context_parallel.h"
 
 namespace strata {
@@ -53,36 +65,6 @@ struct UnitOrder {
   std::vector<int64_t> gradients_complete;  // n, ..., 1, 0 (the embedding's gradient comes last)
 };
 
-// Keys and values of every layer for incremental decoding.
-struct KVCache {
-  std::vector<at::Tensor> keys;           // per layer (B, local kv heads, length, head_dim)
-  std::vector<at::Tensor> values;         // per layer (B, local kv heads, length, head_dim)
-  std::vector<at::Tensor> expert_counts;  // per MoE layer (B, E) int64: assignments so far
-  int64_t length = 0;                     // positions already cached
-};
-
-// Keys and values for serving many sequences at once (serve/): a pool of slots per layer of
-// this chunk, each slot one position of one sequence. Which slots a sequence owns is the
-// caller's business (serve/ hands them out in 16-token blocks); the model only reads and writes
-// the slots a PagedBatch names.
-struct PagedKVCache {
-  std::vector<at::Tensor> keys;    // per layer (slots, local kv heads, head_dim)
-  std::vector<at::Tensor> values;  // per layer (slots, local kv heads, head_dim)
-};
-
-// One serving step: new tokens of several sequences, concatenated along the tokens (N of them).
-struct PagedBatch {
-  struct Sequence {
-    int64_t first_row = 0;     // its first new token among the N
-    int64_t rows = 0;          // its new tokens this step
-    at::Tensor context_slots;  // (past + rows) int64: the slots of all its positions, in order
-  };
-  at::Tensor positions;    // (N) int64: each new token's position in its sequence
-  at::Tensor write_slots;  // (N) int64: the slot each new token's key and value go to
-  std::vector<Sequence> sequences;
-  PagedKVCache* cache = nullptr;
-};
-
 struct TensorParallel {
   Comm* comm = nullptr;  // the tp group; nullptr = no tensor parallelism
   bool sequence_parallel = false;
@@ -100,12 +82,19 @@ struct StageSpec {
 
 class GPT {
  public:
-  // ep: the expert-parallel group (nullptr or size 1: every expert on this rank); cp: the
+  // The model a [model] table describes (its block: block_spec_of(config)). ep: the
+  // expert-parallel group (nullptr or size 1: every expert on this rank); cp: the
   // context-parallel group (comm nullptr or size 1: whole sequences).
   GPT(const ModelConfig& config, uint64_t seed, at::ScalarType dtype, TensorParallel tp = {},
       StageSpec stage = {}, Comm* ep = nullptr, ContextParallel cp = {});
+  // With an explicit block (another model family): config gives the sizes, block says what a
+  // block is made of; config's norm, pos, activation, norm_eps, rope_theta and moe give way to
+  // block's, and config() reports them so.
+  GPT(const ModelConfig& config, const BlockSpec& block, uint64_t seed, at::ScalarType dtype,
+      TensorParallel tp = {}, StageSpec stage = {}, Comm* ep = nullptr, ContextParallel cp = {});
 
   const ModelConfig& config() const { return config_; }
+  const BlockSpec& block() const { return block_; }
   std::vector<Parameter>& parameters() { return parameters_; }
   const std::vector<Parameter>& parameters() const { return parameters_; }
   Parameter& parameter(const std::string& name);
@@ -158,20 +147,49 @@ class GPT {
   std::vector<MoeLayerStats> take_moe_stats();
 
  private:
-  struct BlockParams {  // indices into parameters_
-    size_t norm1_weight, norm1_bias, q_weight, kv_weight, attn_out_weight;
-    size_t norm2_weight, norm2_bias, fc_weight, fc_out_weight;  // fc: dense layers only
-    size_t router_weight, expert_fc_weight, expert_out_weight;  // MoE layers only
-  };
   static constexpr size_t kNone = static_cast<size_t>(-1);
+  struct BlockParams {  // indices into parameters_; kNone where the block has no such parameter
+    size_t norm1_weight = kNone, norm1_bias = kNone;
+    size_t q_weight = kNone, q_bias = kNone;
+    size_t kv_weight = kNone, k_bias = kNone, v_bias = kNone;
+    size_t attn_out_weight = kNone, attn_out_bias = kNone;
+    size_t norm2_weight = kNone, norm2_bias = kNone;
+    size_t fc_weight = kNone, fc_bias = kNone, fc_out_weight = kNone, fc_out_bias = kNone;  // dense
+    size_t router_weight = kNone, expert_fc_weight = kNone, expert_out_weight = kNone;      // MoE
+  };
 
+  // Construction (gpt.cpp).
+  void add_block(int64_t layer);
   size_t add(const std::string& name, std::vector<int64_t> shape, InitKind kind, double std,
              bool weight_decay, int64_t split_dim = -1, std::vector<int64_t> blocks = {});
+  // A bias (split as add() splits), zero-initialized, without weight decay.
+  size_t add_bias(const std::string& name, std::vector<int64_t> shape, int64_t split_dim,
+                  std::vector<int64_t> blocks = {});
+  // A parameter applied to the residual stream (norms, the biases of row-split projections):
+  // replicated over tp, without weight decay; under sequence parallelism each tp rank's
+  // gradient is only its tokens' part.
+  size_t add_replicated(const std::string& name, std::vector<int64_t> shape, InitKind kind);
+  size_t add_experts(const std::string& name, std::vector<int64_t> shape, double std);
+  // Every parameter enters here: initialized, and recorded in the layer unit being built.
+  size_t add_parameter(const std::string& name, const ShardSpec& spec, InitKind kind, double std,
+                       bool weight_decay);
   const at::Tensor& weight(size_t index) const { return parameters_[index].value; }
+  // y + the bias parameters_[index] (broadcast over the leading dims); y when index is kNone.
+  at::Tensor plus_bias(const at::Tensor& y, size_t index) const {
+    return index == kNone ? y : y + weight(index);
+  }
+
+  // The stage (gpt.cpp).
+  at::Tensor head_loss(const at::Tensor& x, const at::Tensor& targets,
+                       const ForwardContext& context);  // x: last block's output
+  // Final-normed hidden states (..., C) -> logits (..., V) over the whole vocabulary.
+  at::Tensor vocab_logits(const at::Tensor& normed);
+
+  // The blocks (gpt_block.cpp).
   // Hidden states after the final norm, full sequence: (B, T, C), each tp rank a replica.
-  at::Tensor hidden(const at::Tensor& tokens, KVCache* cache, bool sequence_parallel);
+  at::Tensor hidden(const at::Tensor& tokens, const ForwardContext& context);
   // The blocks in turn, each entered and left through the wrapper.
-  at::Tensor blocks_forward(at::Tensor x, KVCache* cache, bool sequence_parallel);
+  at::Tensor blocks_forward(at::Tensor x, const ForwardContext& context);
   at::Tensor enter(int64_t unit, const at::Tensor& x) {
     return wrapper_ ? wrapper_->enter(unit, x) : x;
   }
@@ -179,56 +197,51 @@ class GPT {
     return wrapper_ ? wrapper_->leave(unit, y) : y;
   }
   // One transformer block: attention, then the MLP or (MoE layers) the experts.
-  at::Tensor block_forward(at::Tensor x, size_t layer, KVCache* cache, bool sequence_parallel);
-  at::Tensor head_loss(const at::Tensor& x, const at::Tensor& targets);  // x: last block's output
-  at::Tensor embed(const at::Tensor& tokens, int64_t past, bool sequence_parallel);
+  at::Tensor block_forward(at::Tensor x, size_t layer, const ForwardContext& context);
+  at::Tensor embed(const at::Tensor& tokens, const ForwardContext& context);
   at::Tensor norm(const at::Tensor& x, size_t weight_index, size_t bias_index) const;
-  at::Tensor attention(const at::Tensor& x, const BlockParams& block, int64_t layer, KVCache* cache,
-                       bool sequence_parallel);
-  // Grouped-query: the key/value heads (B, K_l, L, D) as the attention core wants them for
-  // this rank's query heads.
-  at::Tensor expand_kv(const at::Tensor& kv) const;
-  // attention() of a PagedBatch: q, k, v (1, heads, N, D) of the new tokens.
-  at::Tensor paged_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                             int64_t layer);
-  // Final-normed hidden states (..., C) -> logits (..., V) over the whole vocabulary.
-  at::Tensor vocab_logits(const at::Tensor& normed);
-  // softmax(q k^T scale, causal) v by the configured kernel, or across the cp ranks.
-  at::Tensor attention_core(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                            int64_t past);
   bool recomputes(int64_t block, Recompute mode) const;
-  at::Tensor mlp(const at::Tensor& x, const BlockParams& block, bool sequence_parallel);
-  at::Tensor moe(const at::Tensor& x, const BlockParams& block, int64_t layer, KVCache* cache,
-                 bool sequence_parallel);
-  size_t add_experts(const std::string& name, std::vector<int64_t> shape, double std);
-  // Every parameter enters here: initialized, and recorded in the layer unit being built.
-  size_t add_parameter(const std::string& name, const ShardSpec& spec, InitKind kind, double std,
-                       bool weight_decay);
+  at::Tensor mlp(const at::Tensor& x, const BlockParams& block, const ForwardContext& context);
+  at::Tensor moe(const at::Tensor& x, const BlockParams& block, int64_t layer,
+                 const ForwardContext& context);
   at::Tensor enter_tp(const at::Tensor& x, bool sequence_parallel);  // before a column split
-  at::Tensor leave_tp(const at::Tensor& x,
-                      bool sequence_parallel);  // after a row split
-                                                // The positions (T) int64 of the T tokens this rank
-                                                // holds from `past` on; with tp_part they
+  at::Tensor leave_tp(const at::Tensor& x, bool sequence_parallel);  // after a row split
+  // The positions (T) int64 of the T tokens this rank holds from `past` on; with tp_part they
   // are this tp rank's part of them (sequence parallelism). Under context parallelism: the
   // rank's two chunks of a whole training sequence.
   at::Tensor token_positions(int64_t T, int64_t past, bool tp_part) const;
-  at::Tensor rotate(const at::Tensor& x, const at::Tensor& positions) const;  // RoPE
+
+  // Attention (gpt_attention.cpp).
+  at::Tensor attention(const at::Tensor& x, const BlockParams& block, int64_t layer,
+                       const ForwardContext& context);
+  // softmax(q k^T scale, causal) v of q (B, H_l, T, D) and k, v (B, K_l, T, D) where the
+  // context keeps keys and values: nowhere, a KVCache, or the paged pool.
+  at::Tensor attend_sequences(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                              int64_t layer);
+  at::Tensor attend_cached(const at::Tensor& q, at::Tensor k, at::Tensor v, int64_t layer,
+                           KVCache& cache);
+  at::Tensor attend_paged(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                          int64_t layer, const PagedBatch& batch);
+  // Grouped-query: the key/value heads (B, K_l, L, D) as the attention core wants them for
+  // this rank's query heads.
+  at::Tensor expand_kv(const at::Tensor& kv) const;
+  // softmax(q k^T scale, causal) v by the configured kernel, or across the cp ranks.
+  at::Tensor attention_core(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                            int64_t past);
   const at::Tensor& causal_mask(int64_t query_len, int64_t key_len);
 
   ModelConfig config_;
+  BlockSpec block_;
   uint64_t seed_;
   at::ScalarType dtype_;
-  Comm* tp_comm_;  // nullptr when there is no tensor parallelism
-  bool sequence_parallel_;
-  Comm* ep_comm_;  // nullptr when every expert is on this rank
+  Comm* tp_comm_;           // nullptr when there is no tensor parallelism
+  bool sequence_parallel_;  // of the training forward (forward_stage)
+  Comm* ep_comm_;           // nullptr when every expert is on this rank
   int64_t ep_size_ = 1, ep_rank_ = 0;
-  ContextParallel cp_;                 // comm nullptr without context parallelism
-  at::Tensor context_positions_;       // (seq_len / cp) int64: this rank's tokens' positions
-  double objective_scale_ = 1.0;       // of the forward_stage() running now
-  const PagedBatch* paged_ = nullptr;  // of the forward_paged() running now
+  ContextParallel cp_;            // comm nullptr without context parallelism
+  at::Tensor context_positions_;  // (seq_len / cp) int64: this rank's tokens' positions
   Recompute recompute_ = Recompute::none;
   int64_t recompute_layers_ = 0;  // the first blocks that recompute (all of them when 0)
-  bool recomputing_ = false;      // inside a recomputation: statistics are not recorded again
   std::vector<MoeLayerStats> moe_stats_;
   int64_t tp_size_ = 1, tp_rank_ = 0;
   int64_t local_heads_, local_kv_heads_;  // heads this rank computes
@@ -243,7 +256,7 @@ class GPT {
   size_t token_embedding_ = kNone, position_embedding_ = kNone;
   size_t final_norm_weight_ = kNone, final_norm_bias_ = kNone, head_weight_ = kNone;
   std::vector<BlockParams> blocks_;  // weight fields a layer does not use are kNone
-  at::Tensor rope_cos_, rope_sin_;   // (seq_len, head_dim / 2)
+  RotaryEmbedding rope_;             // rotary positions only
   std::map<std::pair<int64_t, int64_t>, at::Tensor> causal_masks_;  // (Tq, Tk) bool, true = hidden
 };
 
