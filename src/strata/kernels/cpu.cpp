@@ -32,8 +32,10 @@ void detect_features(CpuInfo& info) {
   info.avx2 = __builtin_cpu_supports("avx2");
   info.fma = __builtin_cpu_supports("fma");
   info.avx512f = __builtin_cpu_supports("avx512f");
+#if defined(STRATA_CPU_SUPPORTS_AMX)
   info.avx512_bf16 = __builtin_cpu_supports("avx512bf16");
   info.amx_bf16 = __builtin_cpu_supports("amx-bf16");
+#endif
   info.vector_paths_built = true;
   // The variants' target attributes (vector_lanes.h): "avx512f", and "avx2,fma".
   info.best_path = info.avx512f            ? VectorPath::avx512

@@ -20,7 +20,8 @@ const char* vector_path_name(VectorPath path);
 struct CpuInfo {
   std::string model;  // /proc/cpuinfo's "model name", else "unknown"
   // Features as the compiler's run-time check sees them (__builtin_cpu_supports: the CPU has
-  // them and the OS saves their registers); all false in a build without vector paths.
+  // them and the OS saves their registers); all false in a build without vector paths, the
+  // last two also where the compiler does not know them (STRATA_CPU_SUPPORTS_AMX).
   bool avx2 = false, fma = false, avx512f = false, avx512_bf16 = false, amx_bf16 = false;
   // Whether this build compiled the avx512 and avx2 variants (the CMake check
   // STRATA_VECTOR_TARGETS: GCC or Clang on x86-64); without them only generic exists.
