@@ -1,13 +1,14 @@
-// The float32 matmul rate this machine reaches through strata's linear layers (parallel/
-// linear.h: oneDNN's sgemm when libtorch brought it, else ATen's matmul), the yardstick for
-// MFU: the trainer's own probe and larger GEMMs, including the benchmark model's MLP shape,
-// for 1 and 2 threads, and ATen's matmul (OpenBLAS on Debian) for comparison ("aten-"
-// rows). One JSON object per line, each a measurement made at that row's thread count.
+// The float32 matmul rate this machine reaches through strata's products (kernels/matmul.h:
+// the product its linear layers run), the yardstick for MFU: the one matmul-peak probe
+// (kernels/matmul_peak.h) exactly as the trainer's MFU and `strata plan calibrate` run it
+// ("probe": the layer shapes, fastest of three calls), the same probe on single larger shapes,
+// including the benchmark model's MLP, for 1 and 2 threads, and ATen's matmul (OpenBLAS on
+// Debian) for comparison ("aten-" rows). One JSON object per line, each a measurement made at
+// that row's thread count.
 //
-// The trainer's probe (strata::measure_matmul_peak_flops: best of three single 1024^3
-// products) keeps its first result for the whole process, so calling it again after
-// at::set_num_threads would repeat the first row's number. The "trainer-probe-1024" rows
-// therefore time the same products the same way here, afresh for each thread count.
+// The trainer keeps its probe's first result for the whole process, so calling it again after
+// at::set_num_threads would repeat the first row's number; here the probe runs afresh for each
+// thread count.
 //
 // --dtype bf16 measures the same products in bfloat16 (train.precision = "bf16"'s peak).
 //
@@ -20,11 +21,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <sstream>
 #include <string>
 #include <vector>
 
-#include "strata/parallel/linear.h"
+#include "strata/kernels/matmul_peak.h"
 
 namespace {
 
@@ -35,45 +37,42 @@ struct Shape {
   int64_t m, k, n;  // (m, k) @ (k, n)
 };
 
-// Best of three timed trials of (m, k) @ (k, n) after one untimed warm-up product. A trial
-// repeats the product until it lasts min_trial_seconds (0.2 s keeps small shapes above the
-// clock's resolution); with 0 a trial is a single product, as the trainer's probe times it.
-double gemm_gflops(const Shape& shape, double min_trial_seconds, bool through_aten,
-                   at::ScalarType dtype) {
-  at::NoGradGuard no_grad;
-  auto a = at::randn({shape.m, shape.k}).to(dtype), b = at::randn({shape.k, shape.n}).to(dtype);
-  const at::Tensor weight = b.t().contiguous();  // (n, k): a linear layer's weight
-  auto c = at::empty({shape.m, shape.n}, a.options());
-  auto multiply = [&] {
-    if (through_aten) {
-      at::mm_out(c, a, b);
-    } else {
-      c = strata::linear(a, weight);
-    }
-  };
-  multiply();
-  const double flops = 2.0 * shape.m * shape.k * shape.n;
+// Best of three timed trials of one call after one untimed warm-up call. A trial repeats the
+// call until it lasts 0.2 s, which keeps small shapes above the clock's resolution.
+double seconds_per_call(const std::function<void()>& product) {
+  product();
   double best = 0;
   for (int trial = 0; trial < 3; ++trial) {
-    int64_t products = 0;
+    int64_t calls = 0;
     const auto start = Clock::now();
     double elapsed = 0;
     do {
-      multiply();
-      ++products;
+      product();
+      ++calls;
       elapsed = std::chrono::duration<double>(Clock::now() - start).count();
-    } while (elapsed < min_trial_seconds);
-    best = std::max(best, products * flops / elapsed);
+    } while (elapsed < 0.2);
+    best = trial == 0 ? elapsed / calls : std::min(best, elapsed / calls);
   }
-  return best / 1e9;
+  return best;
 }
 
-void print_row(int threads, const char* dtype_name, const Shape& shape, double gflops) {
-  std::printf(
-      "{\"threads\": %d, \"dtype\": \"%s\", \"shape\": \"%s\", \"m\": %lld, \"k\": %lld, "
-      "\"n\": %lld, \"gflops\": %.2f}\n",
-      threads, dtype_name, shape.name, static_cast<long long>(shape.m),
-      static_cast<long long>(shape.k), static_cast<long long>(shape.n), gflops);
+// ATen's matmul of (m, k) @ (k, n), for comparison, in GFLOP/s.
+double aten_gflops(const Shape& shape, at::ScalarType dtype) {
+  auto a = at::randn({shape.m, shape.k}).to(dtype), b = at::randn({shape.k, shape.n}).to(dtype);
+  auto c = at::empty({shape.m, shape.n}, a.options());
+  return 2.0 * shape.m * shape.k * shape.n / seconds_per_call([&] { at::mm_out(c, a, b); }) / 1e9;
+}
+
+// One row; a shape's sizes when the row measured one shape.
+void print_row(int threads, const char* dtype_name, const char* name, double gflops,
+               const Shape* shape = nullptr) {
+  std::printf("{\"threads\": %d, \"dtype\": \"%s\", \"shape\": \"%s\", ", threads, dtype_name,
+              name);
+  if (shape != nullptr) {
+    std::printf("\"m\": %lld, \"k\": %lld, \"n\": %lld, ", static_cast<long long>(shape->m),
+                static_cast<long long>(shape->k), static_cast<long long>(shape->n));
+  }
+  std::printf("\"gflops\": %.2f}\n", gflops);
   std::fflush(stdout);
 }
 
@@ -108,7 +107,6 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  const Shape trainer_probe = {"trainer-probe-1024", 1024, 1024, 1024};
   const std::vector<Shape> shapes = {
       {"square-1024", 1024, 1024, 1024},
       {"mlp-up", tokens, d_model, 4 * d_model},  // activations @ fc weight^T
@@ -120,12 +118,14 @@ int main(int argc, char** argv) {
       return 2;
     }
     at::set_num_threads(threads);
-    print_row(threads, dtype_name, trainer_probe, gemm_gflops(trainer_probe, 0.0, false, dtype));
+    print_row(threads, dtype_name, "probe", strata::measure_matmul_peak(dtype) / 1e9);
     for (const Shape& shape : shapes) {
-      print_row(threads, dtype_name, shape, gemm_gflops(shape, 0.2, false, dtype));
+      const double flops =
+          strata::measure_matmul_peak(dtype, seconds_per_call, {{shape.m, shape.k, shape.n}});
+      print_row(threads, dtype_name, shape.name, flops / 1e9, &shape);
     }
     const Shape aten = {"aten-square-1024", 1024, 1024, 1024};
-    print_row(threads, dtype_name, aten, gemm_gflops(aten, 0.2, true, dtype));
+    print_row(threads, dtype_name, aten.name, aten_gflops(aten, dtype), &aten);
   }
   return 0;
 }

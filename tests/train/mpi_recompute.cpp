@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "strata/core/precision.h"
+#include "strata/kernels/matmul.h"
 #include "strata/parallel/linear.h"
 #include "test_configs.h"
 #include "test_support.h"

@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "strata/ckpt/checkpoint.h"
+#include "strata/cli/env.h"
 #include "strata/cli/plan.h"
 #include "strata/cli/simulate.h"
 #include "strata/cli/supervisor.h"
@@ -295,6 +296,7 @@ int main(int argc, char** argv) {
 
   add_simulate_command(app);
   add_plan_command(app);
+  add_env_command(app);
 
   CLI11_PARSE(app, argc, argv);
   // The command line to re-execute under mpirun, with this binary's absolute path.

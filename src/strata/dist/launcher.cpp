@@ -2,7 +2,6 @@
 // counts that keep N ranks on one machine from thrashing its cores.
 #include "strata/dist/launcher.h"
 
-#include <dlfcn.h>
 #include <sched.h>
 #include <unistd.h>
 
@@ -15,6 +14,7 @@
 #include <cstring>
 
 #include "strata/core/error.h"
+#include "strata/kernels/cpu.h"
 
 namespace strata {
 namespace {
@@ -129,9 +129,7 @@ int configure_rank_threads(int threads) {
   // launcher exports it. Started some other way, set it at run time if OpenBLAS is loaded.
   if (env("OPENBLAS_NUM_THREADS") == nullptr) {
     using SetThreads = void (*)(int);
-    if (auto set = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) {
-      set(count);
-    }
+    if (auto set = reinterpret_cast<SetThreads>(cpu_info().openblas_set_num_threads)) set(count);
   }
   return count;
 }

@@ -113,19 +113,29 @@ template <typename Access>
   }
 }
 
-STRATA_VECTOR_CLONES void forward_float(const float* x, float* y, int64_t n) {
+[[gnu::always_inline]] inline void forward_float_body(const float* x, float* y, int64_t n) {
   forward_pass<Float32>(x, y, n);
 }
-STRATA_VECTOR_CLONES void forward_bfloat16(const uint16_t* x, uint16_t* y, int64_t n) {
+[[gnu::always_inline]] inline void forward_bfloat16_body(const uint16_t* x, uint16_t* y,
+                                                         int64_t n) {
   forward_pass<BFloat16>(x, y, n);
 }
-STRATA_VECTOR_CLONES void backward_float(const float* x, const float* dy, float* dx, int64_t n) {
+[[gnu::always_inline]] inline void backward_float_body(const float* x, const float* dy, float* dx,
+                                                       int64_t n) {
   backward_pass<Float32>(x, dy, dx, n);
 }
-STRATA_VECTOR_CLONES void backward_bfloat16(const uint16_t* x, const uint16_t* dy, uint16_t* dx,
-                                            int64_t n) {
+[[gnu::always_inline]] inline void backward_bfloat16_body(const uint16_t* x, const uint16_t* dy,
+                                                          uint16_t* dx, int64_t n) {
   backward_pass<BFloat16>(x, dy, dx, n);
 }
+
+STRATA_VECTOR_PATHS(void, forward_float, (const float* x, float* y, int64_t n), (x, y, n))
+STRATA_VECTOR_PATHS(void, forward_bfloat16, (const uint16_t* x, uint16_t* y, int64_t n), (x, y, n))
+STRATA_VECTOR_PATHS(void, backward_float, (const float* x, const float* dy, float* dx, int64_t n),
+                    (x, dy, dx, n))
+STRATA_VECTOR_PATHS(void, backward_bfloat16,
+                    (const uint16_t* x, const uint16_t* dy, uint16_t* dx, int64_t n),
+                    (x, dy, dx, n))
 
 bool vectorized(const at::Tensor& x) {
   return x.scalar_type() == at::kFloat || x.scalar_type() == at::kBFloat16;

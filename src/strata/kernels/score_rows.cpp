@@ -1,5 +1,6 @@
 // Row operations on attention score tiles. The float versions work on 16-lane vectors
-// (vector_lanes.h), each function built for AVX-512, AVX2 and baseline x86-64.
+// (vector_lanes.h), each function built for AVX-512, AVX2 and the generic baseline and run on
+// the path cpu.h chose.
 #include "strata/kernels/score_rows.h"
 #include "strata/kernels/vector_lanes.h"
 
@@ -52,10 +53,9 @@ using namespace lanes;
   return maximum;
 }
 
-}  // namespace
-
-STRATA_VECTOR_CLONES float online_softmax_row(float* scores, int64_t seen, int64_t cols,
-                                              float& running_max, float& running_sum) {
+[[gnu::always_inline]] inline float online_softmax_row_body(float* scores, int64_t seen,
+                                                            int64_t cols, float& running_max,
+                                                            float& running_sum) {
   std::fill(scores + seen, scores + cols, 0.0f);
   if (seen == 0) return 1.0f;
   const float new_max = std::max(running_max, max_of(scores, seen));
@@ -66,48 +66,25 @@ STRATA_VECTOR_CLONES float online_softmax_row(float* scores, int64_t seen, int64
   return rescale;
 }
 
-double online_softmax_row(double* scores, int64_t seen, int64_t cols, double& running_max,
-                          double& running_sum) {
-  std::fill(scores + seen, scores + cols, 0.0);
-  if (seen == 0) return 1.0;
-  const double new_max = std::max(running_max, *std::max_element(scores, scores + seen));
-  double sum = 0;
-  for (int64_t i = 0; i < seen; ++i) sum += scores[i] = std::exp(scores[i] - new_max);
-  const double rescale = std::exp(running_max - new_max);
-  running_sum = running_sum * rescale + sum;
-  running_max = new_max;
-  return rescale;
-}
-
-STRATA_VECTOR_CLONES void probabilities_row(float* scores, int64_t seen, int64_t cols, float lse) {
+[[gnu::always_inline]] inline void probabilities_row_body(float* scores, int64_t seen, int64_t cols,
+                                                          float lse) {
   if (lse == kNegativeInfinity) seen = 0;
   std::fill(scores + seen, scores + cols, 0.0f);
   exp_shifted_and_sum(scores, seen, lse);
 }
 
-void probabilities_row(double* scores, int64_t seen, int64_t cols, double lse) {
-  if (lse == -std::numeric_limits<double>::infinity()) seen = 0;
-  std::fill(scores + seen, scores + cols, 0.0);
-  for (int64_t i = 0; i < seen; ++i) scores[i] = std::exp(scores[i] - lse);
-}
-
-STRATA_VECTOR_CLONES void score_gradient_row(const float* probabilities, float* dprobabilities,
-                                             int64_t cols, float delta) {
+[[gnu::always_inline]] inline void score_gradient_row_body(const float* probabilities,
+                                                           float* dprobabilities, int64_t cols,
+                                                           float delta) {
   for (int64_t i = 0; i < cols; ++i) {
     dprobabilities[i] = probabilities[i] * (dprobabilities[i] - delta);
   }
 }
 
-void score_gradient_row(const double* probabilities, double* dprobabilities, int64_t cols,
-                        double delta) {
-  for (int64_t i = 0; i < cols; ++i) {
-    dprobabilities[i] = probabilities[i] * (dprobabilities[i] - delta);
-  }
-}
-
-STRATA_VECTOR_CLONES void gathered_scores_row(const float* query, const float* rows,
-                                              int64_t row_stride, const int64_t* slots,
-                                              int64_t count, int64_t D, float* scores) {
+[[gnu::always_inline]] inline void gathered_scores_row_body(const float* query, const float* rows,
+                                                            int64_t row_stride,
+                                                            const int64_t* slots, int64_t count,
+                                                            int64_t D, float* scores) {
   for (int64_t j = 0; j < count; ++j) {
     const float* key = rows + slots[j] * row_stride;
     Floats sums{};
@@ -130,9 +107,10 @@ STRATA_VECTOR_CLONES void gathered_scores_row(const float* query, const float* r
   }
 }
 
-STRATA_VECTOR_CLONES void gathered_weighted_sum(const float* weights, const float* rows,
-                                                int64_t row_stride, const int64_t* slots,
-                                                int64_t count, int64_t D, float* out) {
+[[gnu::always_inline]] inline void gathered_weighted_sum_body(const float* weights,
+                                                              const float* rows, int64_t row_stride,
+                                                              const int64_t* slots, int64_t count,
+                                                              int64_t D, float* out) {
   int64_t d0 = 0;
   for (; d0 + kLanes <= D; d0 += kLanes) {  // whole vectors: loads of a constant size
     Floats sums{};
@@ -150,8 +128,55 @@ STRATA_VECTOR_CLONES void gathered_weighted_sum(const float* weights, const floa
   }
 }
 
-STRATA_VECTOR_CLONES void exp_in_place(float* values, int64_t n) {
+[[gnu::always_inline]] inline void exp_in_place_body(float* values, int64_t n) {
   exp_shifted_and_sum(values, n, 0.0f);
+}
+
+}  // namespace
+
+STRATA_VECTOR_PATHS(float, online_softmax_row,
+                    (float* scores, int64_t seen, int64_t cols, float& running_max,
+                     float& running_sum),
+                    (scores, seen, cols, running_max, running_sum))
+STRATA_VECTOR_PATHS(void, probabilities_row, (float* scores, int64_t seen, int64_t cols, float lse),
+                    (scores, seen, cols, lse))
+STRATA_VECTOR_PATHS(void, score_gradient_row,
+                    (const float* probabilities, float* dprobabilities, int64_t cols, float delta),
+                    (probabilities, dprobabilities, cols, delta))
+STRATA_VECTOR_PATHS(void, gathered_scores_row,
+                    (const float* query, const float* rows, int64_t row_stride,
+                     const int64_t* slots, int64_t count, int64_t D, float* scores),
+                    (query, rows, row_stride, slots, count, D, scores))
+STRATA_VECTOR_PATHS(void, gathered_weighted_sum,
+                    (const float* weights, const float* rows, int64_t row_stride,
+                     const int64_t* slots, int64_t count, int64_t D, float* out),
+                    (weights, rows, row_stride, slots, count, D, out))
+STRATA_VECTOR_PATHS(void, exp_in_place, (float* values, int64_t n), (values, n))
+
+double online_softmax_row(double* scores, int64_t seen, int64_t cols, double& running_max,
+                          double& running_sum) {
+  std::fill(scores + seen, scores + cols, 0.0);
+  if (seen == 0) return 1.0;
+  const double new_max = std::max(running_max, *std::max_element(scores, scores + seen));
+  double sum = 0;
+  for (int64_t i = 0; i < seen; ++i) sum += scores[i] = std::exp(scores[i] - new_max);
+  const double rescale = std::exp(running_max - new_max);
+  running_sum = running_sum * rescale + sum;
+  running_max = new_max;
+  return rescale;
+}
+
+void probabilities_row(double* scores, int64_t seen, int64_t cols, double lse) {
+  if (lse == -std::numeric_limits<double>::infinity()) seen = 0;
+  std::fill(scores + seen, scores + cols, 0.0);
+  for (int64_t i = 0; i < seen; ++i) scores[i] = std::exp(scores[i] - lse);
+}
+
+void score_gradient_row(const double* probabilities, double* dprobabilities, int64_t cols,
+                        double delta) {
+  for (int64_t i = 0; i < cols; ++i) {
+    dprobabilities[i] = probabilities[i] * (dprobabilities[i] - delta);
+  }
 }
 
 }  // namespace strata

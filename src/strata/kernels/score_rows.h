@@ -4,7 +4,8 @@
 // `seen` are keys the query may attend to; the rest are future keys and come out as 0.
 //
 // float rows run on 16 lanes with an exp accurate to about 1e-7 relative (Cephes' expf
-// polynomial), compiled for AVX-512, AVX2 and baseline x86-64 and picked at load time.
+// polynomial), compiled for AVX-512, AVX2 and the generic baseline, run on the path cpu.h
+// chose (vector_path()).
 // double rows use std::exp, so the float64 path stays exact enough to check the float one.
 #pragma once
 #include <cstdint>

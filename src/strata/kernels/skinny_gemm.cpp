@@ -5,8 +5,9 @@
 // panels of kPanel to the threads; within a panel, each 4 rows of w (4 KB at k = 256) are used
 // by every block of x rows before the next, so w streams from memory once; x is read again for
 // every group, from L1 while its m x k floats fit there (16 rows at k = 768 fill it) and from
-// L2 beyond. The 16 accumulators are 16 registers in the AVX-512 clone; the AVX2 clone (16
-// registers of 8 lanes) spills them to the stack: slower, the same sums.
+// L2 beyond. The 16 accumulators are 16 registers in the AVX-512 variant; the AVX2 variant (16
+// registers of 8 lanes) spills them to the stack: slower, the same sums. The tree's shuffles are
+// GCC's __builtin_shuffle; other compilers add the same pairs lane by lane.
 #include "strata/kernels/skinny_gemm.h"
 
 #include <algorithm>
@@ -41,7 +42,15 @@ template <int W>
 [[gnu::always_inline]] inline void fold(const Floats& a, const Floats& b, Floats& result) {
   constexpr Indices low = W == 8 ? kLow8 : W == 4 ? kLow4 : W == 2 ? kLow2 : kLow1;
   constexpr Indices high = low + W;
+#if defined(__GNUC__) && !defined(__clang__)
   result = __builtin_shuffle(a, b, low) + __builtin_shuffle(a, b, high);
+#else  // Clang's shuffle takes its indices one by one; the same sums, lane by lane
+  for (int lane = 0; lane < kLanes; ++lane) {
+    const float first = low[lane] < kLanes ? a[low[lane]] : b[low[lane] - kLanes];
+    const float second = high[lane] < kLanes ? a[high[lane]] : b[high[lane] - kLanes];
+    result[lane] = first + second;
+  }
+#endif
 }
 
 // Lane i of the result: the sum of acc[i]'s 16 lanes, added in the same order for every i.
@@ -111,9 +120,9 @@ template <int NR>
 }
 
 // Columns [first, last) of out.
-STRATA_VECTOR_CLONES
-void panel(int64_t m, int64_t k, const float* x, int64_t ldx, const float* w, int64_t ldw,
-           float* out, int64_t ldo, int64_t first, int64_t last) {
+[[gnu::always_inline]] inline void panel_body(int64_t m, int64_t k, const float* x, int64_t ldx,
+                                              const float* w, int64_t ldw, float* out, int64_t ldo,
+                                              int64_t first, int64_t last) {
   int64_t j = first;
   for (; j + 4 <= last; j += 4) column_group<4>(m, k, x, ldx, w + j * ldw, ldw, out + j, ldo);
   switch (last - j) {
@@ -127,6 +136,11 @@ void panel(int64_t m, int64_t k, const float* x, int64_t ldx, const float* w, in
       return;
   }
 }
+
+STRATA_VECTOR_PATHS(void, panel,
+                    (int64_t m, int64_t k, const float* x, int64_t ldx, const float* w, int64_t ldw,
+                     float* out, int64_t ldo, int64_t first, int64_t last),
+                    (m, k, x, ldx, w, ldw, out, ldo, first, last))
 
 }  // namespace
 

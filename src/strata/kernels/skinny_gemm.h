@@ -7,8 +7,8 @@
 // Each output element is one dot product: kLanes partial sums over k, in order, then summed
 // by a fixed tree. Its value is the same whatever m is, whichever rows share the call and
 // however the columns are split over threads: a row's result does not depend on the batch it
-// was computed in (on one host: the clone the loader picks decides whether the multiply-adds
-// are fused).
+// was computed in (on one host and vector path: the path, cpu.h, decides whether the
+// multiply-adds are fused).
 #pragma once
 #include <cstdint>
 

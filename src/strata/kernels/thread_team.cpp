@@ -1,26 +1,24 @@
-// A parallel region through libgomp's GOMP_parallel, looked up at run time (see thread_team.h).
+// A parallel region through libgomp's GOMP_parallel, found at run time by cpu.h (see
+// thread_team.h).
 #include "strata/kernels/thread_team.h"
 
 #include <ATen/Parallel.h>
-#include <dlfcn.h>
 
 #include <algorithm>
 #include <atomic>
 #include <exception>
 
+#include "strata/kernels/cpu.h"
+
 namespace strata {
 namespace {
 
 // GCC's OpenMP ABI: fn(data) on a team of num_threads threads (the caller included), flags 0
-// for the default thread binding. Looked up rather than linked: strata links libtorch, which
-// brings libgomp in without re-exporting it.
+// for the default thread binding. Found by cpu.h: strata links libtorch, which brings libgomp
+// in without re-exporting it.
 using GompParallel = void (*)(void (*fn)(void*), void* data, unsigned num_threads, unsigned flags);
 
-GompParallel gomp_parallel() {
-  static const GompParallel function =
-      reinterpret_cast<GompParallel>(dlsym(RTLD_DEFAULT, "GOMP_parallel"));
-  return function;
-}
+GompParallel gomp_parallel() { return reinterpret_cast<GompParallel>(cpu_info().gomp_parallel); }
 
 struct Region {
   const std::function<void()>* body;

@@ -3,25 +3,21 @@
 #include "strata/kernels/tile_gemm.h"
 
 #include <ATen/ATen.h>
-#include <dlfcn.h>
 
 #include "strata/core/error.h"
+#include "strata/kernels/cpu.h"
 
 namespace strata {
 namespace {
 
 // dnnl_sgemm from oneDNN's C API (dnnl.h): row-major, 'N' or 'T' per operand, 0 on success.
-// Looked up rather than linked: libdnnl comes in as a dependency of libtorch_cpu, which does
-// not re-export it, and a libtorch built without MKL-DNN has none.
+// Found by cpu.h: libdnnl comes in as a dependency of libtorch_cpu, which does not re-export
+// it, and a libtorch built without MKL-DNN has none.
 using OnednnSgemm = int (*)(char transa, char transb, int64_t m, int64_t n, int64_t k, float alpha,
                             const float* a, int64_t lda, const float* b, int64_t ldb, float beta,
                             float* c, int64_t ldc);
 
-OnednnSgemm onednn_sgemm() {
-  static const OnednnSgemm function =
-      reinterpret_cast<OnednnSgemm>(dlsym(RTLD_DEFAULT, "dnnl_sgemm"));
-  return function;
-}
+OnednnSgemm onednn_sgemm() { return reinterpret_cast<OnednnSgemm>(cpu_info().onednn_sgemm); }
 
 // The operand as an ATen tensor of its shape after the transpose, sharing its memory.
 template <typename scalar_t>

@@ -1,8 +1,8 @@
-// 16-lane float vectors for the elementwise kernels (score_rows.cpp, gelu.cpp): GCC vector
-// types, which the compiler maps onto whatever registers the clone it builds has (one AVX-512
-// register, two AVX2 ones, four SSE ones); STRATA_VECTOR_CLONES builds a function for those
-// three and the loader picks one for the CPU it finds. Include only from those .cpp files:
-// everything here is inlined into the clones that use it.
+// 16-lane float vectors for the vectorized kernels (score_rows.cpp, gelu.cpp, skinny_gemm.cpp):
+// GCC vector types, which the compiler maps onto whatever registers the variant it builds has
+// (one AVX-512 register, two AVX2 ones, four SSE ones). STRATA_VECTOR_PATHS builds a kernel
+// for those three and calls the one cpu.h chose (vector_path()). Include only from those .cpp
+// files: everything here is inlined into the variants that use it.
 //
 // exp (Cephes' expf): x = n ln2 + r with n = round(x / ln2) and |r| <= ln2 / 2, ln2 split in
 // two constants so n ln2 is exact; exp(r) from a degree-6 polynomial; 2^n by writing n + 127
@@ -13,7 +13,43 @@
 #include <cstring>
 #include <limits>
 
-#define STRATA_VECTOR_CLONES __attribute__((target_clones("avx512f", "arch=haswell", "default")))
+#include "strata/kernels/cpu.h"
+
+// STRATA_VECTOR_PATHS(return_type, name, (parameters), (arguments)) defines `name` from the
+// always-inlined `name##_body`: three variants of the body, each compiled for one path
+// (name##_avx512 with AVX-512F, name##_avx2 with AVX2 and FMA, name##_generic for the
+// baseline of the build's target), and `name` itself, which calls the variant of
+// vector_path(). A build without target attributes (the CMake check STRATA_VECTOR_TARGETS:
+// not GCC or Clang on x86-64) has the generic variant only, which is then all `name` runs.
+#if defined(STRATA_VECTOR_TARGETS)
+#define STRATA_VECTOR_PATHS(return_type, name, parameters, arguments)       \
+  namespace {                                                               \
+  __attribute__((target("avx512f"))) return_type name##_avx512 parameters { \
+    return name##_body arguments;                                           \
+  }                                                                         \
+  __attribute__((target("avx2,fma"))) return_type name##_avx2 parameters {  \
+    return name##_body arguments;                                           \
+  }                                                                         \
+  return_type name##_generic parameters { return name##_body arguments; }   \
+  }                                                                         \
+  return_type name parameters {                                             \
+    switch (::strata::vector_path()) {                                      \
+      case ::strata::VectorPath::avx512:                                    \
+        return name##_avx512 arguments;                                     \
+      case ::strata::VectorPath::avx2:                                      \
+        return name##_avx2 arguments;                                       \
+      case ::strata::VectorPath::generic:                                   \
+        break;                                                              \
+    }                                                                       \
+    return name##_generic arguments;                                        \
+  }
+#else
+#define STRATA_VECTOR_PATHS(return_type, name, parameters, arguments)     \
+  namespace {                                                             \
+  return_type name##_generic parameters { return name##_body arguments; } \
+  }                                                                       \
+  return_type name parameters { return name##_generic arguments; }
+#endif
 
 namespace strata::lanes {
 namespace {  // each including file keeps its own copy: nothing here is linked

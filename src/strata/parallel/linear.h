@@ -1,6 +1,7 @@
-// y = x W^T with a backward whose weight-gradient half can be deferred: the zero-bubble
-// pipeline schedules (Qi et al. 2023) run the input gradient (B) as soon as the next stage
-// needs it and the weight gradient (W) later, in what would be bubble time.
+// y = x W^T (its products routed by kernels/matmul.h) with a backward whose weight-gradient half
+// can be deferred: the zero-bubble pipeline schedules (Qi et al. 2023) run the input gradient (B)
+// as soon as the next stage needs it and the weight gradient (W) later, in what would be bubble
+// time.
 //
 // While a WeightGradQueue is active (see DeferWeightGrads), the backward of every linear
 // computes dx = dy W at once and queues dW = dy^T x; WeightGradQueue::run() adds the queued
@@ -15,12 +16,6 @@ namespace strata {
 
 // x (..., in), weight (out, in) -> (..., out).
 at::Tensor linear(const at::Tensor& x, const at::Tensor& weight);
-
-// Whether CPU products of this dtype run in float32 and are rounded (the one test linear uses):
-// float16 always, bfloat16 where the CPU lacks AMX-BF16 (with it, ATen's matmul runs oneDNN's
-// AMX kernels). Either way the products accumulate in float32 and round once; only the
-// summation order differs.
-bool cpu_multiplies_in_float32(at::ScalarType dtype);
 
 class WeightGradQueue {
  public:

@@ -19,6 +19,7 @@
 #include "strata/dist/comm.h"
 #include "strata/kernels/attention.h"
 #include "strata/kernels/gelu.h"
+#include "strata/kernels/matmul_peak.h"
 #include "strata/plan/transformer.h"
 
 namespace strata {
@@ -65,22 +66,12 @@ double seconds_per_call(Comm& world, Operation operation) {
   return median(trials);
 }
 
-// float32 matmuls of the shapes a transformer layer runs: tokens x d_model times the
-// up-projection, the down-projection, and a square one.
+// float32 products of the shapes a transformer layer runs, as the model routes them: the one
+// matmul-peak probe (kernels/matmul_peak.h), timed here.
 double measure_matmul_flops(Comm& world) {
-  struct Shape {
-    int64_t m, k, n;
-  };
-  double total_flops = 0, total_seconds = 0;
-  for (const Shape shape :
-       {Shape{512, 512, 2048}, Shape{512, 2048, 512}, Shape{1024, 1024, 1024}}) {
-    auto a = at::randn({shape.m, shape.k}), b = at::randn({shape.k, shape.n});
-    auto c = at::empty({shape.m, shape.n});
-    const double seconds = slowest(world, seconds_per_call(world, [&] { at::mm_out(c, a, b); }));
-    total_flops += 2.0 * static_cast<double>(shape.m * shape.k * shape.n);
-    total_seconds += seconds;
-  }
-  return total_flops / total_seconds;
+  return measure_matmul_peak(at::kFloat, [&](const std::function<void()>& product) {
+    return slowest(world, seconds_per_call(world, product));
+  });
 }
 
 // The attention core's batched matmuls, QK^T and attention x V, for 16 (sequence, head) pairs of

@@ -20,8 +20,8 @@
 #include "strata/data_parallel/data_parallel.h"
 #include "strata/dist/flight_record.h"
 #include "strata/dist/trace.h"
+#include "strata/kernels/matmul_peak.h"
 #include "strata/parallel/context_parallel.h"
-#include "strata/parallel/linear.h"
 #include "strata/pipeline/generators.h"
 #include "strata/pipeline/partition.h"
 #include "strata/train/metrics.h"
@@ -50,26 +50,12 @@ nlohmann::json per_kind_json(const std::array<T, N>& values) {
 }  // namespace
 
 double measure_matmul_peak_flops(at::ScalarType dtype) {
-  // Measured once per dtype and process: the best of a few 1024^3 multiplies (~2 GFLOP each)
-  // through the linear layers' own product (parallel/linear.h).
+  // Measured once per dtype and process: the one probe (kernels/matmul_peak.h), which times
+  // the linear layers' own routed products.
   static std::map<at::ScalarType, double> measured;
   auto found = measured.find(dtype);
   if (found != measured.end()) return found->second;
-  const double peak = [dtype] {
-    constexpr int64_t n = 1024;
-    at::NoGradGuard no_grad;
-    const at::Tensor a = at::randn({n, n}).to(dtype), weight = at::randn({n, n}).to(dtype);
-    strata::linear(a, weight);  // warm-up: threads, caches
-    double best = 0;
-    for (int trial = 0; trial < 3; ++trial) {
-      auto start = Clock::now();
-      strata::linear(a, weight);
-      best = std::max(best, 2.0 * n * n * n / seconds_since(start));
-    }
-    return best;
-  }();
-  measured[dtype] = peak;
-  return peak;
+  return measured[dtype] = measure_matmul_peak(dtype);
 }
 
 namespace {

@@ -122,8 +122,8 @@ void check_runnable(const Config& validated);
 // by cost with balanced_partition.
 std::vector<int64_t> stage_layers(const Config& validated);
 
-// Best of a few dense products of the linear layers (parallel/linear.h) in `dtype` on this
-// rank's threads, in FLOP/s (measured once per dtype and process).
+// The matmul-peak probe (kernels/matmul_peak.h) in `dtype` on this rank's threads, in FLOP/s
+// (measured once per dtype and process).
 double measure_matmul_peak_flops(at::ScalarType dtype = at::kFloat);
 
 }  // namespace strata
