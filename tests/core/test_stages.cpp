@@ -3,7 +3,7 @@
 
 #include "expect_error.h"
 #include "strata/core/error.h"
-#include "strata/pipeline/partition.h"
+#include "strata/core/stages.h"
 
 namespace strata {
 namespace {
