@@ -61,7 +61,7 @@ for ((round = 1; round <= ROUNDS; ++round)); do
   for schedule in $SCHEDULES; do
     dir="$work/$schedule-$round"
     start=$SECONDS
-    "$strata" train "$work/bench.toml" --nproc "$PP" --set "parallel.pp_schedule=$schedule" \
+    "$strata" train "$work/bench.toml" --nproc "$PP" --set "parallel.schedule=$schedule" \
       --set "log.dir=$dir" >"$dir.log" 2>&1 ||
       { cat "$dir.log" >&2; echo "pipeline_bubble: $schedule failed" >&2; exit 1; }
     echo "round $round $schedule: $((SECONDS - start)) s wall"

@@ -45,8 +45,8 @@ layouts=(
   "dp2 zero3|parallel.dp=2 parallel.zero=3|dp=2,zero=3"
   "dp2 selective|parallel.dp=2 train.recompute=\"selective\"|dp=2,recompute=selective"
   "dp2 full|parallel.dp=2 train.recompute=\"full\"|dp=2,recompute=full"
-  "pp2 1f1b|parallel.pp=2 parallel.pp_schedule=\"1f1b\"|pp=2,schedule=1f1b"
-  "pp2 zb-h1|parallel.pp=2 parallel.pp_schedule=\"zb-h1\"|pp=2,schedule=zb-h1"
+  "pp2 1f1b|parallel.pp=2 parallel.schedule=\"1f1b\"|pp=2,schedule=1f1b"
+  "pp2 zb-h1|parallel.pp=2 parallel.schedule=\"zb-h1\"|pp=2,schedule=zb-h1"
 )
 
 json_value() { python3 -c "import json,sys; print(json.load(sys.stdin)$1)"; }

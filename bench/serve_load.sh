@@ -54,7 +54,7 @@ TOML
 "$strata" train "$work/model.toml" >"$work/train.log" 2>&1
 checkpoint="$work/ckpt/step_00000001"
 
-"$strata" serve --checkpoint "$checkpoint" --port 0 >"$work/serve.log" 2>&1 &
+"$strata" serve --checkpoint "$checkpoint" --port 0 --set "serve.threads=$THREADS" >"$work/serve.log" 2>&1 &
 server=$!
 trap 'kill $server 2>/dev/null || true; wait $server 2>/dev/null || true' EXIT
 port=""

@@ -47,7 +47,7 @@ TEST(ConfigOverrides, Strings) {
   EXPECT_EQ(with({"model.pos=rope"}).model.pos, PositionEncoding::rope)
       << "bare strings for enum keys";
   EXPECT_EQ(with({"model.pos='rope'"}).model.pos, PositionEncoding::rope);
-  EXPECT_EQ(with({"parallel.pp_schedule=zb-h1"}).parallel.pp_schedule, PipelineSchedule::zb_h1);
+  EXPECT_EQ(with({"parallel.schedule=zb-h1"}).parallel.schedule, PipelineSchedule::zb_h1);
   EXPECT_CONTAINS(
       override_error("model.pos=alibi"),
       "model.pos must be \"learned\" or \"rope\", got \"alibi\" (--set model.pos=alibi)");

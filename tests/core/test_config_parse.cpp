@@ -135,7 +135,7 @@ TEST(ConfigParse, EnumKeysTakeOnlyTheirSpellings) {
   EXPECT_CONTAINS(parse_error("[model]\nactivation = \"relu\"\n"),
                   "model.activation must be \"gelu\" or \"swiglu\", got \"relu\" (run.toml:2:14)");
   EXPECT_CONTAINS(parse_error("[parallel]\npp_schedule = \"1F1B\"\n"),
-                  "parallel.pp_schedule must be \"gpipe\", \"1f1b\", \"interleaved-1f1b\" or "
+                  "parallel.schedule must be \"gpipe\", \"1f1b\", \"interleaved-1f1b\" or "
                   "\"zb-h1\", got \"1F1B\"");
   EXPECT_CONTAINS(parse_error("[model.moe]\nactivation = \"relu\"\n"),
                   "model.moe.activation must be \"gelu\" or \"swiglu\", got \"relu\"");
@@ -158,8 +158,8 @@ TEST(ConfigParse, EnumKeysTakeOnlyTheirSpellings) {
   for (const char* schedule : {"gpipe", "1f1b", "interleaved-1f1b", "zb-h1"}) {
     const Config config =
         parse_config(str("[parallel]\npp_schedule = \"", schedule, "\"\n"), "run.toml");
-    EXPECT_EQ(name_of(config.parallel.pp_schedule), std::string(schedule));
-    EXPECT_CONTAINS(to_toml(config), str("pp_schedule = \"", schedule, "\"\n"));
+    EXPECT_EQ(name_of(config.parallel.schedule), std::string(schedule));
+    EXPECT_CONTAINS(to_toml(config), str("schedule = \"", schedule, "\"\n"));
   }
 }
 
@@ -215,7 +215,7 @@ Config unusual_config() {
   config.parallel.zero = 2;
   config.parallel.bucket_mb = 0.75;
   config.parallel.sequence_parallel = true;
-  config.parallel.pp_schedule = PipelineSchedule::interleaved_one_f_one_b;
+  config.parallel.schedule = PipelineSchedule::interleaved_one_f_one_b;
   config.parallel.vpp = 7;
   config.parallel.microbatches = 8;
   config.parallel.pp_layers = {-1, 0, 4000000000};
@@ -226,7 +226,7 @@ Config unusual_config() {
   config.compression.zero_gather = GatherCompression::int8;
   config.train.steps = 11;
   config.train.global_batch = 12;
-  config.train.micro_batch = 13;
+  config.parallel.micro_batch = 13;
   config.train.lr = 0.1 + 0.2;
   config.train.min_lr = 5e-324;
   config.train.warmup_steps = 14;
@@ -247,7 +247,7 @@ Config unusual_config() {
   config.checkpoint = {"ckpt", 18, "none", 0, true};
   config.fault = {0, 2.5, 600.0};
   config.log = {"", true, ProgressDisplay::lines, 19};
-  config.serve = {"0.0.0.0", 0, 0.5, 7, 3, 2.5};
+  config.serve = {"0.0.0.0", 0, 0.5, 7, 3, 2.5, 20};
   return config;
 }
 
@@ -265,6 +265,18 @@ TEST(ConfigParse, RoundTripIsExact) {
   const Config back = parse_config(to_toml(config), "x");
   EXPECT_TRUE(std::isinf(back.train.grad_clip));
   EXPECT_TRUE(std::isnan(back.model.init_std));
+}
+
+// parallel.schedule's old name is still read (configs saved in checkpoints use it); it is
+// written under the new one.
+TEST(ConfigParse, OldScheduleKeyIsRead) {
+  const Config file = parse_config("[parallel]\npp_schedule = \"zb-h1\"\n", "old.toml");
+  EXPECT_EQ(file.parallel.schedule, PipelineSchedule::zb_h1);
+  const Config set = parse_config("", "x", {"parallel.pp_schedule=gpipe"});
+  EXPECT_EQ(set.parallel.schedule, PipelineSchedule::gpipe);
+  const std::string text = to_toml(file);
+  EXPECT_NE(text.find("schedule = \"zb-h1\""), std::string::npos) << text;
+  EXPECT_EQ(text.find("pp_schedule"), std::string::npos) << text;
 }
 
 TEST(ConfigParse, NestedMoeTableAndOverrides) {
@@ -306,9 +318,9 @@ TEST(ConfigParse, ToTomlPrintsEverySectionAndKeyInOrder) {
   EXPECT_CONTAINS(text, "\ndir = \"\"\n");
   const std::vector<std::string> keys = config_keys();
   EXPECT_CONTAINS(text, "[model.moe]\nnum_experts = 0\n");
-  EXPECT_EQ(keys.size(), 81u);
+  EXPECT_EQ(keys.size(), 82u);
   EXPECT_EQ(keys.front(), "model.vocab_size");
-  EXPECT_EQ(keys.back(), "serve.request_timeout_s");
+  EXPECT_EQ(keys.back(), "serve.threads");
   EXPECT_CONTAINS(text, "[serve]\nhost = \"127.0.0.1\"\nport = 8000\n");
   EXPECT_EQ(std::set<std::string>(keys.begin(), keys.end()).size(), keys.size());
 }

@@ -30,10 +30,10 @@ TEST(ConfigValidate, AutoLayoutLeavesTheLayoutToThePlanner) {
   EXPECT_TRUE(config.parallel.auto_layout);
   EXPECT_EQ(config.parallel.dp, -1) << "left for the planner";
   const std::string message =
-      validate_error({"parallel.auto=true", "parallel.tp=2", "parallel.pp_schedule=zb-h1"}, 4);
+      validate_error({"parallel.auto=true", "parallel.tp=2", "parallel.schedule=zb-h1"}, 4);
   EXPECT_CONTAINS(message,
                   "parallel.auto = true chooses the layout, but the config also sets "
-                  "parallel.tp = 2, parallel.pp_schedule = \"zb-h1\"; remove those keys");
+                  "parallel.tp = 2, parallel.schedule = \"zb-h1\"; remove those keys");
   EXPECT_CONTAINS(validate_error({"parallel.auto=true", "train.lr=-1"}, 2), "train.lr");
 }
 
@@ -125,18 +125,18 @@ TEST(ConfigValidate, ModelParallelRules) {
   EXPECT_CONTAINS(validate_error({"parallel.pp=4"}, 4),
                   "model.n_layers (2) must be >= parallel.pp * parallel.vpp = 4 * 1 = 4");
   EXPECT_CONTAINS(validate_error({"parallel.pp=2", "parallel.vpp=2"}, 2),
-                  "parallel.vpp (2) > 1 needs parallel.pp_schedule = \"interleaved-1f1b\"");
-  EXPECT_CONTAINS(validate_error({"parallel.pp=2", "parallel.pp_schedule=interleaved-1f1b"}, 2),
-                  "parallel.pp_schedule = \"interleaved-1f1b\" needs parallel.vpp >= 2");
-  EXPECT_CONTAINS(validate_error({"parallel.pp_schedule=interleaved-1f1b", "parallel.vpp=2"}),
-                  "parallel.pp_schedule = \"interleaved-1f1b\" needs parallel.pp > 1");
+                  "parallel.vpp (2) > 1 needs parallel.schedule = \"interleaved-1f1b\"");
+  EXPECT_CONTAINS(validate_error({"parallel.pp=2", "parallel.schedule=interleaved-1f1b"}, 2),
+                  "parallel.schedule = \"interleaved-1f1b\" needs parallel.vpp >= 2");
+  EXPECT_CONTAINS(validate_error({"parallel.schedule=interleaved-1f1b", "parallel.vpp=2"}),
+                  "parallel.schedule = \"interleaved-1f1b\" needs parallel.pp > 1");
   EXPECT_CONTAINS(validate_error({"parallel.vpp=2"}), "parallel.vpp (2) > 1 needs parallel.pp > 1");
   EXPECT_CONTAINS(
       validate_error(
           {"model.n_layers=4", "parallel.pp=2", "parallel.vpp=2",
-           "parallel.pp_schedule=interleaved-1f1b", "train.global_batch=3", "train.micro_batch=1"},
+           "parallel.schedule=interleaved-1f1b", "train.global_batch=3", "train.micro_batch=1"},
           2),
-      "parallel.pp_schedule = \"interleaved-1f1b\" needs parallel.microbatches (3) to be a "
+      "parallel.schedule = \"interleaved-1f1b\" needs parallel.microbatches (3) to be a "
       "multiple of parallel.pp (2)");
   EXPECT_CONTAINS(validate_error({"parallel.ep=3", "train.micro_batch=2"}, 4),
                   "parallel.ep (3) must divide parallel.dp*cp = 4*1 = 4");
@@ -203,8 +203,8 @@ TEST(ConfigValidate, EnumsListTheAllowedValues) {
       {"model.norm=batchnorm",
        "model.norm must be \"layernorm\" or \"rmsnorm\", got \"batchnorm\""},
       {"model.activation=relu", "model.activation must be \"gelu\" or \"swiglu\", got \"relu\""},
-      {"parallel.pp_schedule=zb-v",
-       "parallel.pp_schedule must be \"gpipe\", \"1f1b\", \"interleaved-1f1b\" or \"zb-h1\", got "
+      {"parallel.schedule=zb-v",
+       "parallel.schedule must be \"gpipe\", \"1f1b\", \"interleaved-1f1b\" or \"zb-h1\", got "
        "\"zb-v\""},
       {"data.source=web",
        "data.source must be \"corpus\", \"synthetic\" or \"shards\", got \"web\""},
@@ -219,7 +219,7 @@ TEST(ConfigValidate, EnumsListTheAllowedValues) {
   for (const Case& c : cases) EXPECT_CONTAINS(validate_error({c.setting}), c.expected);
   for (const char* ok :
        {"model.pos=rope", "model.norm=rmsnorm", "model.activation=swiglu",
-        "parallel.pp_schedule=gpipe", "parallel.pp_schedule=zb-h1", "data.source=synthetic",
+        "parallel.schedule=gpipe", "parallel.schedule=zb-h1", "data.source=synthetic",
         "checkpoint.resume=none", "checkpoint.resume=runs/x/step_10", "log.progress=none",
         "train.precision=fp64", "train.precision=bf16", "train.precision=fp16"}) {
     EXPECT_NO_THROW(validate_config(with({ok}), 1)) << ok;

@@ -3,25 +3,28 @@
 // the quick yes/no the search uses agreeing with the messages on every small layout.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "expect_error.h"
+#include "strata/core/config.h"
 #include "strata/core/layout_rules.h"
 
 namespace strata {
 namespace {
 
 // 12 heads, MLP width 48, 24 tokens, 8 layers, dense.
-LayoutModelShape model_shape(int64_t experts = 0) {
-  LayoutModelShape shape;
-  shape.heads = 12;
-  shape.mlp_width = 48;
+ModelShape model_shape(int64_t experts = 0) {
+  ModelShape shape;
+  shape.n_heads = 12;
+  shape.d_ff = 48;
   shape.seq_len = 24;
-  shape.layers = 8;
-  shape.experts = experts;
+  shape.n_layers = 8;
+  shape.moe.num_experts = experts;
   return shape;
 }
 
-std::string problems_of(const LayoutSizes& layout, int64_t ranks, int64_t global_batch,
-                        const LayoutVocabulary& names, const LayoutModelShape& shape) {
+std::string problems_of(const Layout& layout, int64_t ranks, int64_t global_batch,
+                        const LayoutVocabulary& names, const ModelShape& shape) {
   std::string text;
   for (const std::string& problem :
        check_layout(layout, shape, ranks, global_batch, names).problems) {
@@ -31,7 +34,7 @@ std::string problems_of(const LayoutSizes& layout, int64_t ranks, int64_t global
 }
 
 TEST(LayoutRules, EachCallerReadsItsOwnKeys) {
-  LayoutSizes layout;
+  Layout layout;
   layout.tp = 5;
   layout.micro_batch = 3;
   layout.vpp = 2;
@@ -44,7 +47,7 @@ TEST(LayoutRules, EachCallerReadsItsOwnKeys) {
   EXPECT_CONTAINS(config,
                   "parallel.sequence_parallel = true needs parallel.tp (5) to divide "
                   "model.seq_len (24)");
-  EXPECT_CONTAINS(config, "parallel.vpp (2) > 1 needs parallel.pp_schedule = \"interleaved-1f1b\"");
+  EXPECT_CONTAINS(config, "parallel.vpp (2) > 1 needs parallel.schedule = \"interleaved-1f1b\"");
   EXPECT_CONTAINS(config,
                   "train.global_batch (8) must be divisible by parallel.dp * "
                   "train.micro_batch = 1*3 = 3 (dp = -1 resolved to the ranks left "
@@ -62,7 +65,7 @@ TEST(LayoutRules, EachCallerReadsItsOwnKeys) {
   EXPECT_NOT_CONTAINS(flag, "parallel.");
   EXPECT_NOT_CONTAINS(flag, "train.");
 
-  LayoutSizes wrong_world;
+  Layout wrong_world;
   wrong_world.tp = 2;
   wrong_world.dp = 2;
   EXPECT_CONTAINS(problems_of(wrong_world, 8, 8, LayoutVocabulary::config(), model_shape()),
@@ -79,9 +82,9 @@ TEST(LayoutRules, SequenceParallelSplitsWhatContextParallelismLeaves) {
   for (int64_t seq_len : {4, 6, 8, 12, 24, 30}) {
     for (int64_t tp : {1, 2, 3, 4}) {
       for (int64_t cp : {1, 2, 3}) {
-        LayoutModelShape shape = model_shape();
+        ModelShape shape = model_shape();
         shape.seq_len = seq_len;
-        LayoutSizes layout;
+        Layout layout;
         layout.tp = tp;
         layout.cp = cp;
         layout.sequence_parallel = true;
@@ -95,9 +98,9 @@ TEST(LayoutRules, SequenceParallelSplitsWhatContextParallelismLeaves) {
       }
     }
   }
-  LayoutModelShape shape = model_shape();
+  ModelShape shape = model_shape();
   shape.seq_len = 6;
-  LayoutSizes layout;
+  Layout layout;
   layout.tp = 2;
   layout.cp = 2;
   layout.sequence_parallel = true;
@@ -108,7 +111,7 @@ TEST(LayoutRules, SequenceParallelSplitsWhatContextParallelismLeaves) {
 }
 
 TEST(LayoutRules, DerivesDpAndMicrobatches) {
-  LayoutSizes layout;
+  Layout layout;
   layout.tp = 2;
   layout.pp = 2;
   layout.micro_batch = 2;
@@ -133,8 +136,8 @@ TEST(LayoutRules, DerivesDpAndMicrobatches) {
 // layout_is_valid is check_layout(...).valid() on every layout of a small grid, every rule
 // breaking somewhere in it.
 TEST(LayoutRules, QuickAnswerAgreesWithTheMessages) {
-  const std::optional<PipelineSchedule> schedules[] = {std::nullopt, PipelineSchedule::one_f_one_b,
-                                                       PipelineSchedule::interleaved_one_f_one_b};
+  const PipelineSchedule schedules[] = {PipelineSchedule::one_f_one_b, PipelineSchedule::zb_h1,
+                                        PipelineSchedule::interleaved_one_f_one_b};
   int valid = 0, invalid = 0;
   for (int64_t experts : {0, 4}) {
     for (int64_t tp : {0, 1, 2, 5}) {
@@ -143,9 +146,9 @@ TEST(LayoutRules, QuickAnswerAgreesWithTheMessages) {
           for (int64_t ep : {1, 2, 8}) {
             for (int64_t vpp : {1, 2}) {
               for (int64_t micro_batch : {1, 3}) {
-                for (const auto& schedule : schedules) {
+                for (PipelineSchedule schedule : schedules) {
                   for (bool sp : {false, true}) {
-                    LayoutSizes layout;
+                    Layout layout;
                     layout.tp = tp;
                     layout.pp = pp;
                     layout.dp = dp;
@@ -171,6 +174,81 @@ TEST(LayoutRules, QuickAnswerAgreesWithTheMessages) {
   }
   EXPECT_GT(valid, 0);
   EXPECT_GT(invalid, 0);
+}
+
+// One name per setting: the config key is section.name, --layout takes name=, strata simulate
+// --name; every vocabulary is made from the table.
+TEST(LayoutSettings, OneNameInEveryVocabulary) {
+  const std::vector<std::string> keys = config_keys();
+  const LayoutVocabulary config = LayoutVocabulary::config();
+  const LayoutVocabulary flag = LayoutVocabulary::layout_flag();
+  const LayoutVocabulary simulate = LayoutVocabulary::simulate_flags();
+  for (const LayoutSetting& setting : layout_settings()) {
+    const std::string key = str(setting.section, ".", setting.name);
+    EXPECT_NE(std::find(keys.begin(), keys.end(), key), keys.end()) << key << " is no config key";
+    EXPECT_EQ(config.*setting.words, key);
+    if (std::string(setting.name) != "microbatches") {
+      EXPECT_EQ(flag.*setting.words, setting.name);
+    }
+    EXPECT_EQ(simulate.*setting.words,
+              setting.simulate_flag ? str("--", setting.name) : std::string(setting.name));
+    EXPECT_EQ(find_layout_setting(setting.name), &setting);
+  }
+  EXPECT_EQ(find_layout_setting("chunks"), nullptr);
+  EXPECT_EQ(simulate.vpp, "--vpp");
+  Layout layout;
+  layout.vpp = 3;
+  layout.schedule = PipelineSchedule::zb_h1;
+  layout.sequence_parallel = true;
+  EXPECT_EQ(setting_text(layout, *find_layout_setting("vpp")), "3");
+  EXPECT_EQ(setting_text(layout, *find_layout_setting("schedule")), "zb-h1");
+  EXPECT_EQ(setting_text(layout, *find_layout_setting("sequence_parallel")), "true");
+}
+
+// The pipeline's rules alone, as the schedule generators and strata simulate ask them.
+TEST(LayoutRules, ScheduleProblemsNameTheFlags) {
+  Layout pipeline;
+  pipeline.pp = 4;
+  pipeline.vpp = 2;
+  pipeline.microbatches = 10;
+  pipeline.schedule = PipelineSchedule::interleaved_one_f_one_b;
+  const LayoutVocabulary flags = LayoutVocabulary::simulate_flags();
+  auto joined = [&](const Layout& layout) {
+    std::string text;
+    for (const std::string& problem : schedule_problems(layout, flags)) text += problem + "\n";
+    return text;
+  };
+  EXPECT_EQ(joined(pipeline),
+            "--schedule interleaved-1f1b needs --microbatches (10) to be a multiple of --pp (4), "
+            "e.g. 8 or 12\n");
+  pipeline.microbatches = 8;
+  EXPECT_EQ(joined(pipeline), "");
+  pipeline.microbatches = 0;
+  EXPECT_EQ(joined(pipeline), "--microbatches (0) must be >= 1\n");
+  pipeline.microbatches = 8;
+  pipeline.schedule = PipelineSchedule::one_f_one_b;
+  EXPECT_EQ(joined(pipeline), "--vpp (2) > 1 needs --schedule interleaved-1f1b\n");
+  EXPECT_CONTAINS(testing::user_error([&] { check_schedule(pipeline, flags); }),
+                  "--vpp (2) > 1 needs --schedule interleaved-1f1b");
+}
+
+// Serving's rules: tp * pp ranks, no other split, the model split over tp; no batch rules.
+TEST(LayoutRules, ServingLayout) {
+  Layout layout;
+  layout.tp = 2;
+  layout.pp = 2;
+  layout.micro_batch = 3;  // a training batch that would not divide: not serving's concern
+  const LayoutVocabulary names = LayoutVocabulary::config();
+  EXPECT_TRUE(serving_layout_problems(layout, model_shape(), 4, names).empty());
+  layout.tp = 5;
+  EXPECT_CONTAINS(serving_layout_problems(layout, model_shape(), 10, names).at(0),
+                  "parallel.tp (5) must divide model.n_heads (12)");
+  layout.tp = 2;
+  layout.cp = 2;
+  EXPECT_CONTAINS(serving_layout_problems(layout, model_shape(), 4, names).at(0),
+                  "strata serve runs the model on parallel.tp * parallel.pp ranks (2 * 2 = 4, for "
+                  "4 ranks); parallel.dp, parallel.cp, parallel.ep and parallel.vpp must be 1 "
+                  "(got -1, 2, 1, 1)");
 }
 
 }  // namespace

@@ -169,11 +169,16 @@ struct Model {
   Activation activation;
 };
 
-struct Layout {
-  int64_t ep, tp, pp;
-  bool sequence_parallel;
-  int64_t zero = 0;  // ZeRO stage: expert state sharded over expert_dp, the rest over dp
-};
+using testing::TestLayout;
+
+// ep, tp and pp, sequence parallelism and the ZeRO stage (expert state sharded over expert_dp,
+// the rest over dp); dp takes the ranks left over.
+TestLayout moe_layout(int64_t ep, int64_t tp, int64_t pp, bool sequence_parallel,
+                      int64_t zero = 0) {
+  return testing::with([&](TestLayout& l) {
+    l.ep = ep, l.tp = tp, l.pp = pp, l.sequence_parallel = sequence_parallel, l.zero = zero;
+  });
+}
 
 Config training_run(const Model& m) {
   Config config = testing::tiny_training_run(20, 8, 2);
@@ -189,21 +194,18 @@ Config training_run(const Model& m) {
   return config;
 }
 
-TrainResult train_with(Comm& world, Config config, const Layout& layout) {
-  config.parallel.tp = layout.tp;
-  config.parallel.pp = layout.pp;
-  config.parallel.dp = world.size() / (layout.tp * layout.pp);
-  config.parallel.ep = layout.ep;
-  config.parallel.sequence_parallel = layout.sequence_parallel;
-  config.parallel.zero = layout.zero;
-  config.train.micro_batch = std::min<int64_t>(2, config.train.global_batch / config.parallel.dp);
+TrainResult train_with(Comm& world, Config config, TestLayout layout) {
+  layout.dp = world.size() / (layout.tp * layout.pp);
+  layout.apply_to(config);
+  config.parallel.micro_batch =
+      std::min<int64_t>(2, config.train.global_batch / config.parallel.dp);
   config.parallel.microbatches = 0;
   return testing::train_on(world, config);
 }
 
-void expect_parity(Comm& world, const Model& model, const Layout& layout) {
+void expect_parity(Comm& world, const Model& model, const TestLayout& layout) {
   Comm self = world.split(world.rank(), 0, "self");
-  const TrainResult reference = train_with(self, training_run(model), {1, 1, 1, false});
+  const TrainResult reference = train_with(self, training_run(model), moe_layout(1, 1, 1, false));
   const TrainResult parallel = train_with(world, training_run(model), layout);
   const std::string where =
       "ep " + std::to_string(layout.ep) + " tp " + std::to_string(layout.tp) + " pp " +
@@ -238,19 +240,24 @@ TEST(ExpertParallelTraining, TwentyStepsEqualSingleRank) {
   const int64_t n = world.size();
   // Each layout with two models, so that every value of experts, top_k and capacity meets
   // ep > 1, tp = 2 and pp = 2.
-  std::vector<std::pair<Model, Layout>> runs = {
-      {{4, 1, 0.0, Activation::gelu}, {n, 1, 1, false}},
-      {{8, 2, 1.0, Activation::gelu}, {n, 1, 1, false}},
-      {{4, 2, 1.0, Activation::swiglu}, {1, 1, 1, false}},   // ep = 1: experts replicated over dp
-      {{8, 2, 0.0, Activation::gelu}, {n, 1, 1, false, 2}},  // ZeRO-2: expert state sharded too
+  std::vector<std::pair<Model, TestLayout>> runs = {
+      {{4, 1, 0.0, Activation::gelu}, moe_layout(n, 1, 1, false)},
+      {{8, 2, 1.0, Activation::gelu}, moe_layout(n, 1, 1, false)},
+      {{4, 2, 1.0, Activation::swiglu},
+       moe_layout(1, 1, 1, false)},  // ep = 1: experts replicated over dp
+      {{8, 2, 0.0, Activation::gelu},
+       moe_layout(n, 1, 1, false, 2)},  // ZeRO-2: expert state sharded too
   };
   if (n == 4) {
-    runs.push_back({{8, 1, 1.25, Activation::gelu}, {2, 1, 1, false}});    // ep 2 x expert_dp 2
-    runs.push_back({{4, 2, 1.0, Activation::gelu}, {2, 1, 1, false, 3}});  // ... with ZeRO-3
-    runs.push_back({{4, 2, 1.0, Activation::gelu}, {2, 2, 1, true}});  // tp 2 (sequence parallel)
-    runs.push_back({{8, 1, 0.0, Activation::swiglu}, {2, 2, 1, false}});
-    runs.push_back({{8, 2, 0.0, Activation::gelu}, {2, 1, 2, false}});  // pp 2
-    runs.push_back({{4, 1, 1.0, Activation::swiglu}, {2, 1, 2, false}});
+    runs.push_back(
+        {{8, 1, 1.25, Activation::gelu}, moe_layout(2, 1, 1, false)});  // ep 2 x expert_dp 2
+    runs.push_back(
+        {{4, 2, 1.0, Activation::gelu}, moe_layout(2, 1, 1, false, 3)});  // ... with ZeRO-3
+    runs.push_back(
+        {{4, 2, 1.0, Activation::gelu}, moe_layout(2, 2, 1, true)});  // tp 2 (sequence parallel)
+    runs.push_back({{8, 1, 0.0, Activation::swiglu}, moe_layout(2, 2, 1, false)});
+    runs.push_back({{8, 2, 0.0, Activation::gelu}, moe_layout(2, 1, 2, false)});  // pp 2
+    runs.push_back({{4, 1, 1.0, Activation::swiglu}, moe_layout(2, 1, 2, false)});
   }
   for (const auto& [model, layout] : runs) expect_parity(world, model, layout);
 }
@@ -270,7 +277,7 @@ TEST(ExpertParallelCheckpoint, WrittenAtEpLoadsWithEveryExpertOnOneRank) {
   config.parallel.tp = tp;
   config.parallel.dp = world.size() / tp;
   config.parallel.ep = 2;
-  config.train.micro_batch = config.train.global_batch / config.parallel.dp;
+  config.parallel.micro_batch = config.train.global_batch / config.parallel.dp;
   std::vector<Parameter> pieces;  // this rank's, kept past the trainer
   const TrainResult result = testing::train_on(world, config, [&](const Trainer& trainer) {
     for (const Parameter* parameter : trainer.parameters()) {

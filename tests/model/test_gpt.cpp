@@ -10,6 +10,7 @@
 
 #include "model_families.h"
 #include "strata/core/error.h"
+#include "strata/core/stages.h"
 #include "strata/kernels/attention.h"
 #include "strata/model/gpt.h"
 #include "test_configs.h"
@@ -209,7 +210,8 @@ TEST(GptShape, FlopsPerTokenFormula) {
   // 6 * (matmul parameters) + 12 * l * h * s for a standard GPT (d_ff = 4h, multi-head).
   const ModelConfig config = testing::gpt_config(1000, 64, 2, 4, 32);
   const double h = 64, l = 2, V = 1000, s = 32;
-  EXPECT_DOUBLE_EQ(training_flops_per_token(config), 6 * (12 * l * h * h + V * h) + 12 * l * h * s);
+  EXPECT_DOUBLE_EQ(training_flops_per_token(config.shape()),
+                   6 * (12 * l * h * h + V * h) + 12 * l * h * s);
 }
 
 // "" when decoding `tokens` (B, T) from a KV cache (a prefix of 3, then one token at a time)

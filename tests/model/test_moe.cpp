@@ -7,6 +7,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/core/grad_mode.h>
 
+#include "strata/core/stages.h"
 #include "strata/model/gpt.h"
 #include "strata/model/moe.h"
 #include "test_configs.h"
@@ -163,8 +164,9 @@ TEST(MoeModel, ParametersAndFlops) {
   dense.moe.num_experts = 0;
   // One MoE layer instead of a dense one: + E * C router, + (top_k - 1) FFNs per token, and
   // + (E - 1) FFNs' parameters.
-  EXPECT_DOUBLE_EQ(training_flops_per_token(config) - training_flops_per_token(dense),
-                   6.0 * (E * C + (2 - 1) * 2.0 * F * C));
+  EXPECT_DOUBLE_EQ(
+      training_flops_per_token(config.shape()) - training_flops_per_token(dense.shape()),
+      6.0 * (E * C + (2 - 1) * 2.0 * F * C));
   EXPECT_EQ(
       GPT(config, 1, at::kFloat).num_parameters() - GPT(dense, 1, at::kFloat).num_parameters(),
       E * C + (E - 1) * 2 * F * C);

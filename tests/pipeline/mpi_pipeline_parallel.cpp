@@ -29,7 +29,7 @@ TrainResult train_with(Comm& world, Config config, int64_t pp, int64_t tp,
   config.parallel.tp = tp;
   config.parallel.dp = world.size() / (pp * tp);
   config.parallel.vpp = vpp;
-  config.parallel.pp_schedule = schedule;
+  config.parallel.schedule = schedule;
   return testing::train_on(world, config);
 }
 
@@ -102,11 +102,10 @@ TEST(PipelineTraining, BadRequestsSayWhatWorks) {
   Config config = tiny_run(p + 1);  // p + 1 microbatches cannot be interleaved over p stages
   config.parallel.pp = p;
   config.parallel.dp = 1;
-  config.parallel.pp_schedule = PipelineSchedule::interleaved_one_f_one_b;
+  config.parallel.schedule = PipelineSchedule::interleaved_one_f_one_b;
   config.parallel.vpp = 2;
-  EXPECT_CONTAINS(
-      testing::user_error([&] { check_runnable(validate_config(config, world.size())); }),
-      "parallel.microbatches");
+  EXPECT_CONTAINS(testing::user_error([&] { validate_config(config, world.size()); }),
+                  "parallel.microbatches");
   config = tiny_run(p);
   config.model.n_layers = p - 1;
   config.parallel.pp = p;

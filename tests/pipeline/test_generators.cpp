@@ -9,29 +9,30 @@
 #include "strata/core/error.h"
 #include "strata/pipeline/generators.h"
 #include "strata/pipeline/validator.h"
+#include "test_configs.h"
 
 namespace strata {
 namespace {
 
 // Every valid (p, m, v) of the sweep, per schedule.
-std::vector<ScheduleRequest> sweep(PipelineSchedule schedule) {
-  std::vector<ScheduleRequest> requests;
+std::vector<Layout> sweep(PipelineSchedule schedule) {
+  std::vector<Layout> requests;
   for (int p = 1; p <= 8; ++p) {
     for (int m = 1; m <= 3 * p; ++m) {
       for (int v = 1; v <= 3; ++v) {
         const bool interleaved = schedule == PipelineSchedule::interleaved_one_f_one_b;
         if (!interleaved && v != 1) continue;
         if (interleaved && (v < 2 || p < 2 || m % p != 0)) continue;
-        requests.push_back({schedule, p, m, v});
+        requests.push_back(testing::pipeline_layout(schedule, p, m, v));
       }
     }
   }
   return requests;
 }
 
-std::string describe(const ScheduleRequest& request) {
-  return str(name_of(request.schedule), " p=", request.stages, " m=", request.microbatches,
-             " v=", request.chunks);
+std::string describe(const Layout& request) {
+  return str(name_of(request.schedule), " p=", request.pp, " m=", request.microbatches,
+             " v=", request.vpp);
 }
 
 // The compute actions of one rank, as "F0", "B1", "Bi2", "W0" (chunk appended as ".c" if v>1).
@@ -57,12 +58,12 @@ TEST(Generators, EveryScheduleValidatesOverTheSweep) {
   for (const PipelineSchedule schedule : pipeline_schedules()) {
     const auto requests = sweep(schedule);
     EXPECT_FALSE(requests.empty()) << name_of(schedule);
-    for (const ScheduleRequest& request : requests) {
+    for (const Layout& request : requests) {
       const Schedule schedule = build_schedule(request);
-      EXPECT_EQ(schedule.stages, request.stages);
+      EXPECT_EQ(schedule.stages, request.pp);
       EXPECT_EQ(schedule.microbatches, request.microbatches);
-      EXPECT_EQ(schedule.chunks, request.chunks);
-      EXPECT_EQ(static_cast<int>(schedule.ranks.size()), request.stages);
+      EXPECT_EQ(schedule.chunks, request.vpp);
+      EXPECT_EQ(static_cast<int64_t>(schedule.ranks.size()), request.pp);
       const auto problems = validate_schedule(schedule);
       EXPECT_TRUE(problems.empty())
           << describe(request) << ": " << to_string(problems.front()) << "\n"
@@ -157,27 +158,33 @@ TEST(Generators, ZeroBubbleSplitsBackwardAndDefersWeightGradients) {
   }
 }
 
-void expect_user_error(const ScheduleRequest& request, const ScheduleParameterNames& names,
+void expect_user_error(const Layout& request, const LayoutVocabulary& names,
                        const std::vector<std::string>& fragments) {
   SCOPED_TRACE(describe(request));
   testing::expect_user_error([&] { build_schedule(request, names); }, fragments);
 }
 
+// The rule book's verdict (core/layout_rules.h), in the words of whoever asks.
 TEST(Generators, RejectedRequestsSayWhatWouldWork) {
-  const ScheduleParameterNames config_names{"parallel.pp_schedule", "parallel.pp",
-                                            "parallel.microbatches", "parallel.vpp"};
+  const LayoutVocabulary config = LayoutVocabulary::config();
+  const LayoutVocabulary flag = LayoutVocabulary::layout_flag();
   const PipelineSchedule interleaved = PipelineSchedule::interleaved_one_f_one_b;
-  expect_user_error({interleaved, 4, 10, 2}, config_names,
+  using testing::pipeline_layout;
+  expect_user_error(pipeline_layout(interleaved, 4, 10, 2), config,
                     {"parallel.microbatches (10)", "multiple of parallel.pp (4)", "8 or 12"});
-  expect_user_error({interleaved, 4, 3, 2}, {}, {"microbatches (3)", "use microbatches 4"});
-  expect_user_error({interleaved, 4, 8, 1}, {}, {"vpp (1)", "at least 2", "1f1b"});
-  expect_user_error({interleaved, 1, 4, 2}, {}, {"pp (1)", "at least 2"});
-  expect_user_error({PipelineSchedule::one_f_one_b, 4, 8, 2}, {},
-                    {"vpp (2) must be 1 for schedule 1f1b", "interleaved-1f1b"});
-  expect_user_error({PipelineSchedule::one_f_one_b, 0, 8, 1}, config_names,
-                    {"parallel.pp (0)", "at least 1"});
-  expect_user_error({PipelineSchedule::gpipe, -2, 8, 1}, {}, {"pp (-2)"});
-  expect_user_error({PipelineSchedule::zb_h1, 2, 0, 1}, {}, {"microbatches (0)", "at least 1"});
+  expect_user_error(pipeline_layout(interleaved, 4, 3, 2), flag,
+                    {"the microbatches (3)", "multiple of pp (4), e.g. 4"});
+  expect_user_error(pipeline_layout(interleaved, 4, 8, 1), flag,
+                    {"vpp >= 2", "got 1", "use schedule=1f1b"});
+  expect_user_error(pipeline_layout(interleaved, 1, 4, 2), flag,
+                    {"schedule=interleaved-1f1b needs pp > 1"});
+  expect_user_error(pipeline_layout(PipelineSchedule::one_f_one_b, 4, 8, 2), flag,
+                    {"vpp (2) > 1 needs schedule=interleaved-1f1b"});
+  expect_user_error(pipeline_layout(PipelineSchedule::one_f_one_b, 0, 8, 1), config,
+                    {"parallel.pp (0) must be >= 1"});
+  expect_user_error(pipeline_layout(PipelineSchedule::gpipe, -2, 8, 1), flag, {"pp (-2)"});
+  expect_user_error(pipeline_layout(PipelineSchedule::zb_h1, 2, 0, 1), flag,
+                    {"the microbatches (0) must be >= 1"});
 }
 
 }  // namespace

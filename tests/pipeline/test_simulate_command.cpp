@@ -13,6 +13,7 @@
 #include "strata/pipeline/generators.h"
 #include "strata/pipeline/simulator.h"
 #include "strata/pipeline/timeline_svg.h"
+#include "test_configs.h"
 #include "test_support.h"
 
 namespace strata {
@@ -117,7 +118,8 @@ TEST(SimulateCommand, SvgOfEverySchedule) {
   for (const PipelineSchedule schedule : pipeline_schedules()) {
     const std::string name = name_of(schedule);
     const int v = schedule == PipelineSchedule::interleaved_one_f_one_b ? 3 : 1;
-    const auto result = simulate_schedule(build_schedule({schedule, 4, 8, v}), {StageCosts{}});
+    const auto result = simulate_schedule(
+        build_schedule(testing::pipeline_layout(schedule, 4, 8, v)), {StageCosts{}});
     const std::string svg = render_timeline_svg(result);
     EXPECT_EQ(xml_problem(svg), "") << name;
     EXPECT_EQ(count(svg, "<g class=\"stage\""), 4) << name;
@@ -134,13 +136,15 @@ TEST(SimulateCommand, BadInputExitsTwoNamingTheFlag) {
       {"--pp", "4", "--microbatches", "10", "--vpp", "2", "--schedule", "interleaved-1f1b"},
       {"--microbatches (10)", "multiple of --pp (4)", "8 or 12"});
   expect_usage_error({"--pp", "0", "--microbatches", "4", "--schedule", "1f1b"},
-                     {"--pp (0)", "at least 1"});
+                     {"--pp (0) must be >= 1"});
   expect_usage_error({"--pp", "four", "--microbatches", "4", "--schedule", "1f1b"},
                      {"--pp 'four'", "whole number"});
   expect_usage_error({"--pp", "2", "--microbatches", "4", "--schedule", "zero-bubble"},
                      {"--schedule 'zero-bubble'", "gpipe, 1f1b, interleaved-1f1b, zb-h1"});
   expect_usage_error({"--pp", "2", "--microbatches", "4", "--schedule", "1f1b", "--vpp", "2"},
-                     {"--vpp (2) must be 1", "--schedule interleaved-1f1b"});
+                     {"--vpp (2) > 1 needs --schedule interleaved-1f1b"});
+  expect_usage_error({"--pp", "2", "--microbatches", "4", "--schedule", "1f1b", "--chunks", "2"},
+                     {"--chunks is now --vpp", "use --vpp 2"});
   expect_usage_error({"--pp", "2", "--microbatches", "4", "--schedule", "1f1b", "--costs", "1,x,1"},
                      {"--costs '1,x,1'", "'x' is not a number", "F,B,W,C"});
   expect_usage_error({"--pp", "2", "--microbatches", "4", "--schedule", "1f1b", "--costs", "1,2"},

@@ -9,6 +9,7 @@
 #include "strata/core/error.h"
 #include "strata/pipeline/generators.h"
 #include "strata/pipeline/simulator.h"
+#include "test_configs.h"
 
 namespace strata {
 namespace {
@@ -43,7 +44,8 @@ TEST(Simulator, GpipeAndOneFOneBBubbleIsPMinusOneFullSlots) {
       const double slot = cost.forward + cost.backward_input + cost.backward_weight;
       for (int p = 1; p <= 8; ++p) {
         for (int m = 1; m <= 3 * p; ++m) {
-          const auto result = simulate_schedule(build_schedule({schedule, p, m, 1}), {cost});
+          const auto result =
+              simulate_schedule(build_schedule(testing::pipeline_layout(schedule, p, m)), {cost});
           const std::string where = describe(result, cost);
           EXPECT_NEAR(result.step_time, (m + p - 1) * slot, kTolerance) << where;
           const double fraction = static_cast<double>(p - 1) / (m + p - 1);

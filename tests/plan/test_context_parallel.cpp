@@ -21,13 +21,13 @@ namespace {
 TransformerSpec small_gqa() {
   TransformerSpec spec;
   spec.attention = AttentionKernel::blockwise;
-  spec.layers = 2;
-  spec.hidden = 512;
-  spec.heads = 8;
-  spec.kv_heads = 4;
-  spec.ffn = 2048;
-  spec.vocab = 1024;
-  spec.seq = 1024;
+  spec.n_layers = 2;
+  spec.d_model = 512;
+  spec.n_heads = 8;
+  spec.n_kv_heads = 4;
+  spec.d_ff = 2048;
+  spec.vocab_size = 1024;
+  spec.seq_len = 1024;
   return spec;
 }
 
@@ -111,7 +111,7 @@ TEST(ContextParallelExchange, BytesOfEachExchangeAreItsFormula) {
 
 TEST(ContextParallelExchange, KvHeadsTpDoesNotDivideAreExpandedToTheQueryHeads) {
   TransformerSpec spec = small_gqa();
-  spec.kv_heads = 1;  // tp = 2 does not divide it: each rank expands it to its 4 query heads
+  spec.n_kv_heads = 1;  // tp = 2 does not divide it: each rank expands it to its 4 query heads
   EXPECT_EQ(kv_heads_per_tp_rank(spec, 2), 4);
   const ClusterProfile cluster = test_cluster(1, 8, 10);
   const double b = 1, s = 1024, n = 2, D = 64, e = 4, H_t = 4;
@@ -229,13 +229,13 @@ TEST(ContextParallelExchange, AllGatherKeepsTheGatheredKeysAndValues) {
 // tp = 8 with recomputation holds 107 GB of them), so only context parallelism fits it.
 TEST(ContextParallelSearch, ChoosesContextParallelismForALongSequence) {
   TransformerSpec spec;
-  spec.layers = 4;
-  spec.hidden = 2048;
-  spec.heads = 16;
-  spec.kv_heads = 16;
-  spec.ffn = 8192;
-  spec.vocab = 32000;
-  spec.seq = 163840;
+  spec.n_layers = 4;
+  spec.d_model = 2048;
+  spec.n_heads = 16;
+  spec.n_kv_heads = 16;
+  spec.d_ff = 8192;
+  spec.vocab_size = 32000;
+  spec.seq_len = 163840;
   spec.learned_positions = false;
   ClusterProfile cluster = load_cluster("h100-80gb");
   cluster.nodes = 2;
@@ -276,7 +276,6 @@ TEST(ContextParallelLayout, CpCommRoundTripsThroughTheLayoutString) {
     EXPECT_EQ(parsed.cp_comm, comm) << as_flag;
     EXPECT_EQ(layout_to_string(parsed), text);
     EXPECT_EQ(layout_to_json(parsed, 4)["cp_comm"], name_of(comm));
-    EXPECT_EQ(layout_sizes_of(parsed).cp_comm, comm);
   }
   EXPECT_EQ(layout_of("cp=2").cp_comm, ContextParallelComm::ring);
   testing::expect_user_error([] { layout_of("cp=2,cp_comm=ulysses"); },
@@ -286,9 +285,9 @@ TEST(ContextParallelLayout, CpCommRoundTripsThroughTheLayoutString) {
 // --layout is judged by the rule book: all-to-all splits each tp rank's heads over cp.
 TEST(ContextParallelLayout, AllToAllNeedsHeadsThatSplitOverCp) {
   TransformerSpec spec = small_gqa();
-  spec.heads = 12;
-  spec.kv_heads = 12;
-  spec.hidden = 768;
+  spec.n_heads = 12;
+  spec.n_kv_heads = 12;
+  spec.d_model = 768;
   const PlanInputs inputs = plan_inputs(spec, test_cluster(1, 8, 10), 8);
   testing::expect_user_error(
       [&] { predict_layout(inputs, layout_of("tp=2,cp=4,cp_comm=all-to-all")); },

@@ -311,7 +311,7 @@ TEST(CostModel, EachChoiceMovesTheRightTerm) {
 
 TEST(CostModel, MixtureOfExpertsAddsAllToAllAndShardsExperts) {
   TransformerSpec spec = megatron_gpt(24, 2048, 16, 51200, 2048);
-  spec.moe.experts = 16;
+  spec.moe.num_experts = 16;
   spec.moe.top_k = 2;
   spec.moe.every = 2;
   const PlanInputs inputs = plan_inputs(spec, a100_nodes(4), 256);
@@ -406,7 +406,7 @@ TEST(AutoLayout, PicksARunnableLayoutAndExplains) {
   EXPECT_EQ(parallel.zero, 0);
   EXPECT_EQ(parallel.cp, 1);
   EXPECT_EQ(choice.prediction.layout.recompute, Recompute::none);
-  EXPECT_EQ(config.train.global_batch % (parallel.dp * choice.config.train.micro_batch), 0);
+  EXPECT_EQ(config.train.global_batch % (parallel.dp * choice.config.parallel.micro_batch), 0);
   EXPECT_NO_THROW(validate_config(choice.config, 2));
   EXPECT_NE(choice.explanation.find("parallel.auto:"), std::string::npos) << choice.explanation;
   EXPECT_THROW(choose_layout(config, 12, cluster), UserError);  // 12 ranks: not whole 8-GPU nodes

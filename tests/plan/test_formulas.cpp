@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "strata/model/gpt.h"
+#include "strata/core/stages.h"
 #include "strata/plan/cost_model.h"
 #include "strata/plan/model_state.h"
 #include "strata/plan/transformer.h"
@@ -118,13 +118,13 @@ ModelConfig strata_model(const StrataModel& m) {
 }
 
 TEST(GptFormulas, StrataModelFlopsEqualTheTrainersCount) {
-  // The trainer's MFU uses model/gpt.h's count; the planner's must be the same number, for
+  // The trainer's MFU uses core/stages.h's count; the planner's must be the same number, for
   // dense models and for mixture-of-experts ones (transformer_of reads [model.moe]).
   for (const StrataModel& m : kStrataModels) {
     const ModelConfig model = strata_model(m);
     const TransformerSpec spec = transformer_of(model);
     EXPECT_LT(relative_difference(model_flops_per_step(spec, 3) / (3.0 * 256),
-                                  training_flops_per_token(model)),
+                                  training_flops_per_token(model.shape())),
               1e-12)
         << m.name;
   }
@@ -218,7 +218,7 @@ TEST(GptFormulas, AttentionCoreFlopsOfEachKernel) {
   EXPECT_DOUBLE_EQ(tiles.forward, core * (1024.0 + 64) / 2048);
   EXPECT_DOUBLE_EQ(tiles.input_grad, 2.5 * tiles.forward);
   EXPECT_EQ(layer_flops(blockwise, 2, false).total(), layer_flops(spec, 2, false).total());
-  blockwise.seq = 32;  // shorter than a diagonal block: the whole square
+  blockwise.seq_len = 32;  // shorter than a diagonal block: the whole square
   EXPECT_DOUBLE_EQ(attention_core_flops(blockwise, 2).forward,
                    layer_flops(blockwise, 2, false).attention_core_forward);
 }

@@ -23,23 +23,13 @@ struct Case {
 };
 
 // The config a run of this layout would have: [parallel] and train.micro_batch from the layout
-// as the planner resolves it (dp and the schedule explicit).
+// as the planner resolves it (dp explicit).
 Config config_of(const Case& c, const PlanLayout& unresolved) {
   const PlanLayout layout = resolve_layout(unresolved, c.devices);
   std::vector<std::string> overrides = {"model.n_layers=4", "model.seq_len=16"};
   overrides.insert(overrides.end(), c.model.begin(), c.model.end());
   Config config = parse_config("", "agreement", overrides);
-  config.parallel.tp = layout.tp;
-  config.parallel.pp = layout.pp;
-  config.parallel.dp = layout.dp;
-  config.parallel.cp = layout.cp;
-  config.parallel.cp_comm = layout.cp_comm;
-  config.parallel.ep = layout.ep;
-  config.parallel.vpp = layout.vpp;
-  config.parallel.zero = layout.zero;
-  config.parallel.sequence_parallel = layout.sequence_parallel;
-  if (layout.schedule) config.parallel.pp_schedule = *layout.schedule;
-  config.train.micro_batch = layout.micro_batch;
+  static_cast<Layout&>(config.parallel) = layout;  // the same value: [parallel], micro_batch
   config.train.global_batch = c.global_batch;
   return config;
 }

@@ -20,14 +20,14 @@ namespace {
 // Llama-2-7B's shape: 32 layers, d_model 4096, 32 heads of 128, seq 4096.
 TransformerSpec llama7b(int64_t kv_heads) {
   TransformerSpec spec;
-  spec.layers = 32;
-  spec.hidden = 4096;
-  spec.heads = 32;
-  spec.kv_heads = kv_heads;
-  spec.ffn = 11008;
+  spec.n_layers = 32;
+  spec.d_model = 4096;
+  spec.n_heads = 32;
+  spec.n_kv_heads = kv_heads;
+  spec.d_ff = 11008;
   spec.gated_mlp = true;
-  spec.vocab = 32000;
-  spec.seq = 4096;
+  spec.vocab_size = 32000;
+  spec.seq_len = 4096;
   spec.norm_bias = false;
   spec.learned_positions = false;
   spec.tied_embeddings = false;
@@ -52,8 +52,8 @@ TEST(ServePlan, KvCachePerTokenIsTheClosedForm) {
   EXPECT_DOUBLE_EQ(predict_serving(gqa, layout(4, 1), 256).kv_bytes_per_token,
                    2.0 * 32 * 2 * 128 * 2);
   TransformerSpec three = llama7b(3);
-  three.heads = 48;
-  three.hidden = 6144;
+  three.n_heads = 48;
+  three.d_model = 6144;
   const PlanInputs replicated = plan_inputs(three, load_cluster("a100-80gb"), 1);
   EXPECT_DOUBLE_EQ(predict_serving(replicated, layout(2, 1), 256).kv_bytes_per_token,
                    2.0 * 32 * 3 * 128 * 2);
@@ -83,7 +83,7 @@ TEST(ServePlan, TheSequencesThatFitAreWhatTheWeightsLeave) {
 
 TEST(ServePlan, TooLongASequenceDoesNotFitAndTheSearchSaysSo) {
   TransformerSpec spec = llama7b(32);
-  spec.seq = 1 << 18;  // 128 GiB of KV cache for one sequence on one device
+  spec.seq_len = 1 << 18;  // 128 GiB of KV cache for one sequence on one device
   const PlanInputs inputs = plan_inputs(spec, load_cluster("a100-80gb"), 1);
   EXPECT_FALSE(predict_serving(inputs, layout(1, 1), 256).fits);
   // tp 8 splits it to 16 GiB per device: that fits.
@@ -93,7 +93,7 @@ TEST(ServePlan, TooLongASequenceDoesNotFitAndTheSearchSaysSo) {
     EXPECT_TRUE(prediction.fits);
     EXPECT_GE(prediction.layout.tp * prediction.layout.pp, 2);
   }
-  spec.seq = 1 << 22;
+  spec.seq_len = 1 << 22;
   EXPECT_THROW(search_serving(plan_inputs(spec, load_cluster("a100-80gb"), 1), 256), UserError);
 }
 

@@ -63,10 +63,7 @@ SamplingOptions greedy() {
   return options;
 }
 
-struct Layout {
-  int64_t tp, pp;
-};
-
+// Layouts are {tp, pp} (core/layout.h's Layout, the rest at its defaults).
 std::vector<Layout> layouts_for(int world) {
   if (world == 1) return {{1, 1}};
   if (world == 2) return {{2, 1}, {1, 2}};
@@ -139,7 +136,7 @@ void with_server(const Config& config, const Layout& layout,
   // Equal stages, so that every rank's share of a KV block is the same.
   if (layout.pp == 2) overrides.push_back("parallel.pp_layers=[2, 2]");
   const Config serving = serving_config(config, overrides, world.size());
-  Mesh mesh(world, mesh_shape_of(serving));
+  Mesh mesh(world, mesh_shape_of(serving.parallel));
   ByteTokenizer tokenizer;
   int port = 0;
   ServeSession session(

@@ -30,7 +30,7 @@ Config tiny_training_run(int64_t steps, int64_t global_batch, int64_t micro_batc
   config.model = gpt_config(256, 32, 2, 4, 32);
   config.train.steps = steps;
   config.train.global_batch = global_batch;
-  config.train.micro_batch = micro_batch;
+  config.parallel.micro_batch = micro_batch;
   config.train.lr = 3e-3;
   config.train.min_lr = 3e-4;
   config.train.warmup_steps = std::min<int64_t>(3, steps);
@@ -38,6 +38,15 @@ Config tiny_training_run(int64_t steps, int64_t global_batch, int64_t micro_batc
   config.log.progress = ProgressDisplay::none;
   config.log.dir = log_dir();
   return config;
+}
+
+Layout pipeline_layout(PipelineSchedule schedule, int64_t pp, int64_t microbatches, int64_t vpp) {
+  Layout layout;
+  layout.schedule = schedule;
+  layout.pp = pp;
+  layout.microbatches = microbatches;
+  layout.vpp = vpp;
+  return layout;
 }
 
 std::string TestLayout::name() const {
@@ -48,7 +57,7 @@ std::string TestLayout::name() const {
     add("pp" + std::to_string(pp) + "(" + name_of(schedule) +
         (vpp > 1 ? " vpp " + std::to_string(vpp) : "") + ")");
   }
-  if (cp > 1) add("cp" + std::to_string(cp));
+  if (cp > 1) add("cp" + std::to_string(cp) + "(" + name_of(cp_comm) + ")");
   if (dp > 1) add("dp" + std::to_string(dp));
   if (zero > 0) add("zero " + std::to_string(zero));
   if (ep > 1) add("ep" + std::to_string(ep));
@@ -69,7 +78,8 @@ void TestLayout::apply_to(Config& config) const {
   config.parallel.ep = ep;
   config.parallel.zero = zero;
   config.parallel.sequence_parallel = sequence_parallel;
-  config.parallel.pp_schedule = schedule;
+  config.parallel.schedule = schedule;
+  config.parallel.cp_comm = cp_comm;
   config.compression.gradients = gradients;
   config.compression.zero_gather = zero_gather;
 }

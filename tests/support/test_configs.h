@@ -23,13 +23,20 @@ ModelConfig tiny_model();
 // no progress output, logs in log_dir() (only rank 0 writes there).
 Config tiny_training_run(int64_t steps, int64_t global_batch, int64_t micro_batch);
 
+// The layout of a pipeline alone, what the schedule generators build from: the schedule over
+// pp stages of vpp chunks, for `microbatches` microbatches.
+Layout pipeline_layout(PipelineSchedule schedule, int64_t pp, int64_t microbatches,
+                       int64_t vpp = 1);
+
 // A parallel layout a parity test runs: the [parallel] and [compression] keys it varies (and
 // whether the test makes the model a mixture of experts, which the test configures), named for
-// failure messages.
+// failure messages. The tests' one layout type besides core/layout.h's Layout: it leaves the
+// run's micro batch alone and starts from one rank (dp 1, not -1).
 struct TestLayout {
   int64_t tp = 1, pp = 1, vpp = 1, cp = 1, dp = 1, ep = 1, zero = 0;
   bool sequence_parallel = false, moe = false;
   PipelineSchedule schedule = PipelineSchedule::one_f_one_b;
+  ContextParallelComm cp_comm = ContextParallelComm::ring;
   GradientCompression gradients = GradientCompression::none;
   GatherCompression zero_gather = GatherCompression::none;
 

@@ -1,5 +1,6 @@
 // Training on real ranks in MPI tests, wired as `strata train` wires it: the config validated
-// for the ranks, the schedule checked, the mesh built from [parallel], then the trainer.
+// for the ranks (the layout rules, the schedule's included), the mesh built from its layout,
+// then the trainer.
 // Header-only: it needs strata_train, which only the binaries that include it link.
 #pragma once
 #include <functional>
@@ -16,8 +17,7 @@ inline TrainResult train_on(Comm& world, Config config,
                             const std::function<void(const Trainer&)>& inspect = nullptr,
                             const std::function<void(Trainer&)>& prepare = nullptr) {
   config = validate_config(config, world.size());
-  check_runnable(config);
-  Mesh mesh(world, mesh_shape_of(config));
+  Mesh mesh(world, mesh_shape_of(config.parallel));
   Trainer trainer(config, mesh);
   if (prepare) prepare(trainer);
   TrainResult result = trainer.run();

@@ -12,30 +12,22 @@
 namespace strata {
 namespace {
 
-struct Layout {
-  int64_t cp = 1, tp = 1, pp = 1, dp = 1, ep = 1, vpp = 1, zero = 0;
-  ContextParallelComm exchange = ContextParallelComm::ring;
-  bool sequence_parallel = false;
-  PipelineSchedule schedule = PipelineSchedule::one_f_one_b;
-  bool moe = false, rope = false;
+// A layout and whether the model uses rotary positions.
+struct ContextRun {
+  testing::TestLayout layout;
+  bool rope = false;
 
-  std::string name() const {
-    std::string out = "cp" + std::to_string(cp) + "(" + name_of(exchange) + ")";
-    if (tp > 1) out += "xtp" + std::to_string(tp) + (sequence_parallel ? "(sp)" : "");
-    if (pp > 1) out += "xpp" + std::to_string(pp) + "(" + name_of(schedule) + ")";
-    if (dp > 1) out += "xdp" + std::to_string(dp) + " zero " + std::to_string(zero);
-    if (ep > 1) out += "xep" + std::to_string(ep);
-    return out + (moe ? " moe" : "") + (rope ? " rope" : "");
-  }
+  std::string name() const { return layout.name() + (rope ? " rope" : ""); }
 };
 
 // Tiny GPT (4 layers, 4 heads over 2 kv heads, 32 tokens), two sequences per dp rank.
-Config tiny_run(const Layout& layout, int64_t steps) {
+Config tiny_run(const ContextRun& run, int64_t steps) {
+  const testing::TestLayout& layout = run.layout;
   Config config = testing::tiny_training_run(steps, 2 * layout.dp, 1);
   config.model.n_layers = 4;
   config.model.n_kv_heads = 2;
   config.model.tie_embeddings = true;
-  if (layout.rope) config.model.pos = PositionEncoding::rope;
+  if (run.rope) config.model.pos = PositionEncoding::rope;
   if (layout.moe) {
     config.model.moe.num_experts = 4;
     config.model.moe.top_k = 2;
@@ -48,62 +40,53 @@ Config tiny_run(const Layout& layout, int64_t steps) {
   return config;
 }
 
-TrainResult train_with(Comm& comm, Config config, const Layout& layout) {
-  config.parallel.cp = layout.cp;
-  config.parallel.cp_comm = layout.exchange;
-  config.parallel.tp = layout.tp;
-  config.parallel.pp = layout.pp;
-  config.parallel.dp = layout.dp;
-  config.parallel.ep = layout.ep;
-  config.parallel.vpp = layout.vpp;
-  config.parallel.zero = layout.zero;
-  config.parallel.sequence_parallel = layout.sequence_parallel;
-  config.parallel.pp_schedule = layout.schedule;
+TrainResult train_with(Comm& comm, Config config, const testing::TestLayout& layout) {
+  layout.apply_to(config);
   return testing::train_on(comm, config);
 }
 
-std::vector<Layout> layouts_for(int world) {
+std::vector<ContextRun> layouts_for(int world) {
   using C = ContextParallelComm;
   using S = PipelineSchedule;
-  std::vector<Layout> out;
+  std::vector<ContextRun> out;
   for (C exchange : {C::ring, C::all_gather, C::all_to_all}) {
-    Layout layout;
-    layout.cp = world;
-    layout.exchange = exchange;
-    layout.rope = exchange == C::all_gather;
-    out.push_back(layout);
+    ContextRun run;
+    run.layout.cp = world;
+    run.layout.cp_comm = exchange;
+    run.rope = exchange == C::all_gather;
+    out.push_back(run);
   }
   if (world == 2) {
-    Layout moe;
-    moe.cp = 2;
-    moe.ep = 2;
-    moe.moe = true;
+    ContextRun moe;
+    moe.layout.cp = 2;
+    moe.layout.ep = 2;
+    moe.layout.moe = true;
     out.push_back(moe);
   }
   if (world == 4) {
-    Layout tp_sp;
-    tp_sp.cp = 2;
-    tp_sp.tp = 2;
-    tp_sp.sequence_parallel = true;
-    tp_sp.exchange = C::all_to_all;
+    ContextRun tp_sp;
+    tp_sp.layout.cp = 2;
+    tp_sp.layout.tp = 2;
+    tp_sp.layout.sequence_parallel = true;
+    tp_sp.layout.cp_comm = C::all_to_all;
     out.push_back(tp_sp);
-    tp_sp.exchange = C::ring;
+    tp_sp.layout.cp_comm = C::ring;
     tp_sp.rope = true;
     out.push_back(tp_sp);
-    Layout zb;
-    zb.cp = 2;
-    zb.pp = 2;
-    zb.schedule = S::zb_h1;
+    ContextRun zb;
+    zb.layout.cp = 2;
+    zb.layout.pp = 2;
+    zb.layout.schedule = S::zb_h1;
     out.push_back(zb);
-    Layout interleaved = zb;
-    interleaved.schedule = S::interleaved_one_f_one_b;
-    interleaved.vpp = 2;
-    interleaved.exchange = C::all_gather;
+    ContextRun interleaved = zb;
+    interleaved.layout.schedule = S::interleaved_one_f_one_b;
+    interleaved.layout.vpp = 2;
+    interleaved.layout.cp_comm = C::all_gather;
     out.push_back(interleaved);
-    Layout zero3;
-    zero3.cp = 2;
-    zero3.dp = 2;
-    zero3.zero = 3;
+    ContextRun zero3;
+    zero3.layout.cp = 2;
+    zero3.layout.dp = 2;
+    zero3.layout.zero = 3;
     out.push_back(zero3);
   }
   return out;
@@ -118,14 +101,15 @@ void expect_close(double got, double want, const std::string& what, double toler
 TEST(ContextParallelTraining, EveryLayoutEqualsSingleRank) {
   Comm world = Comm::world(120);
   Comm self = world.split(world.rank(), 0, "self");
-  for (const Layout& layout : layouts_for(world.size())) {
-    const std::string what = layout.name();
-    Config config = tiny_run(layout, 20);
+  for (const ContextRun& context_run : layouts_for(world.size())) {
+    const testing::TestLayout& layout = context_run.layout;
+    const std::string what = context_run.name();
+    Config config = tiny_run(context_run, 20);
     config.train.eval_every = 10;
     config.train.eval_batches = 1;
     Config whole_batch = config;  // one rank, the global batch as one microbatch
-    whole_batch.train.micro_batch = whole_batch.train.global_batch;
-    const TrainResult reference = train_with(self, whole_batch, Layout{});
+    whole_batch.parallel.micro_batch = whole_batch.train.global_batch;
+    const TrainResult reference = train_with(self, whole_batch, testing::TestLayout{});
     const TrainResult run = train_with(world, config, layout);
     ASSERT_EQ(run.losses.size(), 20u) << what;
     ASSERT_EQ(run.eval_losses.size(), 2u) << what;
@@ -152,17 +136,17 @@ TEST(ContextParallelTraining, CheckpointsMoveBetweenCpSizes) {
   Comm self = world.split(world.rank(), 0, "self");
   testing::TempDir local("strata-cp-ckpt");
   const std::string dir = testing::rank0_path(world, local.path());
-  Layout split;
-  split.cp = world.size();
+  ContextRun split;
+  split.layout.cp = world.size();
 
   Config config = tiny_run(split, 6);
   config.checkpoint.dir = dir + "/cp";
   config.checkpoint.every = 3;
-  const TrainResult uninterrupted = train_with(world, config, split);
+  const TrainResult uninterrupted = train_with(world, config, split.layout);
   world.barrier();
-  Config resumed = tiny_run(Layout{}, 6);
+  Config resumed = tiny_run(ContextRun{}, 6);
   resumed.checkpoint.resume = config.checkpoint.dir + "/step_00000003";
-  const TrainResult on_one_rank = train_with(self, resumed, Layout{});
+  const TrainResult on_one_rank = train_with(self, resumed, testing::TestLayout{});
   ASSERT_EQ(on_one_rank.first_step, 3);
   ASSERT_EQ(on_one_rank.losses.size(), 3u);
   for (size_t i = 0; i < 3; ++i) {
@@ -170,13 +154,13 @@ TEST(ContextParallelTraining, CheckpointsMoveBetweenCpSizes) {
   }
 
   testing::TempDir own("strata-cp-ckpt-own");
-  Config single = tiny_run(Layout{}, 3);
+  Config single = tiny_run(ContextRun{}, 3);
   single.checkpoint.dir = (world.rank() == 0 ? dir : own.path()) + "/single";
-  train_with(self, single, Layout{});
+  train_with(self, single, testing::TestLayout{});
   world.barrier();
   Config to_split = tiny_run(split, 6);
   to_split.checkpoint.resume = dir + "/single/step_00000003";
-  const TrainResult on_world = train_with(world, to_split, split);
+  const TrainResult on_world = train_with(world, to_split, split.layout);
   ASSERT_EQ(on_world.first_step, 3);
   ASSERT_EQ(on_world.losses.size(), 3u);
   for (size_t i = 0; i < 3; ++i) {

@@ -103,7 +103,7 @@ TEST(Recompute, FullKeepsAFractionOfTheActivations) {
 double activation_formula_bytes(const Config& config, Recompute mode) {
   const ModelConfig& model = config.model;
   const double e = config.train.precision == Precision::fp32 ? 4.0 : 2.0;
-  const double n = static_cast<double>(config.train.micro_batch * model.seq_len);
+  const double n = static_cast<double>(config.parallel.micro_batch * model.seq_len);
   const double s = static_cast<double>(model.seq_len), h = static_cast<double>(model.d_model);
   const double a = static_cast<double>(model.n_heads), F = 4 * h;
   const double L = static_cast<double>(model.n_layers), V = static_cast<double>(model.vocab_size);

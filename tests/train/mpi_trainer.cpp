@@ -43,7 +43,7 @@ TEST(Trainer, DataParallelEqualsSingleRank) {
   // The reference takes the global batch as one microbatch, so that it differs from the
   // parallel run on every world size: on one rank that run accumulates six microbatches.
   Config whole_batch = config;
-  whole_batch.train.micro_batch = whole_batch.train.global_batch;
+  whole_batch.parallel.micro_batch = whole_batch.train.global_batch;
   TrainResult reference = train_on(self, whole_batch);
   TrainResult parallel = train_on(world, config);
   ASSERT_EQ(parallel.losses.size(), reference.losses.size());

@@ -11,17 +11,13 @@
 namespace strata {
 namespace {
 
-struct Layout {
-  int64_t dp = 1, tp = 1, pp = 1;
-  bool sequence_parallel = false;
-  PipelineSchedule schedule = PipelineSchedule::one_f_one_b;
-  std::string name() const {
-    std::string out = "dp" + std::to_string(dp);
-    if (tp > 1) out += "xtp" + std::to_string(tp) + (sequence_parallel ? "(sp)" : "");
-    if (pp > 1) out += "xpp" + std::to_string(pp) + "(" + name_of(schedule) + ")";
-    return out;
-  }
-};
+using testing::TestLayout;
+using testing::with;
+
+// dp ranks and nothing else.
+TestLayout data_parallel(int64_t dp) {
+  return with([dp](TestLayout& l) { l.dp = dp; });
+}
 
 // Tiny model; microbatches_per_rank microbatches of one sequence on each dp rank.
 Config tiny_run(int64_t steps, int64_t dp, int64_t microbatches_per_rank, int64_t zero) {
@@ -38,12 +34,13 @@ struct Outcome {
   int64_t local_parameters = 0;  // elements of this rank's parameter pieces
 };
 
-Outcome train_with(Comm& comm, Config config, const Layout& layout) {
+// The layout's sizes and schedule; ZeRO is tiny_run's.
+Outcome train_with(Comm& comm, Config config, const TestLayout& layout) {
   config.parallel.dp = layout.dp;
   config.parallel.tp = layout.tp;
   config.parallel.pp = layout.pp;
   config.parallel.sequence_parallel = layout.sequence_parallel;
-  config.parallel.pp_schedule = layout.schedule;
+  config.parallel.schedule = layout.schedule;
   Outcome run;
   run.result = testing::train_on(comm, config, [&](const Trainer& trainer) {
     for (const Parameter* parameter : trainer.parameters()) {
@@ -55,14 +52,17 @@ Outcome train_with(Comm& comm, Config config, const Layout& layout) {
 
 // The layouts each world size checks (every one with each ZeRO stage). Under zb-h1 the
 // gradients are complete only after the deferred weight-gradient (W) actions.
-std::vector<Layout> layouts_for(int world) {
+std::vector<TestLayout> layouts_for(int world) {
   switch (world) {
     case 4:
-      return {{4, 1, 1}, {2, 2, 1}, {2, 1, 2, false, PipelineSchedule::zb_h1}};
+      return {
+          data_parallel(4), with([](TestLayout& l) { l.dp = 2, l.tp = 2; }),
+          with([](TestLayout& l) { l.dp = 2, l.pp = 2, l.schedule = PipelineSchedule::zb_h1; })};
     case 8:
-      return {{2, 2, 2, true}};
+      return {
+          with([](TestLayout& l) { l.dp = 2, l.tp = 2, l.pp = 2, l.sequence_parallel = true; })};
     default:
-      return {{world, 1, 1}};
+      return {data_parallel(world)};
   }
 }
 
@@ -73,7 +73,7 @@ void expect_close(double got, double want, const std::string& what) {
 TEST(Zero, EveryStageAndLayoutEqualsSingleRank) {
   Comm world = Comm::world(120);
   Comm self = world.split(world.rank(), 0, "self");
-  for (const Layout& layout : layouts_for(world.size())) {
+  for (const TestLayout& layout : layouts_for(world.size())) {
     auto with_eval = [&](int64_t zero) {  // evaluation runs the forward-only schedule
       Config config = tiny_run(20, layout.dp, 2, zero);
       config.train.eval_every = 10;
@@ -84,8 +84,8 @@ TEST(Zero, EveryStageAndLayoutEqualsSingleRank) {
     // run below is the reference itself, not even ZeRO 0 on a world of one rank, where the
     // run still accumulates two microbatches.
     Config whole_batch = with_eval(0);
-    whole_batch.train.micro_batch = whole_batch.train.global_batch;
-    const Outcome reference = train_with(self, whole_batch, Layout{});
+    whole_batch.parallel.micro_batch = whole_batch.train.global_batch;
+    const Outcome reference = train_with(self, whole_batch, TestLayout{});
     for (int64_t zero = 0; zero <= 3; ++zero) {
       const std::string what = layout.name() + " zero " + std::to_string(zero);
       const Outcome run = train_with(world, with_eval(zero), layout);
@@ -121,7 +121,8 @@ TEST(Zero, MemoryAndCommunicationMatchTheFormulas) {
   const double n = world.size();
   for (int64_t zero = 0; zero <= 3; ++zero) {
     const std::string what = "zero " + std::to_string(zero) + " dp " + std::to_string(world.size());
-    const Outcome run = train_with(world, tiny_run(2, world.size(), 1, zero), Layout{world.size()});
+    const Outcome run =
+        train_with(world, tiny_run(2, world.size(), 1, zero), data_parallel(world.size()));
     const double psi = static_cast<double>(run.local_parameters);
     const double e = 4;  // bytes per float32 element
     const double weights = zero == 3 ? e * psi / n : e * psi;
@@ -172,12 +173,12 @@ TEST(Zero, CheckpointMovesBetweenStagesAndDpSizes) {
   Config sharded = tiny_run(6, dp, 1, 3);
   sharded.checkpoint.dir = dir + "/zero3";
   sharded.checkpoint.every = 3;
-  const Outcome uninterrupted = train_with(world, sharded, Layout{dp});
+  const Outcome uninterrupted = train_with(world, sharded, data_parallel(dp));
   world.barrier();
 
   Config resumed = tiny_run(6, dp, 1, 0);
   resumed.checkpoint.resume = sharded.checkpoint.dir + "/step_00000003";
-  const Outcome on_one_rank = train_with(self, resumed, Layout{});
+  const Outcome on_one_rank = train_with(self, resumed, TestLayout{});
   ASSERT_EQ(on_one_rank.result.first_step, 3);
   ASSERT_EQ(on_one_rank.result.losses.size(), 3u);
   for (size_t i = 0; i < 3; ++i) {
@@ -190,12 +191,12 @@ TEST(Zero, CheckpointMovesBetweenStagesAndDpSizes) {
   testing::TempDir own("strata-zero-ckpt-own");
   Config single = tiny_run(3, dp, 1, 0);
   single.checkpoint.dir = (world.rank() == 0 ? dir : own.path()) + "/single";
-  train_with(self, single, Layout{});
+  train_with(self, single, TestLayout{});
   world.barrier();
   for (int64_t zero : {2, 3}) {
     Config to_sharded = tiny_run(6, dp, 1, zero);
     to_sharded.checkpoint.resume = dir + "/single/step_00000003";
-    const Outcome on_world = train_with(world, to_sharded, Layout{dp});
+    const Outcome on_world = train_with(world, to_sharded, data_parallel(dp));
     ASSERT_EQ(on_world.result.first_step, 3);
     ASSERT_EQ(on_world.result.losses.size(), 3u);
     for (size_t i = 0; i < 3; ++i) {

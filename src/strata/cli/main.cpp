@@ -93,7 +93,6 @@ int run_train(const std::string& config_path, const std::vector<std::string>& ov
   if (nproc > 0 && !started_by_mpi_launcher()) {
     // Every config error before any rank starts (with parallel.auto, all but the layout's).
     const Config validated = validate_config(config, nproc);
-    if (!validated.parallel.auto_layout) check_runnable(validated);
     // mpirun gives ranks a pseudo-terminal: tell them what the user's stdout really is.
     setenv("STRATA_STDOUT_IS_TTY", isatty(STDOUT_FILENO) ? "1" : "0", 1);
     if (nproc > 1) return supervise_training(validated, nproc, argv);
@@ -111,8 +110,7 @@ int run_train(const std::string& config_path, const std::vector<std::string>& ov
       if (world.rank() == 0) std::cout << choice.explanation << " (" << note << ")" << std::endl;
       config = alike_on_every_rank([&] { return validate_config(choice.config, world_size); });
     }
-    alike_on_every_rank([&] { check_runnable(config); });
-    Mesh mesh(world, mesh_shape_of(config));
+    Mesh mesh(world, mesh_shape_of(config.parallel));
     // Building the model and opening the data read the same config and files on every rank.
     auto trainer = alike_on_every_rank([&] { return std::make_unique<Trainer>(config, mesh); });
     trainer->run();
@@ -184,8 +182,8 @@ int run_serve(const ServeFlags& flags, const std::vector<std::string>& argv) {
     const Config config = serving_config(checkpoint_config, overrides, world_size);
     Comm world = Comm::world(config.parallel.comm_timeout_s);
     *rank = world.rank();
-    configure_rank_threads(static_cast<int>(config.train.threads));
-    Mesh mesh(world, mesh_shape_of(config));
+    configure_rank_threads(static_cast<int>(config.serve.threads));
+    Mesh mesh(world, mesh_shape_of(config.parallel));
     auto tokenizer = make_tokenizer(config.data.tokenizer);
     ServeSession session(
         mesh, config, flags.checkpoint, *tokenizer,

@@ -104,30 +104,15 @@ ConfigPlan load_model(const std::string& path) {
   };
   if (given("train", "precision")) plan.precision = config.train.precision;
   if (given("train", "global_batch")) plan.global_batch = config.train.global_batch;
+  // The layout settings the file sets, as --layout items: the names are the same.
   const ParallelConfig& parallel = config.parallel;
-  for (const auto& [key, value] :
-       std::vector<std::pair<const char*, int64_t>>{{"tp", parallel.tp},
-                                                    {"pp", parallel.pp},
-                                                    {"dp", parallel.dp},
-                                                    {"cp", parallel.cp},
-                                                    {"ep", parallel.ep},
-                                                    {"zero", parallel.zero},
-                                                    {"vpp", parallel.vpp}}) {
-    // dp = -1 is "the devices left over", which any layout's dp is.
-    if (given("parallel", key) && value != -1) plan.layout_items.push_back(str(key, "=", value));
-  }
-  if (given("parallel", "cp_comm")) {
-    plan.layout_items.push_back(str("cp_comm=", name_of(parallel.cp_comm)));
-  }
-  if (given("parallel", "sequence_parallel")) {
-    plan.layout_items.push_back(
-        str("sequence_parallel=", parallel.sequence_parallel ? "true" : "false"));
-  }
-  if (given("parallel", "pp_schedule")) {
-    plan.layout_items.push_back(str("schedule=", name_of(parallel.pp_schedule)));
-  }
-  if (given("train", "micro_batch")) {
-    plan.layout_items.push_back(str("micro_batch=", config.train.micro_batch));
+  for (const LayoutSetting& setting : layout_settings()) {
+    const std::string name = setting.name;
+    const bool set = given(setting.section, setting.name) ||
+                     (name == "schedule" && given("parallel", "pp_schedule"));  // the old key
+    // microbatches follow from the batch; dp = -1 is "the devices left over", as in any layout.
+    if (!set || name == "microbatches" || (name == "dp" && parallel.dp == -1)) continue;
+    plan.layout_items.push_back(name + "=" + setting_text(parallel, setting));
   }
   // The search keeps no compression unless the config asks for one (the layout prints it so).
   const CompressionConfig& compression = config.compression;

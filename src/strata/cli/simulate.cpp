@@ -16,6 +16,7 @@
 
 #include "strata/core/config_enums.h"
 #include "strata/core/error.h"
+#include "strata/core/layout_rules.h"
 #include "strata/pipeline/generators.h"
 #include "strata/pipeline/simulator.h"
 #include "strata/pipeline/timeline_svg.h"
@@ -28,7 +29,8 @@ namespace {
 constexpr int64_t kMaxComputeCells = 1000000;
 
 struct SimulateOptions {
-  std::string stages, microbatches, chunks = "1", schedule, costs = "1,1,1,0", svg_path;
+  std::string pp, microbatches, vpp = "1", schedule, costs = "1,1,1,0", svg_path;
+  std::string old_chunks;  // --chunks, now --vpp
   bool json = false;
 };
 
@@ -135,24 +137,23 @@ void run_simulate(const SimulateOptions& options) {
   const std::optional<PipelineSchedule> kind = parse_choice<PipelineSchedule>(options.schedule);
   STRATA_REQUIRE(kind, "--schedule '", options.schedule, "' is not a known schedule; use one of ",
                  spellings_joined<PipelineSchedule>());
-  ScheduleRequest request;
-  request.schedule = *kind;
-  request.stages = parse_count("--pp", options.stages, "4");
-  request.microbatches = parse_count("--microbatches", options.microbatches, "8");
-  request.chunks = parse_count("--vpp", options.chunks, "2");
-  const std::vector<StageCosts> costs = parse_costs(options.costs, request.stages);
-  ScheduleParameterNames names;
-  names.name = "--schedule";
-  names.stages = "--pp";
-  names.microbatches = "--microbatches";
-  names.chunks = "--vpp";
-  check_schedule_request(request, names);
-  const int64_t actions_per_rank = int64_t{request.microbatches} * request.chunks;
-  STRATA_REQUIRE(actions_per_rank * request.stages <= kMaxComputeCells, "--pp (", request.stages,
-                 ") x --microbatches (", request.microbatches, ") x --vpp (", request.chunks,
+  STRATA_REQUIRE(options.old_chunks.empty(), "--chunks is now --vpp (model chunks per rank, as ",
+                 "parallel.vpp and --layout vpp=); use --vpp ", options.old_chunks);
+  // The flags are the layout settings' names (core/layout.h).
+  const LayoutVocabulary names = LayoutVocabulary::simulate_flags();
+  Layout pipeline;
+  pipeline.schedule = *kind;
+  pipeline.pp = parse_count(names.pp, options.pp, "4");
+  pipeline.microbatches = parse_count(names.microbatches, options.microbatches, "8");
+  pipeline.vpp = parse_count(names.vpp, options.vpp, "2");
+  const std::vector<StageCosts> costs = parse_costs(options.costs, static_cast<int>(pipeline.pp));
+  check_schedule(pipeline, names);
+  const int64_t actions_per_rank = pipeline.microbatches * pipeline.vpp;
+  STRATA_REQUIRE(actions_per_rank * pipeline.pp <= kMaxComputeCells, "--pp (", pipeline.pp,
+                 ") x --microbatches (", pipeline.microbatches, ") x --vpp (", pipeline.vpp,
                  ") is over the simulator's limit of ", kMaxComputeCells,
                  " microbatch-stages; use fewer microbatches or stages");
-  const Schedule schedule = build_schedule(request, names);
+  const Schedule schedule = build_schedule(pipeline, names);
   const SimulationResult result = simulate_schedule(schedule, costs);
 
   if (!options.svg_path.empty()) {
@@ -177,11 +178,12 @@ CLI::App* add_simulate_command(CLI::App& app) {
   auto options = std::make_shared<SimulateOptions>();
   CLI::App* command = app.add_subcommand(
       "simulate", "Simulate a pipeline schedule on a cost model: step time, bubble, memory");
-  command->add_option("--pp", options->stages, "Pipeline stages p (required)")->type_name("P");
+  command->add_option("--pp", options->pp, "Pipeline stages p (required)")->type_name("P");
   command->add_option("--microbatches", options->microbatches, "Microbatches per step m (required)")
       ->type_name("M");
-  command->add_option("--vpp", options->chunks, "Model chunks per rank v (interleaved-1f1b)")
+  command->add_option("--vpp", options->vpp, "Model chunks per rank v (interleaved-1f1b)")
       ->type_name("V");
+  command->add_option("--chunks", options->old_chunks)->group("");  // the old name: an error
   command
       ->add_option("--schedule", options->schedule,
                    spellings_joined<PipelineSchedule>() + " (required)")

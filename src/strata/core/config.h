@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "strata/core/config_enums.h"
+#include "strata/core/layout.h"
 
 namespace strata {
 
@@ -48,26 +49,22 @@ struct ModelConfig {
   int64_t kv_heads() const { return n_kv_heads > 0 ? n_kv_heads : n_heads; }
   int64_t ff_dim() const { return d_ff > 0 ? d_ff : 4 * d_model; }
   int64_t head_dim() const { return d_model / n_heads; }
+  // The shape the layout rules, the stage partition and the FLOP count read (core/layout.h).
+  ModelShape shape() const;
 };
 
-struct ParallelConfig {
+// [parallel] and train.micro_batch: the layout (core/layout.h; its settings are the keys
+// parallel.tp ... parallel.schedule, and train.micro_batch) plus the keys that are not the
+// layout's.
+struct ParallelConfig : Layout {
+  ParallelConfig() { micro_batch = 8; }  // train.micro_batch's default
+
   // Key parallel.auto: the planner picks every other [parallel] key and train.micro_batch
   // for the ranks the run gets (plan/search.h choose_layout); those keys must stay unset.
   bool auto_layout = false;
-  int64_t tp = 1;
-  int64_t pp = 1;
-  int64_t dp = -1;  // -1 = the remaining ranks: world / (tp * pp * cp)
-  int64_t cp = 1;   // context parallelism: each sequence split over cp ranks
-  ContextParallelComm cp_comm = ContextParallelComm::ring;
-  int64_t ep = 1;
-  int64_t zero = 0;         // 0..3
   double bucket_mb = 25.0;  // gradient reduction bucket size, MiB (zero 3: one layer each)
-  bool sequence_parallel = false;
-  PipelineSchedule pp_schedule = PipelineSchedule::one_f_one_b;
-  int64_t vpp = 1;
-  int64_t microbatches = 0;  // 0 = derived: global_batch / (dp * micro_batch)
   // Layers of each virtual pipeline stage (pp * vpp entries, in virtual-stage order);
-  // empty = balanced by cost (pipeline/partition.h).
+  // empty = balanced by cost (core/stages.h).
   std::vector<int64_t> pp_layers;
   double comm_timeout_s = 300.0;
 };
@@ -88,7 +85,7 @@ struct CompressionConfig {
 struct TrainConfig {
   int64_t steps = 100;
   int64_t global_batch = 8;  // sequences per optimizer step, whatever the layout
-  int64_t micro_batch = 8;   // sequences per forward/backward on one rank
+  // train.micro_batch is the layout's: config.parallel.micro_batch.
   double lr = 3e-4;
   double min_lr = 3e-5;
   int64_t warmup_steps = 10;
@@ -149,6 +146,7 @@ struct ServeConfig {
   int64_t max_batch_tokens = 256;    // tokens one engine step runs: prefill chunks + decodes
   int64_t max_queue = 64;            // requests waiting to be admitted; one more is refused (429)
   double request_timeout_s = 600.0;  // a sequence not finished this long after arrival is cancelled
+  int64_t threads = 0;               // intra-op threads per rank; 0 = max(1, cores / local ranks)
 };
 
 struct Config {
@@ -178,6 +176,12 @@ Config parse_config(const std::string& toml_text, const std::string& origin,
 // (e.g. "parallel.tp (5) must divide model.n_heads (12)"). Every problem found is reported
 // in one message.
 Config validate_config(Config config, int64_t world_size);
+
+// What `strata serve` on world_size ranks reads, checked the same way: the model, [serve],
+// the serving layout (tp * pp = world_size; core/layout_rules.h serving_layout_problems),
+// parallel.pp_layers and a dropless MoE. The training keys ([train] batch, [data], ...) are
+// not serving's and are not checked. Resolves dp to 1.
+Config validate_serving_config(Config config, int64_t world_size);
 
 // The effective config as TOML, every key present (what `strata config` prints);
 // parse_config(to_toml(c), ...) == c.

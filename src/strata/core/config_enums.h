@@ -15,7 +15,7 @@ enum class PositionEncoding { learned, rope };    // model.pos
 enum class Norm { layernorm, rmsnorm };           // model.norm
 enum class Activation { gelu, swiglu };           // model.activation, model.moe.activation
 enum class AttentionKernel { blockwise, eager };  // model.attention
-// parallel.pp_schedule; also the schedules the pipeline generators build.
+// parallel.schedule; also the schedules the pipeline generators build.
 enum class PipelineSchedule { gpipe, one_f_one_b, interleaved_one_f_one_b, zb_h1 };
 // parallel.cp_comm: how context-parallel attention moves keys and values between the cp ranks.
 enum class ContextParallelComm { ring, all_gather, all_to_all };

@@ -1,5 +1,7 @@
 // The one list of config keys. A field added to a struct in config.h becomes a key by adding
-// its line here (and its entry in docs/config.md); nothing else needs to change.
+// its line here (and its entry in docs/config.md); nothing else needs to change. A layout
+// setting's key is its field's name in core/layout.h (the macro spells it), the name
+// layout_settings() gives --layout and strata simulate.
 #include "strata/core/config_keys.h"
 
 #include <charconv>
@@ -60,7 +62,7 @@ const std::vector<Key>& keys() {
       STRATA_CONFIG_KEY(parallel, zero),
       STRATA_CONFIG_KEY(parallel, bucket_mb),
       STRATA_CONFIG_KEY(parallel, sequence_parallel),
-      STRATA_CONFIG_KEY(parallel, pp_schedule),
+      STRATA_CONFIG_KEY(parallel, schedule),
       STRATA_CONFIG_KEY(parallel, vpp),
       STRATA_CONFIG_KEY(parallel, microbatches),
       STRATA_CONFIG_KEY(parallel, pp_layers),
@@ -73,7 +75,9 @@ const std::vector<Key>& keys() {
 
       STRATA_CONFIG_KEY(train, steps),
       STRATA_CONFIG_KEY(train, global_batch),
-      STRATA_CONFIG_KEY(train, micro_batch),
+      // The layout's (core/layout.h), kept under [train] where it has always been written.
+      Key{"train", "micro_batch",
+          [](Config& config) -> FieldRef { return &config.parallel.micro_batch; }},
       STRATA_CONFIG_KEY(train, lr),
       STRATA_CONFIG_KEY(train, min_lr),
       STRATA_CONFIG_KEY(train, warmup_steps),
@@ -116,6 +120,7 @@ const std::vector<Key>& keys() {
       STRATA_CONFIG_KEY(serve, max_batch_tokens),
       STRATA_CONFIG_KEY(serve, max_queue),
       STRATA_CONFIG_KEY(serve, request_timeout_s),
+      STRATA_CONFIG_KEY(serve, threads),
   };
   return table;
 }
@@ -143,6 +148,8 @@ std::vector<const Key*> keys_of(const std::string& section) {
 }
 
 const Key* find_key(const std::string& section, const std::string& name) {
+  // Old spellings still read (configs saved in checkpoints use them); to_toml writes the new.
+  if (section == "parallel" && name == "pp_schedule") return find_key(section, "schedule");
   for (const Key& key : keys()) {
     if (section == key.section && name == key.name) return &key;
   }

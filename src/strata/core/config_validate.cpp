@@ -1,5 +1,6 @@
 // Cross-key checks of a parsed config for a run on a given number of ranks, resolution of
-// the derived values (dp = -1, microbatches = 0; the layout's rules are core/layout_rules.h's),
+// the derived values (dp = -1, microbatches = 0; the layout's rules are core/layout_rules.h's,
+// the stage partition's core/stages.h's),
 // and the one list of features this release cannot run yet. Every problem is collected, so one run
 // of `strata` reports all of them.
 #include <algorithm>
@@ -13,6 +14,7 @@
 #include "strata/core/config_keys.h"
 #include "strata/core/error.h"
 #include "strata/core/layout_rules.h"
+#include "strata/core/stages.h"
 
 namespace strata {
 namespace {
@@ -182,6 +184,8 @@ void check_serve(const ServeConfig& serve, Problems& problems) {
   require_at_least<int64_t>(problems, "serve.max_batch_tokens", serve.max_batch_tokens, 1);
   require_at_least<int64_t>(problems, "serve.max_queue", serve.max_queue, 1);
   require_positive(problems, "serve.request_timeout_s", serve.request_timeout_s);
+  require_at_least<int64_t>(problems, "serve.threads", serve.threads, 0,
+                            " (0 = cores / ranks on this machine)");
 }
 
 // The keys of [parallel] that are not the layout's sizes.
@@ -294,25 +298,22 @@ void check_context_parallel(const Config& config, Problems& problems) {
 // microbatches resolved.
 void check_parallel_layout(Config& config, int64_t world_size, Problems& problems) {
   ParallelConfig& parallel = config.parallel;
-  LayoutSizes layout;
-  layout.tp = parallel.tp;
-  layout.pp = parallel.pp;
-  layout.dp = parallel.dp;
-  layout.cp = parallel.cp;
-  layout.ep = parallel.ep;
-  layout.vpp = parallel.vpp;
-  layout.zero = parallel.zero;
-  layout.micro_batch = config.train.micro_batch;
-  layout.microbatches = parallel.microbatches;
-  layout.sequence_parallel = parallel.sequence_parallel;
-  layout.cp_comm = parallel.cp_comm;
-  layout.schedule = parallel.pp_schedule;
-  const LayoutVerdict verdict =
-      check_layout(layout, layout_model_shape_of(config.model), world_size,
-                   config.train.global_batch, LayoutVocabulary::config());
+  const LayoutVerdict verdict = check_layout(parallel, config.model.shape(), world_size,
+                                             config.train.global_batch, LayoutVocabulary::config());
   problems.insert(problems.end(), verdict.problems.begin(), verdict.problems.end());
   parallel.dp = verdict.dp;
   if (verdict.microbatches > 0) parallel.microbatches = verdict.microbatches;
+}
+
+// parallel.pp_layers, when given, against the stages and the layers (core/stages.h).
+void check_pp_layers(const Config& config, Problems& problems) {
+  const ParallelConfig& parallel = config.parallel;
+  if (parallel.pp_layers.empty() || parallel.pp < 1 || parallel.vpp < 1) return;
+  try {
+    check_partition(parallel.pp_layers, config.model.n_layers, parallel.pp * parallel.vpp);
+  } catch (const UserError& error) {
+    problems.push_back(error.what());
+  }
 }
 
 [[noreturn]] void throw_problems(const Problems& problems) {
@@ -335,8 +336,8 @@ void check_auto(const Config& config, Problems& problems) {
   if (parallel.zero != unset.zero) given.push_back(str("parallel.zero = ", parallel.zero));
   if (parallel.vpp != unset.vpp) given.push_back(str("parallel.vpp = ", parallel.vpp));
   if (parallel.sequence_parallel) given.push_back("parallel.sequence_parallel = true");
-  if (parallel.pp_schedule != unset.pp_schedule) {
-    given.push_back(str("parallel.pp_schedule = ", quote(name_of(parallel.pp_schedule))));
+  if (parallel.schedule != unset.schedule) {
+    given.push_back(str("parallel.schedule = ", quote(name_of(parallel.schedule))));
   }
   if (parallel.microbatches != unset.microbatches) {
     given.push_back(str("parallel.microbatches = ", parallel.microbatches));
@@ -368,6 +369,7 @@ Problems collect_consistency(Config& config, int64_t world_size) {
   check_parallel_settings(config, problems);
   check_context_parallel(config, problems);
   check_parallel_layout(config, world_size, problems);
+  check_pp_layers(config, problems);
   check_compression_layout(config, problems);
   return problems;
 }
@@ -377,6 +379,27 @@ Problems collect_consistency(Config& config, int64_t world_size) {
 Config validate_config(Config config, int64_t world_size) {
   const Problems problems = collect_consistency(config, world_size);
   if (!problems.empty()) throw_problems(problems);
+  return config;
+}
+
+Config validate_serving_config(Config config, int64_t world_size) {
+  STRATA_CHECK(world_size >= 1, "world_size = ", world_size);
+  Problems problems;
+  check_model(config.model, problems);
+  check_serve(config.serve, problems);
+  check_parallel_settings(config, problems);
+  const std::vector<std::string> layout = serving_layout_problems(
+      config.parallel, config.model.shape(), world_size, LayoutVocabulary::config());
+  problems.insert(problems.end(), layout.begin(), layout.end());
+  const MoeConfig& moe = config.model.moe;
+  if (moe.num_experts > 0 && moe.capacity_factor != 0) {
+    problems.push_back(str("strata serve batches tokens of many sequences together, so ",
+                           "model.moe.capacity_factor (", number(moe.capacity_factor),
+                           ") must be 0 (dropless): --set model.moe.capacity_factor=0.0"));
+  }
+  if (layout.empty()) check_pp_layers(config, problems);
+  if (!problems.empty()) throw_problems(problems);
+  config.parallel.dp = 1;
   return config;
 }
 

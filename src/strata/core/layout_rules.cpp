@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <utility>
 
+#include "strata/core/config.h"
 #include "strata/core/config_keys.h"
 #include "strata/core/error.h"
 
@@ -61,11 +62,13 @@ std::string list_or(const std::vector<int64_t>& values) {
   return out;
 }
 
-// A key set to a value as the user writes it: `parallel.pp_schedule = "zb-h1"` in a config,
-// `schedule=zb-h1` in --layout, `--global-batch 8` for a flag.
+// A key set to a value as the user writes it: `parallel.schedule = "zb-h1"` in a config,
+// `schedule=zb-h1` in --layout, `--global-batch 8` or `--schedule zb-h1` for a flag.
 std::string setting(const LayoutVocabulary& names, const std::string& key, const std::string& value,
                     bool is_text = false) {
-  if (names.toml_settings) return str(key, " = ", is_text ? config_detail::quote(value) : value);
+  if (names.form == LayoutVocabulary::Form::toml) {
+    return str(key, " = ", is_text ? config_detail::quote(value) : value);
+  }
   if (key.rfind("--", 0) == 0) return str(key, " ", value);
   return str(key, "=", value);
 }
@@ -83,7 +86,7 @@ struct Derived {
   int64_t microbatches = 0;
 };
 
-void check_sizes(const LayoutSizes& layout, int64_t global_batch, const LayoutVocabulary& names,
+void check_sizes(const Layout& layout, int64_t global_batch, const LayoutVocabulary& names,
                  Findings& found) {
   const std::pair<const std::string*, int64_t> positive[] = {
       {&names.tp, layout.tp},
@@ -114,7 +117,7 @@ void check_sizes(const LayoutSizes& layout, int64_t global_batch, const LayoutVo
 }
 
 // tp * pp * dp * cp against the ranks; returns dp, resolved from -1 when the ranks divide.
-int64_t check_ranks(const LayoutSizes& layout, int64_t ranks, const LayoutVocabulary& names,
+int64_t check_ranks(const Layout& layout, int64_t ranks, const LayoutVocabulary& names,
                     Findings& found) {
   const int64_t tp = layout.tp, pp = layout.pp, cp = layout.cp, dp = layout.dp;
   if (tp < 1 || pp < 1 || cp < 1) return dp;
@@ -138,7 +141,7 @@ int64_t check_ranks(const LayoutSizes& layout, int64_t ranks, const LayoutVocabu
 }
 
 // Context parallelism: the sequence in 2 * cp chunks; all-to-all re-shards heads over cp.
-void check_context_split(const LayoutSizes& layout, const LayoutModelShape& model,
+void check_context_split(const Layout& layout, const ModelShape& model,
                          const LayoutVocabulary& names, Findings& found) {
   const int64_t tp = layout.tp, cp = layout.cp, seq = model.seq_len;
   if (cp <= 1 || tp < 1 || seq < 1) return;
@@ -165,13 +168,13 @@ void check_context_split(const LayoutSizes& layout, const LayoutModelShape& mode
                  " would work");
     });
   }
-  if (layout.cp_comm != ContextParallelComm::all_to_all || model.heads < 1 || model.kv_heads < 1 ||
-      model.heads % tp != 0) {
+  if (layout.cp_comm != ContextParallelComm::all_to_all || model.n_heads < 1 ||
+      model.n_kv_heads < 1 || model.n_heads % tp != 0) {
     return;
   }
-  const int64_t heads = model.heads / tp;
+  const int64_t heads = model.n_heads / tp;
   // kv heads that tp does not divide are replicated and expanded to the query heads.
-  const int64_t kv_heads = model.kv_heads % tp == 0 ? model.kv_heads / tp : heads;
+  const int64_t kv_heads = model.n_kv_heads % tp == 0 ? model.n_kv_heads / tp : heads;
   auto heads_split = [&](int64_t c) {
     return heads % c == 0 && (kv_heads % c == 0 || c % kv_heads == 0);
   };
@@ -179,27 +182,28 @@ void check_context_split(const LayoutSizes& layout, const LayoutModelShape& mode
   found.add([&] {
     const std::string all_to_all =
         setting(names, names.cp_comm, name_of(ContextParallelComm::all_to_all), true);
-    return str(all_to_all, " re-shards each tp rank's ", heads, " query heads and ", kv_heads,
-               " kv heads (model.n_heads = ", model.heads, ", model.n_kv_heads = ", model.kv_heads,
-               ", over ", names.tp, " = ", tp, ") over ", names.cp, " (", cp,
-               "): cp must divide the query heads, and cp and the kv heads must divide one ",
-               "another (kv heads are replicated when fewer than cp); ",
-               setting(names, names.cp, list_or(working_cp(heads_split))), " or ",
-               setting(names, names.cp_comm, name_of(ContextParallelComm::ring), true),
-               " would work");
+    return str(
+        all_to_all, " re-shards each tp rank's ", heads, " query heads and ", kv_heads,
+        " kv heads (model.n_heads = ", model.n_heads, ", model.n_kv_heads = ", model.n_kv_heads,
+        ", over ", names.tp, " = ", tp, ") over ", names.cp, " (", cp,
+        "): cp must divide the query heads, and cp and the kv heads must divide one ",
+        "another (kv heads are replicated when fewer than cp); ",
+        setting(names, names.cp, list_or(working_cp(heads_split))), " or ",
+        setting(names, names.cp_comm, name_of(ContextParallelComm::ring), true), " would work");
   });
 }
 
-void check_model_split(const LayoutSizes& layout, const LayoutModelShape& model,
-                       const LayoutVocabulary& names, Findings& found) {
+void check_model_split(const Layout& layout, const ModelShape& model, const LayoutVocabulary& names,
+                       Findings& found) {
   const int64_t tp = layout.tp, cp = layout.cp;
-  if (tp >= 1 && model.heads >= 1 && model.heads % tp != 0) {
-    found.add(
-        [&] { return str(names.tp, " (", tp, ") must divide model.n_heads (", model.heads, ")"); });
-  }
-  if (tp >= 1 && model.mlp_width >= 1 && model.mlp_width % tp != 0) {
+  if (tp >= 1 && model.n_heads >= 1 && model.n_heads % tp != 0) {
     found.add([&] {
-      return str(names.tp, " (", tp, ") must divide the MLP width ", model.mlp_width,
+      return str(names.tp, " (", tp, ") must divide model.n_heads (", model.n_heads, ")");
+    });
+  }
+  if (tp >= 1 && model.d_ff >= 1 && model.d_ff % tp != 0) {
+    found.add([&] {
+      return str(names.tp, " (", tp, ") must divide the MLP width ", model.d_ff,
                  " (model.d_ff, or 4 * model.d_model when 0)");
     });
   }
@@ -221,18 +225,25 @@ void check_model_split(const LayoutSizes& layout, const LayoutModelShape& model,
   }
   check_context_split(layout, model, names, found);
   const int64_t pp = layout.pp, vpp = layout.vpp;
-  if (pp >= 1 && vpp >= 1 && model.layers >= 1 && model.layers < pp * vpp) {
+  if (pp >= 1 && vpp >= 1 && model.n_layers >= 1 && model.n_layers < pp * vpp) {
     found.add([&] {
-      return str("model.n_layers (", model.layers, ") must be >= ", names.pp, " * ", names.vpp,
+      return str("model.n_layers (", model.n_layers, ") must be >= ", names.pp, " * ", names.vpp,
                  " = ", pp, " * ", vpp, " = ", pp * vpp, ": every pipeline chunk needs a layer");
     });
   }
 }
 
+// Multiples of `divisor` on either side of `value`: "8 or 12".
+std::string nearest_multiples(int64_t value, int64_t divisor) {
+  const int64_t below = value / divisor * divisor;
+  if (below < divisor) return std::to_string(divisor);
+  return str(below, " or ", below + divisor);
+}
+
 // Model chunks per stage (vpp) and the schedule that runs them; `microbatches` is 0 when the
 // batch rules could not derive it.
-void check_pipeline(const LayoutSizes& layout, const Derived& derived,
-                    const LayoutVocabulary& names, Findings& found) {
+void check_pipeline(const Layout& layout, int64_t microbatches, const LayoutVocabulary& names,
+                    Findings& found) {
   const int64_t pp = layout.pp, vpp = layout.vpp;
   const bool interleaved = layout.schedule == PipelineSchedule::interleaved_one_f_one_b;
   if (vpp > 1 && pp == 1 && !interleaved) {
@@ -241,7 +252,7 @@ void check_pipeline(const LayoutSizes& layout, const Derived& derived,
                  " > 1: the model chunks are those of each pipeline stage");
     });
   }
-  if (vpp > 1 && layout.schedule && !interleaved) {
+  if (vpp > 1 && !interleaved) {
     found.add(
         [&] { return str(names.vpp, " (", vpp, ") > 1 needs ", interleaved_setting(names)); });
   }
@@ -249,21 +260,23 @@ void check_pipeline(const LayoutSizes& layout, const Derived& derived,
   if (vpp < 2) {
     found.add([&] {
       return str(interleaved_setting(names), " needs ", names.vpp,
-                 " >= 2 (model chunks per stage), got ", vpp);
+                 " >= 2 (model chunks per stage), got ", vpp, "; with one chunk per stage use ",
+                 setting(names, names.schedule, name_of(PipelineSchedule::one_f_one_b), true));
     });
   }
   if (pp == 1)
     found.add([&] { return str(interleaved_setting(names), " needs ", names.pp, " > 1"); });
   // Megatron's interleaving runs the microbatches in groups of pp.
-  if (pp > 1 && derived.microbatches > 0 && derived.microbatches % pp != 0) {
+  if (pp > 1 && microbatches > 0 && microbatches % pp != 0) {
     found.add([&] {
-      return str(interleaved_setting(names), " needs ", names.microbatches, " (",
-                 derived.microbatches, ") to be a multiple of ", names.pp, " (", pp, ")");
+      return str(interleaved_setting(names), " needs ", names.microbatches, " (", microbatches,
+                 ") to be a multiple of ", names.pp, " (", pp, "), e.g. ",
+                 nearest_multiples(microbatches, pp));
     });
   }
 }
 
-void check_experts(const LayoutSizes& layout, const LayoutModelShape& model, int64_t dp,
+void check_experts(const Layout& layout, const ModelShape& model, int64_t dp,
                    const LayoutVocabulary& names, Findings& found) {
   const int64_t ep = layout.ep, cp = layout.cp;
   if (dp >= 1 && cp >= 1 && ep >= 1 && (dp * cp) % ep != 0) {
@@ -272,21 +285,22 @@ void check_experts(const LayoutSizes& layout, const LayoutModelShape& model, int
                  dp * cp);
     });
   }
-  if (ep > 1 && model.experts == 0) {
+  if (ep > 1 && model.moe.num_experts == 0) {
     found.add([&] {
       return str(names.ep, " (", ep, ") > 1 needs a mixture-of-experts model: set ",
                  "model.moe.num_experts, or ", setting(names, names.ep, "1"));
     });
-  } else if (ep >= 1 && model.experts > 0 && model.experts % ep != 0) {
+  } else if (ep >= 1 && model.moe.num_experts > 0 && model.moe.num_experts % ep != 0) {
     found.add([&] {
-      return str(names.ep, " (", ep, ") must divide model.moe.num_experts (", model.experts, ")");
+      return str(names.ep, " (", ep, ") must divide model.moe.num_experts (", model.moe.num_experts,
+                 ")");
     });
   }
 }
 
 // The global batch over dp * micro_batch; returns the microbatches when they divide.
-int64_t check_batch(const LayoutSizes& layout, int64_t dp, bool dp_was_derived,
-                    int64_t global_batch, const LayoutVocabulary& names, Findings& found) {
+int64_t check_batch(const Layout& layout, int64_t dp, bool dp_was_derived, int64_t global_batch,
+                    const LayoutVocabulary& names, Findings& found) {
   const int64_t micro_batch = layout.micro_batch;
   if (dp < 1 || global_batch < 1 || micro_batch < 1) return 0;
   const int64_t per_step = dp * micro_batch;
@@ -319,7 +333,7 @@ int64_t check_batch(const LayoutSizes& layout, int64_t dp, bool dp_was_derived,
   return derived;
 }
 
-Derived apply_rules(const LayoutSizes& layout, const LayoutModelShape& model, int64_t ranks,
+Derived apply_rules(const Layout& layout, const ModelShape& model, int64_t ranks,
                     int64_t global_batch, const LayoutVocabulary& names, Findings& found) {
   STRATA_CHECK(ranks >= 1, "ranks = ", ranks);
   Derived derived;
@@ -329,66 +343,32 @@ Derived apply_rules(const LayoutSizes& layout, const LayoutModelShape& model, in
   check_experts(layout, model, derived.dp, names, found);
   derived.microbatches =
       check_batch(layout, derived.dp, layout.dp == -1, global_batch, names, found);
-  check_pipeline(layout, derived, names, found);
+  check_pipeline(layout, derived.microbatches, names, found);
   return derived;
 }
 
 }  // namespace
 
-LayoutModelShape layout_model_shape_of(const ModelConfig& model) {
-  LayoutModelShape shape;
-  shape.heads = model.n_heads;
-  shape.kv_heads = model.n_heads >= 1 ? model.kv_heads() : 0;
-  shape.mlp_width = model.d_model >= 1 && model.d_ff >= 0 ? model.ff_dim() : 0;
-  shape.seq_len = model.seq_len;
-  shape.layers = model.n_layers;
-  shape.experts = model.moe.num_experts;
+ModelShape ModelConfig::shape() const {
+  ModelShape shape;
+  shape.vocab_size = vocab_size;
+  shape.d_model = d_model;
+  shape.n_layers = n_layers;
+  shape.n_heads = n_heads;
+  // An unvalidated config may hold nonsense: the rules read 0 for what cannot be resolved.
+  shape.n_kv_heads = n_heads >= 1 ? kv_heads() : 0;
+  shape.d_ff = d_model >= 1 && d_ff >= 0 ? ff_dim() : 0;
+  shape.seq_len = seq_len;
+  shape.gated_mlp = activation == Activation::swiglu;
+  shape.moe.num_experts = moe.num_experts;
+  shape.moe.top_k = moe.top_k;
+  shape.moe.every = moe.every;
+  shape.moe.capacity_factor = moe.capacity_factor;
+  shape.moe.gated = moe.activation == Activation::swiglu;
   return shape;
 }
 
-LayoutVocabulary LayoutVocabulary::config() {
-  LayoutVocabulary names;
-  names.tp = "parallel.tp";
-  names.pp = "parallel.pp";
-  names.dp = "parallel.dp";
-  names.cp = "parallel.cp";
-  names.cp_comm = "parallel.cp_comm";
-  names.ep = "parallel.ep";
-  names.vpp = "parallel.vpp";
-  names.zero = "parallel.zero";
-  names.micro_batch = "train.micro_batch";
-  names.microbatches = "parallel.microbatches";
-  names.sequence_parallel = "parallel.sequence_parallel";
-  names.schedule = "parallel.pp_schedule";
-  names.global_batch = "train.global_batch";
-  names.ranks_owner = "";
-  names.ranks_noun = "ranks";
-  names.toml_settings = true;
-  return names;
-}
-
-LayoutVocabulary LayoutVocabulary::layout_flag() {
-  LayoutVocabulary names;
-  names.tp = "tp";
-  names.pp = "pp";
-  names.dp = "dp";
-  names.cp = "cp";
-  names.cp_comm = "cp_comm";
-  names.ep = "ep";
-  names.vpp = "vpp";
-  names.zero = "zero";
-  names.micro_batch = "micro_batch";
-  names.microbatches = "the microbatches";
-  names.sequence_parallel = "sequence_parallel";
-  names.schedule = "schedule";
-  names.global_batch = "--global-batch";
-  names.ranks_owner = "the cluster's ";
-  names.ranks_noun = "devices";
-  names.toml_settings = false;
-  return names;
-}
-
-LayoutVerdict check_layout(const LayoutSizes& layout, const LayoutModelShape& model, int64_t ranks,
+LayoutVerdict check_layout(const Layout& layout, const ModelShape& model, int64_t ranks,
                            int64_t global_batch, const LayoutVocabulary& names) {
   LayoutVerdict verdict;
   Findings found(&verdict.problems);
@@ -398,12 +378,54 @@ LayoutVerdict check_layout(const LayoutSizes& layout, const LayoutModelShape& mo
   return verdict;
 }
 
-bool layout_is_valid(const LayoutSizes& layout, const LayoutModelShape& model, int64_t ranks,
+bool layout_is_valid(const Layout& layout, const ModelShape& model, int64_t ranks,
                      int64_t global_batch) {
   static const LayoutVocabulary unused_names;  // no message is written
   Findings found(nullptr);
   apply_rules(layout, model, ranks, global_batch, unused_names, found);
   return !found.any();
+}
+
+std::vector<std::string> schedule_problems(const Layout& layout, const LayoutVocabulary& names) {
+  std::vector<std::string> problems;
+  Findings found(&problems);
+  const std::pair<const std::string*, int64_t> positive[] = {
+      {&names.pp, layout.pp}, {&names.vpp, layout.vpp}, {&names.microbatches, layout.microbatches}};
+  for (const auto& [key, value] : positive) {
+    if (value < 1) found.add([&] { return str(*key, " (", value, ") must be >= 1"); });
+  }
+  if (!found.any()) check_pipeline(layout, layout.microbatches, names, found);
+  return problems;
+}
+
+void check_schedule(const Layout& layout, const LayoutVocabulary& names) {
+  const std::vector<std::string> problems = schedule_problems(layout, names);
+  if (problems.empty()) return;
+  std::string message = problems.front();
+  for (size_t i = 1; i < problems.size(); ++i) message += "; " + problems[i];
+  throw UserError(message);
+}
+
+std::vector<std::string> serving_layout_problems(const Layout& layout, const ModelShape& model,
+                                                 int64_t ranks, const LayoutVocabulary& names) {
+  std::vector<std::string> problems;
+  Findings found(&problems);
+  for (const auto& [key, value] : {std::pair{&names.tp, layout.tp}, {&names.pp, layout.pp}}) {
+    if (value < 1) found.add([&] { return str(*key, " (", value, ") must be >= 1"); });
+  }
+  if (found.any()) return problems;
+  if (layout.tp * layout.pp != ranks || layout.cp != 1 || layout.ep != 1 || layout.vpp != 1 ||
+      layout.dp > 1) {
+    found.add([&] {
+      return str("strata serve runs the model on ", names.tp, " * ", names.pp, " ",
+                 names.ranks_noun, " (", layout.tp, " * ", layout.pp, " = ", layout.tp * layout.pp,
+                 ", for ", ranks, " ", names.ranks_noun, "); ", names.dp, ", ", names.cp, ", ",
+                 names.ep, " and ", names.vpp, " must be 1 (got ", layout.dp, ", ", layout.cp, ", ",
+                 layout.ep, ", ", layout.vpp, ")");
+    });
+  }
+  check_model_split(layout, model, names, found);
+  return problems;
 }
 
 }  // namespace strata

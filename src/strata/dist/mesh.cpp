@@ -19,17 +19,9 @@ std::string to_string(const MeshShape& shape) {
   return text;
 }
 
-MeshShape mesh_shape_of(const Config& validated) {
-  const ParallelConfig& parallel = validated.parallel;
-  STRATA_CHECK(parallel.dp >= 1, "mesh_shape_of needs a validated config; parallel.dp is ",
-               parallel.dp);
-  MeshShape shape;
-  shape.pp = parallel.pp;
-  shape.dp = parallel.dp;
-  shape.cp = parallel.cp;
-  shape.tp = parallel.tp;
-  shape.ep = parallel.ep;
-  return shape;
+MeshShape mesh_shape_of(const Layout& resolved) {
+  STRATA_CHECK(resolved.dp >= 1, "mesh_shape_of needs a resolved layout; dp is ", resolved.dp);
+  return MeshShape{resolved.pp, resolved.dp, resolved.cp, resolved.tp, resolved.ep};
 }
 
 void check_mesh_shape(const MeshShape& shape, int64_t world_size) {

@@ -1,4 +1,4 @@
-// Mesh: the one layout value. Built once from the [parallel] sizes; knows this rank's
+// Mesh: the layout (core/layout.h) made ranks. Built once from its sizes; knows this rank's
 // coordinates and owns every sub-communicator, created in the same order on every rank.
 // Rank order: tp fastest, then cp, dp, pp:  rank = ((pp_i * dp + dp_i) * cp + cp_i) * tp + tp_i.
 // Experts are spread over the dp*cp ranks: ep divides dp*cp; the "ep" group holds ep
@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "strata/core/config.h"
+#include "strata/core/layout.h"
 #include "strata/dist/comm.h"
 
 namespace strata {
@@ -27,9 +27,9 @@ inline bool operator!=(const MeshShape& a, const MeshShape& b) { return !(a == b
 // "PP(2)-DP(2)-CP(1)-TP(2)", "-EP(2)" following when ep > 1.
 std::string to_string(const MeshShape& shape);
 
-// The mesh a config runs on: the one place a shape is made from [parallel]. The config must be
-// validated (validate_config: dp resolved).
-MeshShape mesh_shape_of(const Config& validated);
+// The mesh a layout runs on: the one place a shape is made from a Layout. dp must be resolved
+// (validate_config, resolve_layout), as in config.parallel of a validated config.
+MeshShape mesh_shape_of(const Layout& resolved);
 
 struct MeshCoords {
   int64_t pp = 0, dp = 0, cp = 0, tp = 0;

@@ -282,21 +282,4 @@ at::Tensor GPT::head_loss(const at::Tensor& last_hidden, const at::Tensor& targe
                                       tp_rank_ * vocab_per_rank_, config_.vocab_size, *tp_comm_);
 }
 
-double training_flops_per_token(const ModelConfig& config) {
-  const double C = config.d_model, F = config.ff_dim(), L = config.n_layers;
-  const double H = config.n_heads, K = config.kv_heads(), D = config.head_dim();
-  const double mlp_in = config.activation == Activation::swiglu ? 2 * F : F;
-  const double attention = (H + 2 * K) * D * C + C * H * D;
-  const double dense_mlp = mlp_in * C + C * F;
-  // A MoE layer: the router, and top_k expert FFNs per token.
-  const double E = config.moe.num_experts, k = config.moe.top_k;
-  const double expert_in = config.moe.activation == Activation::swiglu ? 2 * F : F;
-  const double moe_mlp = E * C + k * (expert_in * C + C * F);
-  double matmul_params = config.vocab_size * C;  // the head
-  for (int64_t layer = 0; layer < config.n_layers; ++layer) {
-    matmul_params += attention + (config.is_moe_layer(layer) ? moe_mlp : dense_mlp);
-  }
-  return 6.0 * matmul_params + 12.0 * L * C * config.seq_len;
-}
-
 }  // namespace strata

@@ -260,9 +260,4 @@ class GPT {
   std::map<std::pair<int64_t, int64_t>, at::Tensor> causal_masks_;  // (Tq, Tk) bool, true = hidden
 };
 
-// Model FLOPs of one training step (forward + backward, no recomputation) per token:
-// 6 * (matrix parameters of the blocks and the head that one token meets: the router and
-// top_k experts in a MoE layer) + 12 * n_layers * d_model * seq_len.
-double training_flops_per_token(const ModelConfig& config);
-
 }  // namespace strata

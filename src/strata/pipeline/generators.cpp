@@ -6,6 +6,7 @@
 #include <deque>
 
 #include "strata/core/error.h"
+#include "strata/core/layout_rules.h"
 
 namespace strata {
 namespace {
@@ -68,14 +69,6 @@ Schedule empty_schedule(const std::string& name, int stages, int microbatches, i
   return schedule;
 }
 
-// Multiples of `divisor` on either side of `value`, for "use 8 or 12" in error messages.
-std::string nearest_multiples(int value, int divisor) {
-  const int below = value / divisor * divisor;
-  const int above = below + divisor;
-  if (below < divisor) return std::to_string(above);
-  return str(below, " or ", above);
-}
-
 }  // namespace
 
 std::vector<PipelineSchedule> pipeline_schedules() {
@@ -86,42 +79,21 @@ std::vector<PipelineSchedule> pipeline_schedules() {
   return schedules;
 }
 
-void check_schedule_request(const ScheduleRequest& request, const ScheduleParameterNames& names) {
-  STRATA_REQUIRE(request.stages >= 1, names.stages, " (", request.stages,
-                 ") must be at least 1 (the number of pipeline stages)");
-  STRATA_REQUIRE(request.microbatches >= 1, names.microbatches, " (", request.microbatches,
-                 ") must be at least 1");
-  if (request.schedule != PipelineSchedule::interleaved_one_f_one_b) {
-    STRATA_REQUIRE(request.chunks == 1, names.chunks, " (", request.chunks, ") must be 1 for ",
-                   names.name, " ", name_of(request.schedule), "; model chunks per rank need ",
-                   names.name, " interleaved-1f1b");
-    return;
-  }
-  STRATA_REQUIRE(request.chunks >= 2, names.chunks, " (", request.chunks,
-                 ") must be at least 2 for interleaved-1f1b; with one chunk per rank use ",
-                 names.name, " 1f1b");
-  STRATA_REQUIRE(request.stages >= 2, names.stages, " (", request.stages,
-                 ") must be at least 2 for interleaved-1f1b: one stage has nothing to "
-                 "interleave with");
-  STRATA_REQUIRE(request.microbatches % request.stages == 0, names.microbatches, " (",
-                 request.microbatches, ") must be a multiple of ", names.stages, " (",
-                 request.stages, ") for interleaved-1f1b, as in Megatron; use ", names.microbatches,
-                 " ", nearest_multiples(request.microbatches, request.stages));
-}
-
-Schedule build_schedule(const ScheduleRequest& request, const ScheduleParameterNames& names) {
-  check_schedule_request(request, names);
-  switch (request.schedule) {
+Schedule build_schedule(const Layout& layout, const LayoutVocabulary& names) {
+  check_schedule(layout, names);
+  const int stages = static_cast<int>(layout.pp), chunks = static_cast<int>(layout.vpp);
+  const int microbatches = static_cast<int>(layout.microbatches);
+  switch (layout.schedule) {
     case PipelineSchedule::gpipe:
-      return make_gpipe_schedule(request.stages, request.microbatches);
+      return make_gpipe_schedule(stages, microbatches);
     case PipelineSchedule::one_f_one_b:
-      return make_1f1b_schedule(request.stages, request.microbatches);
+      return make_1f1b_schedule(stages, microbatches);
     case PipelineSchedule::interleaved_one_f_one_b:
-      return make_interleaved_1f1b_schedule(request.stages, request.microbatches, request.chunks);
+      return make_interleaved_1f1b_schedule(stages, microbatches, chunks);
     case PipelineSchedule::zb_h1:
-      return make_zb_h1_schedule(request.stages, request.microbatches);
+      return make_zb_h1_schedule(stages, microbatches);
   }
-  STRATA_CHECK(false, "unknown schedule ", static_cast<int>(request.schedule));
+  STRATA_CHECK(false, "unknown schedule ", static_cast<int>(layout.schedule));
   return {};
 }
 

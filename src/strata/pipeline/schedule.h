@@ -53,7 +53,6 @@ struct Schedule {
   int virtual_stages() const { return stages * chunks; }
   int virtual_stage(int rank, int chunk) const { return chunk * stages + rank; }
   int rank_of(int virtual_stage) const { return virtual_stage % stages; }
-  int chunk_of(int virtual_stage) const { return virtual_stage / stages; }
 };
 
 // One line per action, rank by rank: a dump for debugging and for golden tests.

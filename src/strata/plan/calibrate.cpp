@@ -91,12 +91,12 @@ double measure_attention_flops(Comm& world) {
 // backward's recomputed products included (transformer.h, attention_core_flops).
 double measure_blockwise_attention_flops(Comm& world) {
   TransformerSpec spec;
-  spec.seq = 512;
-  spec.heads = 8;
-  spec.hidden = 8 * 64;
+  spec.seq_len = 512;
+  spec.n_heads = 8;
+  spec.d_model = 8 * 64;
   spec.attention = AttentionKernel::blockwise;
   const int64_t batch = 2;
-  auto q = at::randn({batch, spec.heads, spec.seq, 64}), k = at::randn_like(q),
+  auto q = at::randn({batch, spec.n_heads, spec.seq_len, 64}), k = at::randn_like(q),
        v = at::randn_like(q), dout = at::randn_like(q);
   const double scale = 1.0 / 8.0;
   const double seconds =

@@ -55,7 +55,7 @@ ContextParallelExchange ring_exchange(const NetworkProfile& network, bool crosse
 }  // namespace
 
 int64_t kv_heads_per_tp_rank(const TransformerSpec& spec, int64_t tp) {
-  return spec.kv_heads % tp == 0 ? spec.kv_heads / tp : spec.heads / tp;
+  return spec.n_kv_heads % tp == 0 ? spec.n_kv_heads / tp : spec.n_heads / tp;
 }
 
 ContextParallelExchange context_parallel_exchange(const TransformerSpec& spec,
@@ -65,17 +65,17 @@ ContextParallelExchange context_parallel_exchange(const TransformerSpec& spec,
                                                   double core_input_grad_seconds) {
   ContextParallelExchange out;
   if (layout.cp == 1) return out;
-  STRATA_CHECK(layout.cp > 1 && layout.tp >= 1 && spec.heads % layout.tp == 0, "cp ", layout.cp,
-               " tp ", layout.tp, " heads ", spec.heads);
+  STRATA_CHECK(layout.cp > 1 && layout.tp >= 1 && spec.n_heads % layout.tp == 0, "cp ", layout.cp,
+               " tp ", layout.tp, " heads ", spec.n_heads);
   const NetworkProfile& network = cluster.network;
   const GroupSpan cp_group = group_span(layout.tp, layout.cp, cluster.devices_per_node);
   const double n = static_cast<double>(layout.cp), e = element_bytes;
   const double gradient_element = std::max(4.0, e);
   const double D = static_cast<double>(spec.head_dim());
-  const double query_heads = static_cast<double>(spec.heads / layout.tp);
+  const double query_heads = static_cast<double>(spec.n_heads / layout.tp);
   const double kv_heads = static_cast<double>(kv_heads_per_tp_rank(spec, layout.tp));
   // b * T_l: the (sequence, token) rows a rank holds.
-  const double rows = static_cast<double>(layout.micro_batch * spec.seq) / n;
+  const double rows = static_cast<double>(layout.micro_batch * spec.seq_len) / n;
   const double kv_block = 2 * rows * kv_heads * D;  // elements of the rank's K and V
 
   switch (layout.cp_comm) {

@@ -10,8 +10,8 @@
 
 #include "strata/core/config.h"
 #include "strata/core/error.h"
+#include "strata/core/stages.h"
 #include "strata/pipeline/generators.h"
-#include "strata/pipeline/partition.h"
 #include "strata/pipeline/simulator.h"
 #include "strata/plan/collectives.h"
 #include "strata/plan/context_parallel.h"
@@ -86,14 +86,14 @@ struct ElementwiseSeconds {
 ElementwiseSeconds layer_elementwise_forward(const TransformerSpec& spec, const PlanLayout& layout,
                                              bool moe_layer, double e, double M, double E) {
   const double t = static_cast<double>(layout.tp), cp = static_cast<double>(layout.cp);
-  const double n = static_cast<double>(layout.micro_batch * spec.seq) / cp;
+  const double n = static_cast<double>(layout.micro_batch * spec.seq_len) / cp;
   const double replicated_tokens = layout.sequence_parallel ? n / t : n;
-  const double h = static_cast<double>(spec.hidden), kv = static_cast<double>(spec.kv_width());
-  const double s = static_cast<double>(spec.seq);
+  const double h = static_cast<double>(spec.d_model), kv = static_cast<double>(spec.kv_width());
+  const double s = static_cast<double>(spec.seq_len);
   // The eager kernel's scores pass through memory; the blockwise kernel's tiles stay in cache
   // (in SRAM on a GPU), their softmax priced in its rate (blockwise_attention_efficiency).
   const double scores = spec.attention == AttentionKernel::eager
-                            ? static_cast<double>(spec.heads) / t * s * (s / cp) *
+                            ? static_cast<double>(spec.n_heads) / t * s * (s / cp) *
                                   static_cast<double>(layout.micro_batch)
                             : 0.0;
   double memory = kResidualAddPasses * e * replicated_tokens * h;
@@ -102,7 +102,7 @@ ElementwiseSeconds layer_elementwise_forward(const TransformerSpec& spec, const 
   if (!spec.learned_positions) memory += kRopePasses * e * n * (h + kv) / t;
   double kernels = kNormPasses * e * replicated_tokens * h;
   const double width =
-      moe_layer ? static_cast<double>(spec.expert_width()) : static_cast<double>(spec.ffn);
+      moe_layer ? static_cast<double>(spec.expert_width()) : static_cast<double>(spec.d_ff);
   const double tokens = moe_layer ? n * expert_token_factor(spec.moe) : n;
   kernels += (spec.mlp_gated(moe_layer) ? kSwigluPasses : kGeluPasses) * e * tokens * width / t;
   ElementwiseSeconds seconds;
@@ -124,16 +124,16 @@ struct WeightMultiply {
 std::vector<WeightMultiply> layer_weight_multiplies(const TransformerSpec& spec,
                                                     const PlanLayout& layout, bool moe_layer) {
   const double t = static_cast<double>(layout.tp);
-  const double h = static_cast<double>(spec.hidden), kv = static_cast<double>(spec.kv_width());
+  const double h = static_cast<double>(spec.d_model), kv = static_cast<double>(spec.kv_width());
   const double n =
-      static_cast<double>(layout.micro_batch * spec.seq) / static_cast<double>(layout.cp);
+      static_cast<double>(layout.micro_batch * spec.seq_len) / static_cast<double>(layout.cp);
   const double width =
-      moe_layer ? static_cast<double>(spec.expert_width()) : static_cast<double>(spec.ffn);
+      moe_layer ? static_cast<double>(spec.expert_width()) : static_cast<double>(spec.d_ff);
   const double up = spec.mlp_gated(moe_layer) ? 2 * width : width;
   double experts = 1, mlp_rows = n;
   if (moe_layer) {
     const double ep = static_cast<double>(layout.ep);
-    experts = static_cast<double>(spec.moe.experts) / ep;
+    experts = static_cast<double>(spec.moe.num_experts) / ep;
     mlp_rows = n * expert_token_factor(spec.moe) / experts;
   }
   return {{n, h, (h + 2 * kv) / t, 1.0},
@@ -155,19 +155,11 @@ double layer_matmul_efficiency(const TransformerSpec& spec, const PlanLayout& la
   return flops / at_peak;
 }
 
-struct ScheduleKey {
-  std::optional<PipelineSchedule> schedule;  // set in a resolved layout with pp > 1
-  int64_t stages, microbatches, chunks;
-};
-
-Schedule make_schedule(const ScheduleKey& key) {
-  STRATA_CHECK(key.schedule, "a pipeline without a schedule: the layout is not resolved");
-  ScheduleRequest request;
-  request.schedule = *key.schedule;
-  request.stages = static_cast<int>(key.stages);
-  request.microbatches = static_cast<int>(key.microbatches);
-  request.chunks = static_cast<int>(key.chunks);
-  return build_schedule(request);
+// The schedule of the layout's pipeline for `microbatches` microbatches.
+Schedule make_schedule(const PlanLayout& layout, int64_t microbatches) {
+  Layout pipeline = layout;
+  pipeline.microbatches = microbatches;
+  return build_schedule(pipeline);
 }
 
 // The data-parallel buckets of a stage's gradients: runs of layer units about
@@ -243,15 +235,15 @@ std::vector<CostModel::StageModel> CostModel::stages(const PlanLayout& layout) c
                                          : cluster.device.blockwise_attention_rate());
   const double M = cluster.device.memory_bandwidth_gbs * 1e9;
   const double E = cluster.device.elementwise_rate_gbs() * 1e9;
-  const double n = static_cast<double>(layout.micro_batch * spec.seq) / cp;
-  const double h = static_cast<double>(spec.hidden);
+  const double n = static_cast<double>(layout.micro_batch * spec.seq_len) / cp;
+  const double h = static_cast<double>(spec.d_model);
   const double replicated_tokens = layout.sequence_parallel ? n / t : n;
   const int64_t G = cluster.devices_per_node;
   const GroupSpan tp_group = group_span(1, layout.tp, G);
   const GroupSpan ep_group = group_span(layout.tp, layout.ep, G);
   const GroupSpan pp_group = group_span(layout.tp * layout.cp * layout.dp, layout.pp, G);
   const ParameterCounts counts = parameter_counts(spec);
-  const double vocab_per_rank = std::ceil(static_cast<double>(spec.vocab) / t);
+  const double vocab_per_rank = std::ceil(static_cast<double>(spec.vocab_size) / t);
 
   ActivationOptions activation;
   activation.tp = layout.tp;
@@ -384,7 +376,8 @@ std::vector<CostModel::StageModel> CostModel::stages(const PlanLayout& layout) c
   // (reduce-scattered under sequence parallelism), plus learned positions.
   StageModel& first = out.front();
   const double embedding_params = vocab_per_rank * h;
-  const double position_params = spec.learned_positions ? static_cast<double>(spec.seq) * h : 0.0;
+  const double position_params =
+      spec.learned_positions ? static_cast<double>(spec.seq_len) * h : 0.0;
   first.dense_params += embedding_params + position_params;
   const double embedding_pass = kEmbeddingPasses * e * n * h / M;
   const double embedding_accumulate =
@@ -451,14 +444,14 @@ std::vector<CostModel::StageShare> CostModel::stage_shares(const PlanLayout& lay
 const std::vector<int64_t>& CostModel::partition(int64_t chunks) const {
   auto found = partition_cache_.find(chunks);
   if (found != partition_cache_.end()) return found->second;
-  // The runtime's partition (train/trainer.cpp): layers balanced against the head, costed in
-  // training FLOPs per token.
+  // The runtime's partition (core/stages.h stage_layers): layers balanced against the head, costed
+  // in training FLOPs per token.
   const TransformerSpec& spec = inputs_.model;
-  const double seq = static_cast<double>(spec.seq);
+  const double seq = static_cast<double>(spec.seq_len);
   const double per_layer = layer_flops(spec, 1, false).total() / seq;
   const double head = head_flops(spec, 1).total() / seq;
   return partition_cache_
-      .emplace(chunks, balanced_partition(spec.layers, chunks, per_layer, 0.0, head))
+      .emplace(chunks, balanced_partition(spec.n_layers, chunks, per_layer, 0.0, head))
       .first->second;
 }
 
@@ -476,7 +469,7 @@ const std::vector<double>& CostModel::inflight_per_stage(const PlanLayout& layou
   if (found != inflight_cache_.end()) return found->second;
   std::vector<double> inflight(layout.pp, 1.0);
   if (layout.pp > 1) {
-    const Schedule schedule = make_schedule({layout.schedule, layout.pp, shown, layout.vpp});
+    const Schedule schedule = make_schedule(layout, shown);
     const SimulationResult result = simulate_schedule(schedule, {StageCosts{}});
     ++simulations_;
     for (int64_t r = 0; r < layout.pp; ++r)
@@ -493,10 +486,10 @@ std::vector<CostModel::StageMemory> CostModel::stage_memory(const PlanLayout& la
   const int64_t replicas = layout.dp * layout.cp;
   const int64_t expert_replicas = replicas / layout.ep;
   const double e = bytes_per.activation_element;
-  const double n =
-      static_cast<double>(layout.micro_batch * inputs_.model.seq) / static_cast<double>(layout.cp);
+  const double n = static_cast<double>(layout.micro_batch * inputs_.model.seq_len) /
+                   static_cast<double>(layout.cp);
   const double message = e * (layout.sequence_parallel ? n / static_cast<double>(layout.tp) : n) *
-                         static_cast<double>(inputs_.model.hidden);
+                         static_cast<double>(inputs_.model.d_model);
 
   std::vector<StageMemory> out(layout.pp);
   for (int64_t r = 0; r < layout.pp; ++r) {
@@ -593,7 +586,7 @@ Prediction CostModel::predict(const PlanLayout& layout, bool simulate_pipeline) 
   for (int64_t r = 0; r < layout.pp; ++r) pipeline_stage_end[r] = m * models[r].per_microbatch();
   double no_transfer_time = pipeline_time;
   if (layout.pp > 1 && simulate_pipeline) {
-    const Schedule schedule = make_schedule({layout.schedule, layout.pp, microbatches, layout.vpp});
+    const Schedule schedule = make_schedule(layout, microbatches);
     std::vector<StageCosts> without_transfer = costs;
     for (StageCosts& cost : without_transfer) cost.transfer = 0;
     const SimulationResult ideal = simulate_schedule(schedule, without_transfer);
@@ -710,7 +703,7 @@ Prediction CostModel::predict(const PlanLayout& layout, bool simulate_pipeline) 
   prediction.step_time_s = pipeline_time + time.data_parallel + optimizer;
   const double devices = static_cast<double>(cluster.devices());
   const double batch = static_cast<double>(inputs_.global_batch);
-  prediction.tokens_per_s = batch * static_cast<double>(spec.seq) / prediction.step_time_s;
+  prediction.tokens_per_s = batch * static_cast<double>(spec.seq_len) / prediction.step_time_s;
   prediction.model_tflops_per_device =
       model_flops_per_step(spec, inputs_.global_batch) / prediction.step_time_s / devices / 1e12;
   prediction.hardware_tflops_per_device =

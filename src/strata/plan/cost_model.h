@@ -176,8 +176,7 @@ class CostModel {
   Prediction predict(const PlanLayout& layout, bool simulate_pipeline);
 
   PlanInputs inputs_;
-  std::map<std::tuple<std::optional<PipelineSchedule>, int64_t, int64_t, int64_t>,
-           std::vector<double>>
+  std::map<std::tuple<PipelineSchedule, int64_t, int64_t, int64_t>, std::vector<double>>
       inflight_cache_;
   mutable std::map<int64_t, std::vector<int64_t>> partition_cache_;
   int64_t simulations_ = 0;

@@ -4,15 +4,26 @@
 
 #include <cerrno>
 #include <cstdlib>
+#include <type_traits>
+#include <variant>
 
 #include "strata/core/error.h"
 
 namespace strata {
 namespace {
 
-const char* kLayoutKeys =
-    "tp, pp, dp, cp, cp_comm, ep, vpp, zero, micro_batch, recompute, sequence_parallel, "
-    "schedule, compression, powersgd_rank, zero_gather";
+// The planner's own keys, after the layout's settings (core/layout.h).
+const char* kPlannerKeys[] = {"recompute", "compression", "powersgd_rank", "zero_gather"};
+
+std::string layout_keys() {
+  std::string keys;
+  for (const LayoutSetting& setting : layout_settings()) {
+    if (std::string(setting.name) == "microbatches") continue;  // derived from --global-batch
+    keys += (keys.empty() ? "" : ", ") + std::string(setting.name);
+  }
+  for (const char* key : kPlannerKeys) keys += str(", ", key);
+  return keys;
+}
 
 int64_t parse_size(const std::string& key, const std::string& value) {
   errno = 0;
@@ -37,15 +48,29 @@ E parse_layout_choice(const std::string& key, const std::string& value) {
   return *choice;
 }
 
-// What resolve_layout chooses for a pipeline with no schedule given.
-PipelineSchedule default_schedule(const PlanLayout& layout) {
-  return layout.vpp > 1 ? PipelineSchedule::interleaved_one_f_one_b : PipelineSchedule::one_f_one_b;
+// One layout setting from its --layout text.
+void parse_setting(PlanLayout& layout, const LayoutSetting& setting, const std::string& value) {
+  const std::string key = setting.name;
+  std::visit(
+      [&](auto member) {
+        auto& field = layout.*member;
+        using T = std::decay_t<decltype(field)>;
+        if constexpr (std::is_same_v<T, int64_t>) {
+          field = parse_size(key, value);
+        } else if constexpr (std::is_same_v<T, bool>) {
+          field = parse_bool(key, value);
+        } else {
+          field = parse_layout_choice<T>(key, value);
+        }
+      },
+      setting.field);
 }
 
 }  // namespace
 
 PlanLayout parse_layout(const std::string& text) {
   PlanLayout layout;
+  bool schedule_given = false;
   size_t begin = 0;
   while (begin < text.size()) {
     size_t comma = text.find(',', begin);
@@ -57,32 +82,12 @@ PlanLayout parse_layout(const std::string& text) {
     STRATA_REQUIRE(equals != std::string::npos, "--layout: '", item,
                    "' is not key=value; e.g. --layout tp=2,pp=4,micro_batch=1");
     const std::string key = item.substr(0, equals), value = item.substr(equals + 1);
-    if (key == "tp") {
-      layout.tp = parse_size(key, value);
-    } else if (key == "pp") {
-      layout.pp = parse_size(key, value);
-    } else if (key == "dp") {
-      layout.dp = parse_size(key, value);
-    } else if (key == "cp") {
-      layout.cp = parse_size(key, value);
-    } else if (key == "cp_comm") {
-      layout.cp_comm = parse_layout_choice<ContextParallelComm>(key, value);
-    } else if (key == "ep") {
-      layout.ep = parse_size(key, value);
-    } else if (key == "vpp") {
-      layout.vpp = parse_size(key, value);
-    } else if (key == "zero") {
-      layout.zero = parse_size(key, value);
-    } else if (key == "micro_batch") {
-      layout.micro_batch = parse_size(key, value);
+    const LayoutSetting* setting = find_layout_setting(key);
+    if (setting != nullptr && key != "microbatches") {  // derived from --global-batch
+      parse_setting(layout, *setting, value);
+      schedule_given = schedule_given || key == "schedule";
     } else if (key == "recompute") {
       layout.recompute = parse_layout_choice<Recompute>(key, value);
-    } else if (key == "sequence_parallel") {
-      layout.sequence_parallel = parse_bool(key, value);
-    } else if (key == "schedule") {
-      layout.schedule = parse_choice<PipelineSchedule>(value);
-      STRATA_REQUIRE(layout.schedule, "--layout: schedule=", value, " must be ",
-                     spellings_joined<PipelineSchedule>());
     } else if (key == "compression") {
       layout.compression = parse_layout_choice<GradientCompression>(key, value);
     } else if (key == "powersgd_rank") {
@@ -90,9 +95,12 @@ PlanLayout parse_layout(const std::string& text) {
     } else if (key == "zero_gather") {
       layout.zero_gather = parse_layout_choice<GatherCompression>(key, value);
     } else {
-      throw UserError(str("--layout: unknown key '", key, "'; the keys are ", kLayoutKeys));
+      throw UserError(str("--layout: unknown key '", key, "'; the keys are ", layout_keys()));
     }
   }
+  // Chunks per stage run interleaved unless a schedule is given.
+  if (!schedule_given && layout.vpp > 1)
+    layout.schedule = PipelineSchedule::interleaved_one_f_one_b;
   return layout;
 }
 
@@ -101,17 +109,11 @@ PlanLayout resolve_layout(PlanLayout layout, int64_t devices) {
   if (layout.dp == -1 && model_parallel >= 1 && devices % model_parallel == 0) {
     layout.dp = devices / model_parallel;
   }
-  if (layout.pp == 1) {
-    layout.schedule.reset();
-  } else if (!layout.schedule) {
-    layout.schedule = default_schedule(layout);
-  }
   return layout;
 }
 
 std::string schedule_label(const PlanLayout& layout) {
-  if (layout.schedule) return name_of(*layout.schedule);
-  return layout.pp == 1 ? "none" : name_of(default_schedule(layout));
+  return layout.pp == 1 ? "none" : name_of(layout.schedule);
 }
 
 std::string layout_to_string(const PlanLayout& layout) {
@@ -151,39 +153,10 @@ nlohmann::json layout_to_json(const PlanLayout& layout, int64_t microbatches) {
           {"zero_gather", name_of(layout.zero_gather)}};
 }
 
-LayoutSizes layout_sizes_of(const PlanLayout& layout) {
-  LayoutSizes sizes;
-  sizes.tp = layout.tp;
-  sizes.pp = layout.pp;
-  sizes.dp = layout.dp;
-  sizes.cp = layout.cp;
-  sizes.ep = layout.ep;
-  sizes.vpp = layout.vpp;
-  sizes.zero = layout.zero;
-  sizes.micro_batch = layout.micro_batch;
-  sizes.sequence_parallel = layout.sequence_parallel;
-  sizes.cp_comm = layout.cp_comm;
-  sizes.schedule = layout.schedule;
-  return sizes;
-}
-
-LayoutModelShape layout_model_shape_of(const TransformerSpec& model) {
-  LayoutModelShape shape;
-  shape.heads = model.heads;
-  shape.kv_heads = model.kv_heads;
-  shape.mlp_width = model.ffn;
-  shape.seq_len = model.seq;
-  shape.layers = model.layers;
-  shape.experts = model.moe.experts;
-  return shape;
-}
-
 std::vector<std::string> layout_problems(const TransformerSpec& model, const PlanLayout& layout,
                                          int64_t devices, int64_t global_batch) {
   std::vector<std::string> problems =
-      check_layout(layout_sizes_of(layout), layout_model_shape_of(model), devices, global_batch,
-                   LayoutVocabulary::layout_flag())
-          .problems;
+      check_layout(layout, model, devices, global_batch, LayoutVocabulary::layout_flag()).problems;
   // A limitation of the cost model, not of the layout: the runtime trains it.
   const int64_t replicas = layout.dp * layout.cp;
   if (layout.compression != GradientCompression::none && replicas == 1) {

@@ -1,8 +1,8 @@
-// A parallel layout as the planner sees it: the mesh sizes of config.h's ParallelConfig plus
-// the choices that change memory and time but not the mesh (microbatch size, recomputation,
-// ZeRO stage, schedule). Parsed from `--layout tp=2,pp=4,...`, checked against a model, a
-// cluster and a batch by the layout rules (core/layout_rules.h) with messages that say what to
-// change, plus what the cost model cannot predict.
+// A parallel layout as the planner sees it: the Layout (core/layout.h) plus the choices that
+// change memory and time but not the mesh (recomputation, compression). Parsed from
+// `--layout tp=2,pp=4,...` (the settings' names are core/layout.h's), checked against a model,
+// a cluster and a batch by the layout rules (core/layout_rules.h) with messages that say what
+// to change, plus what the cost model cannot predict.
 #pragma once
 #include <cstdint>
 #include <nlohmann/json.hpp>
@@ -15,22 +15,11 @@
 
 namespace strata {
 
-struct PlanLayout {
-  int64_t tp = 1;
-  int64_t pp = 1;
-  int64_t dp = -1;  // -1: the devices left over by tp * pp * cp
-  int64_t cp = 1;
-  // How attention exchanges keys and values over cp (parallel.cp_comm); irrelevant at cp = 1.
-  ContextParallelComm cp_comm = ContextParallelComm::ring;
-  int64_t ep = 1;   // experts spread over ep of the dp * cp ranks
-  int64_t vpp = 1;  // model chunks per pipeline rank (interleaved-1f1b)
-  int64_t zero = 0;
-  int64_t micro_batch = 1;
+// The layout (core/layout.h) plus what only the planner chooses. Its schedule: 1f1b, or
+// interleaved-1f1b when vpp > 1 and none is given (parse_layout); printed "none" without a
+// pipeline. microbatches stays 0: the planner derives them from the global batch.
+struct PlanLayout : Layout {
   Recompute recompute = Recompute::none;
-  bool sequence_parallel = false;
-  // Unset: 1f1b, or interleaved-1f1b when vpp > 1 (resolve_layout sets it). Irrelevant, and
-  // left unset (printed "none"), without pipeline parallelism.
-  std::optional<PipelineSchedule> schedule;
   // [compression]: how the data-parallel gradient exchange travels, PowerSGD's rank, and
   // ZeRO-3's parameter gathers.
   GradientCompression compression = GradientCompression::none;
@@ -44,7 +33,7 @@ struct PlanLayout {
 // defaults. Throws UserError naming the item and the keys and values allowed.
 PlanLayout parse_layout(const std::string& text);
 
-// dp and the schedule made explicit for `devices` devices (dp stays as given when set).
+// dp made explicit for `devices` devices (dp stays as given when set).
 PlanLayout resolve_layout(PlanLayout layout, int64_t devices);
 
 // "tp=2 pp=4 dp=8 cp=1 cp_comm=ring ep=1 vpp=1 zero=1 micro_batch=2 recompute=selective
@@ -54,10 +43,6 @@ std::string layout_to_string(const PlanLayout& layout);
 // The schedule as printed: its spelling, "none" without a pipeline.
 std::string schedule_label(const PlanLayout& layout);
 nlohmann::json layout_to_json(const PlanLayout& layout, int64_t microbatches);
-
-// The layout and the model as the layout rules take them.
-LayoutSizes layout_sizes_of(const PlanLayout& layout);
-LayoutModelShape layout_model_shape_of(const TransformerSpec& model);
 
 // Every reason the layout cannot run this model on `devices` devices with `global_batch`
 // sequences per step (the layout rules, named as --layout names them), and every part of it

@@ -164,13 +164,13 @@ std::string plan_heading(const PlanInputs& inputs) {
   const TransformerSpec& model = inputs.model;
   const ClusterProfile& cluster = inputs.cluster;
   const ParameterCounts counts = parameter_counts(model);
-  return str("model: ", count(counts.total / 1e9), "B parameters (", model.layers,
-             " layers, d_model ", model.hidden, ", ", model.heads, " heads, seq ", model.seq,
-             ", vocab ", model.vocab, "), ", name_of(inputs.precision), "\ncluster: ", cluster.name,
-             ": ", cluster.nodes, " x ", cluster.devices_per_node, " ", cluster.device.name, " (",
-             count(cluster.device.peak_tflops), " TFLOP/s, ", gigabytes(cluster.memory_bytes()),
-             ")\nglobal batch: ", inputs.global_batch, " sequences (",
-             inputs.global_batch * model.seq, " tokens) per step\n");
+  return str("model: ", count(counts.total / 1e9), "B parameters (", model.n_layers,
+             " layers, d_model ", model.d_model, ", ", model.n_heads, " heads, seq ", model.seq_len,
+             ", vocab ", model.vocab_size, "), ", name_of(inputs.precision),
+             "\ncluster: ", cluster.name, ": ", cluster.nodes, " x ", cluster.devices_per_node, " ",
+             cluster.device.name, " (", count(cluster.device.peak_tflops), " TFLOP/s, ",
+             gigabytes(cluster.memory_bytes()), ")\nglobal batch: ", inputs.global_batch,
+             " sequences (", inputs.global_batch * model.seq_len, " tokens) per step\n");
 }
 
 std::string prediction_to_text(const Prediction& prediction, const PlanInputs& inputs,

@@ -9,7 +9,6 @@
 #include <cmath>
 #include <iomanip>
 #include <map>
-#include <optional>
 #include <sstream>
 #include <tuple>
 
@@ -55,17 +54,16 @@ std::string seconds_text(double seconds) {
 // which of them are valid.
 std::vector<PlanLayout> enumerate_layouts(const PlanInputs& inputs, const SearchOptions& options) {
   const TransformerSpec& spec = inputs.model;
-  const LayoutModelShape model_shape = layout_model_shape_of(spec);
   const int64_t devices = inputs.cluster.devices();
   const int64_t node = inputs.cluster.devices_per_node;
   auto valid = [&](const PlanLayout& layout) {
-    return layout_is_valid(layout_sizes_of(layout), model_shape, devices, inputs.global_batch);
+    return layout_is_valid(layout, spec, devices, inputs.global_batch);
   };
   std::vector<PlanLayout> out;
   for (int64_t tp : divisors(devices)) {
     if (!options.allow_tp_across_nodes && (tp > node || node % tp != 0)) continue;
     for (int64_t cp : divisors(devices / tp)) {
-      if (cp > 1 && spec.seq / cp < kMinTokensPerContextRank) continue;
+      if (cp > 1 && spec.seq_len / cp < kMinTokensPerContextRank) continue;
       for (int64_t pp : divisors(devices / (tp * cp))) {
         const int64_t dp = devices / (tp * cp * pp);
         // The sizes alone, everything else at its plainest (micro batch 1, no expert split,
@@ -76,17 +74,14 @@ std::vector<PlanLayout> enumerate_layouts(const PlanInputs& inputs, const Search
         sizes.pp = pp;
         sizes.dp = dp;
         sizes.cp = cp;
-        if (pp > 1) sizes.schedule = PipelineSchedule::one_f_one_b;
         if (!valid(sizes)) continue;
-        std::vector<std::pair<std::optional<PipelineSchedule>, int64_t>> schedules;  // with vpp
-        if (pp == 1) {
-          schedules.push_back({std::nullopt, 1});
-        } else {
-          schedules.push_back({PipelineSchedule::one_f_one_b, 1});
+        std::vector<std::pair<PipelineSchedule, int64_t>> schedules;  // with vpp
+        schedules.push_back({PipelineSchedule::one_f_one_b, 1});
+        if (pp > 1) {
           schedules.push_back({PipelineSchedule::zb_h1, 1});
           // Interleaving only with chunks of equal layers.
           for (int64_t vpp = 2; vpp <= kMaxVirtualStages; ++vpp) {
-            if (spec.layers % (pp * vpp) == 0) {
+            if (spec.n_layers % (pp * vpp) == 0) {
               schedules.push_back({PipelineSchedule::interleaved_one_f_one_b, vpp});
             }
           }
@@ -316,18 +311,8 @@ Config with_layout(Config config, const PlanLayout& layout) {
   ParallelConfig& parallel = config.parallel;
   parallel.auto_layout = false;
   parallel.pp_layers.clear();
-  parallel.tp = layout.tp;
-  parallel.pp = layout.pp;
-  parallel.dp = layout.dp;
-  parallel.cp = layout.cp;
-  parallel.cp_comm = layout.cp_comm;
-  parallel.ep = layout.ep;
-  parallel.zero = layout.zero;
-  parallel.sequence_parallel = layout.sequence_parallel;
-  parallel.vpp = layout.vpp;
-  if (layout.schedule) parallel.pp_schedule = *layout.schedule;
+  static_cast<Layout&>(parallel) = layout;
   parallel.microbatches = 0;
-  config.train.micro_batch = layout.micro_batch;
   return config;
 }
 

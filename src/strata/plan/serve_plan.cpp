@@ -17,8 +17,8 @@ constexpr double kDecodeKernelsPerLayer = 14;  // a layer's forward kernels (cos
 // KV heads one tp rank keeps: its share, or all of them when tp does not divide them (the
 // runtime then replicates them, model/gpt.cpp).
 double local_kv_heads(const TransformerSpec& spec, int64_t tp) {
-  return spec.kv_heads % tp == 0 ? static_cast<double>(spec.kv_heads / tp)
-                                 : static_cast<double>(spec.kv_heads);
+  return spec.n_kv_heads % tp == 0 ? static_cast<double>(spec.n_kv_heads / tp)
+                                   : static_cast<double>(spec.n_kv_heads);
 }
 
 }  // namespace
@@ -38,7 +38,7 @@ ServePrediction predict_serving(const PlanInputs& inputs, const PlanLayout& requ
   if (!problems.empty()) throw UserError(str("--serve --layout: ", problems.front()));
 
   const double e = state_bytes_per_parameter(inputs.precision).activation_element;
-  const double t = static_cast<double>(layout.tp), h = static_cast<double>(spec.hidden);
+  const double t = static_cast<double>(layout.tp), h = static_cast<double>(spec.d_model);
   const double T = static_cast<double>(max_batch_tokens);
   const double M = cluster.device.memory_bandwidth_gbs * 1e9;
   const double kv_per_layer =
@@ -51,9 +51,9 @@ ServePrediction predict_serving(const PlanInputs& inputs, const PlanLayout& requ
   const std::vector<CostModel::StageShare> shares = model.stage_shares(layout);
   // The engine step's transient memory: fp32 logits of its tokens over the rank's vocabulary
   // share and one layer's activations of them (the residual, q/k/v, the MLP's widths).
-  out.workspace_bytes = T * (4 * std::ceil(static_cast<double>(spec.vocab) / t) +
+  out.workspace_bytes = T * (4 * std::ceil(static_cast<double>(spec.vocab_size) / t) +
                              e * (3 * h + (h + 2 * static_cast<double>(spec.kv_width())) / t +
-                                  2 * static_cast<double>(spec.ffn) / t));
+                                  2 * static_cast<double>(spec.d_ff) / t));
   // The fullest device decides: every rank holds the same number of blocks.
   for (const CostModel::StageShare& share : shares) {
     const double weights = e * share.params;
@@ -68,7 +68,7 @@ ServePrediction predict_serving(const PlanInputs& inputs, const PlanLayout& requ
       out.kv_cache_bytes = std::max(0.0, left);
     }
   }
-  const double seq = static_cast<double>(spec.seq);
+  const double seq = static_cast<double>(spec.seq_len);
   const double blocks_per_sequence = std::ceil(seq / kBlockTokens) * kBlockTokens;
   out.sequences = static_cast<int64_t>(std::floor(out.kv_tokens / blocks_per_sequence));
   out.fits = out.sequences >= 1;
@@ -105,7 +105,7 @@ std::vector<ServePrediction> search_serving(const PlanInputs& inputs, int64_t ma
   std::vector<ServePrediction> fitting;
   const int64_t node = inputs.cluster.devices_per_node;
   for (int64_t tp = 1; tp <= node; ++tp) {
-    for (int64_t pp = 1; tp * pp <= node && pp <= inputs.model.layers; ++pp) {
+    for (int64_t pp = 1; tp * pp <= node && pp <= inputs.model.n_layers; ++pp) {
       if (node % (tp * pp) != 0) continue;
       PlanLayout layout;
       layout.tp = tp;

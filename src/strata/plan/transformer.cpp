@@ -14,7 +14,7 @@ double up_projections(bool gated) { return gated ? 2.0 : 1.0; }
 
 // One MLP (the dense one, or one expert) of the given width, SwiGLU when `gated`.
 double mlp_parameters(const TransformerSpec& spec, double width, bool gated) {
-  const double h = static_cast<double>(spec.hidden);
+  const double h = static_cast<double>(spec.d_model);
   const double up =
       up_projections(gated) * width * h + (spec.linear_biases ? up_projections(gated) * width : 0);
   const double down = width * h + (spec.linear_biases ? h : 0);
@@ -22,7 +22,7 @@ double mlp_parameters(const TransformerSpec& spec, double width, bool gated) {
 }
 
 double attention_and_norm_parameters(const TransformerSpec& spec) {
-  const double h = static_cast<double>(spec.hidden), kv = static_cast<double>(spec.kv_width());
+  const double h = static_cast<double>(spec.d_model), kv = static_cast<double>(spec.kv_width());
   const double norms = 2 * (spec.norm_bias ? 2 * h : h);
   const double bias = spec.linear_biases ? 1.0 : 0.0;
   const double qkv = (h + 2 * kv) * h + bias * (h + 2 * kv);
@@ -32,7 +32,7 @@ double attention_and_norm_parameters(const TransformerSpec& spec) {
 
 // Forward FLOPs of the MLP's weight matmuls for n tokens at the given width.
 double mlp_forward_flops(const TransformerSpec& spec, double tokens, double width, bool gated) {
-  const double h = static_cast<double>(spec.hidden);
+  const double h = static_cast<double>(spec.d_model);
   return 2 * tokens * (up_projections(gated) * width * h + width * h);
 }
 
@@ -46,86 +46,74 @@ double mlp_activation_elements(double tokens, double width, bool gated) {
 
 TransformerSpec transformer_of(const ModelConfig& model) {
   TransformerSpec spec;
-  spec.layers = model.n_layers;
-  spec.hidden = model.d_model;
-  spec.heads = model.n_heads;
-  spec.kv_heads = model.kv_heads();
-  spec.ffn = model.ff_dim();
-  spec.vocab = model.vocab_size;
-  spec.seq = model.seq_len;
-  spec.gated_mlp = model.activation == Activation::swiglu;
+  static_cast<ModelShape&>(spec) = model.shape();
+  // A dense model keeps the planner's MoE defaults; the runtime's experts have the dense
+  // MLP's width and their own activation (ModelConfig::shape).
+  if (!spec.moe.enabled()) spec.moe = ModelShape::Moe{};
   spec.norm_bias = model.norm == Norm::layernorm;
   spec.linear_biases = false;
   spec.learned_positions = model.pos == PositionEncoding::learned;
   spec.tied_embeddings = model.tie_embeddings;
   spec.dropout = false;
   spec.attention = model.attention;
-  const MoeConfig& moe = model.moe;
-  if (moe.num_experts > 0) {  // the runtime's experts: the dense MLP's width, their activation
-    spec.moe.experts = moe.num_experts;
-    spec.moe.top_k = moe.top_k;
-    spec.moe.capacity_factor = moe.capacity_factor;
-    spec.moe.every = moe.every;
-    spec.moe.gated = moe.activation == Activation::swiglu;
-  }
   return spec;
 }
 
 TransformerSpec megatron_gpt(int64_t layers, int64_t hidden, int64_t heads, int64_t vocab,
                              int64_t seq) {
   TransformerSpec spec;
-  spec.layers = layers;
-  spec.hidden = hidden;
-  spec.heads = heads;
-  spec.kv_heads = heads;
-  spec.ffn = 4 * hidden;
-  spec.vocab = vocab;
-  spec.seq = seq;
+  spec.n_layers = layers;
+  spec.d_model = hidden;
+  spec.n_heads = heads;
+  spec.n_kv_heads = heads;
+  spec.d_ff = 4 * hidden;
+  spec.vocab_size = vocab;
+  spec.seq_len = seq;
   spec.linear_biases = true;
   spec.dropout = true;
   return spec;
 }
 
 ParameterCounts parameter_counts(const TransformerSpec& spec) {
-  const double h = static_cast<double>(spec.hidden);
+  const double h = static_cast<double>(spec.d_model);
   ParameterCounts counts;
   counts.dense_layer = attention_and_norm_parameters(spec) +
-                       mlp_parameters(spec, static_cast<double>(spec.ffn), spec.mlp_gated(false));
+                       mlp_parameters(spec, static_cast<double>(spec.d_ff), spec.mlp_gated(false));
   if (spec.moe.enabled()) {
-    const double experts = static_cast<double>(spec.moe.experts);
+    const double experts = static_cast<double>(spec.moe.num_experts);
     counts.expert_params = experts * mlp_parameters(spec, static_cast<double>(spec.expert_width()),
                                                     spec.mlp_gated(true));
     const double router = h * experts;
     counts.moe_layer = attention_and_norm_parameters(spec) + router + counts.expert_params;
   }
   const double moe_layers = static_cast<double>(spec.moe_layers());
-  counts.layers_total = (static_cast<double>(spec.layers) - moe_layers) * counts.dense_layer +
+  counts.layers_total = (static_cast<double>(spec.n_layers) - moe_layers) * counts.dense_layer +
                         moe_layers * counts.moe_layer;
-  counts.embedding = static_cast<double>(spec.vocab) * h;
-  counts.positions = spec.learned_positions ? static_cast<double>(spec.seq) * h : 0.0;
-  counts.head = spec.tied_embeddings ? 0.0 : static_cast<double>(spec.vocab) * h;
+  counts.embedding = static_cast<double>(spec.vocab_size) * h;
+  counts.positions = spec.learned_positions ? static_cast<double>(spec.seq_len) * h : 0.0;
+  counts.head = spec.tied_embeddings ? 0.0 : static_cast<double>(spec.vocab_size) * h;
   counts.final_norm = spec.norm_bias ? 2 * h : h;
   counts.total =
       counts.layers_total + counts.embedding + counts.positions + counts.head + counts.final_norm;
   return counts;
 }
 
-double expert_token_factor(const MoeSpec& moe) { return static_cast<double>(moe.top_k); }
+double expert_token_factor(const ModelShape::Moe& moe) { return static_cast<double>(moe.top_k); }
 
 PassFlops layer_flops(const TransformerSpec& spec, int64_t micro_batch, bool moe_layer) {
   STRATA_CHECK(!moe_layer || spec.moe.enabled(), "an MoE layer in a dense model");
-  const double n = static_cast<double>(micro_batch * spec.seq);
-  const double h = static_cast<double>(spec.hidden), kv = static_cast<double>(spec.kv_width());
-  const double s = static_cast<double>(spec.seq);
+  const double n = static_cast<double>(micro_batch * spec.seq_len);
+  const double h = static_cast<double>(spec.d_model), kv = static_cast<double>(spec.kv_width());
+  const double s = static_cast<double>(spec.seq_len);
   double weight_matmuls = 2 * n * ((h + 2 * kv) * h + h * h);  // QKV and out-projection
   if (moe_layer) {
-    const double router = 2 * n * h * static_cast<double>(spec.moe.experts);
+    const double router = 2 * n * h * static_cast<double>(spec.moe.num_experts);
     weight_matmuls +=
         router + mlp_forward_flops(spec, n * expert_token_factor(spec.moe),
                                    static_cast<double>(spec.expert_width()), spec.mlp_gated(true));
   } else {
     weight_matmuls +=
-        mlp_forward_flops(spec, n, static_cast<double>(spec.ffn), spec.mlp_gated(false));
+        mlp_forward_flops(spec, n, static_cast<double>(spec.d_ff), spec.mlp_gated(false));
   }
   // QK^T and attention x V: 2 * s * head_dim per query token and head, for each of the two.
   const double core = 4 * n * s * h;
@@ -140,14 +128,15 @@ PassFlops layer_flops(const TransformerSpec& spec, int64_t micro_batch, bool moe
 AttentionCoreFlops attention_core_flops(const TransformerSpec& spec, int64_t micro_batch) {
   const double core = layer_flops(spec, micro_batch, false).attention_core_forward;
   if (spec.attention == AttentionKernel::eager) return {core, 2 * core};
-  const double s = static_cast<double>(spec.seq);
+  const double s = static_cast<double>(spec.seq_len);
   const double causal = std::min(1.0, (s + static_cast<double>(kBlockwiseDiagonalBlock)) / (2 * s));
   return {causal * core, kBlockwiseBackwardProducts / 2 * causal * core};
 }
 
 PassFlops head_flops(const TransformerSpec& spec, int64_t micro_batch) {
-  const double n = static_cast<double>(micro_batch * spec.seq);
-  const double logits = 2 * n * static_cast<double>(spec.hidden) * static_cast<double>(spec.vocab);
+  const double n = static_cast<double>(micro_batch * spec.seq_len);
+  const double logits =
+      2 * n * static_cast<double>(spec.d_model) * static_cast<double>(spec.vocab_size);
   PassFlops flops;
   flops.forward = logits;
   flops.input_grad = logits;
@@ -157,7 +146,7 @@ PassFlops head_flops(const TransformerSpec& spec, int64_t micro_batch) {
 
 double model_flops_per_step(const TransformerSpec& spec, int64_t sequences) {
   double total = head_flops(spec, sequences).total();
-  for (int64_t layer = 0; layer < spec.layers; ++layer) {
+  for (int64_t layer = 0; layer < spec.n_layers; ++layer) {
     total += layer_flops(spec, sequences, spec.is_moe_layer(layer)).total();
   }
   return total;
@@ -167,7 +156,7 @@ double hardware_flops_per_step(const TransformerSpec& spec, int64_t sequences,
                                Recompute recompute) {
   double total = model_flops_per_step(spec, sequences);
   if (recompute == Recompute::none) return total;
-  for (int64_t layer = 0; layer < spec.layers; ++layer) {
+  for (int64_t layer = 0; layer < spec.n_layers; ++layer) {
     const PassFlops flops = layer_flops(spec, sequences, spec.is_moe_layer(layer));
     total += recompute == Recompute::full ? flops.forward : flops.attention_core_forward;
   }
@@ -178,15 +167,15 @@ double attention_core_activation_bytes(const TransformerSpec& spec, int64_t micr
                                        const ActivationOptions& options) {
   const double e = static_cast<double>(options.element_bytes);
   const double mask = spec.dropout ? 1.0 : 0.0;
-  const double s = static_cast<double>(spec.seq);
+  const double s = static_cast<double>(spec.seq_len);
   if (spec.attention == AttentionKernel::blockwise) {
     const double rows = static_cast<double>(micro_batch) * s / static_cast<double>(options.cp);
-    return (e * rows * static_cast<double>(spec.hidden) +
-            4 * static_cast<double>(spec.heads) * rows) /
+    return (e * rows * static_cast<double>(spec.d_model) +
+            4 * static_cast<double>(spec.n_heads) * rows) /
            static_cast<double>(options.tp);
   }
   // Each rank keeps its s / cp queries against all s keys.
-  const double scores = static_cast<double>(spec.heads) * s *
+  const double scores = static_cast<double>(spec.n_heads) * s *
                         (s / static_cast<double>(options.cp)) * static_cast<double>(micro_batch);
   const double per_element = e + (spec.dropout ? mask + e : 0.0);
   return per_element * scores / static_cast<double>(options.tp);
@@ -198,8 +187,9 @@ double layer_activation_bytes(const TransformerSpec& spec, int64_t micro_batch, 
   const double e = static_cast<double>(options.element_bytes);
   const double mask = spec.dropout ? 1.0 : 0.0;
   const double t = static_cast<double>(options.tp);
-  const double n = static_cast<double>(micro_batch * spec.seq) / static_cast<double>(options.cp);
-  const double h = static_cast<double>(spec.hidden), kv = static_cast<double>(spec.kv_width());
+  const double n =
+      static_cast<double>(micro_batch * spec.seq_len) / static_cast<double>(options.cp);
+  const double h = static_cast<double>(spec.d_model), kv = static_cast<double>(spec.kv_width());
   const double replicated_divisor = options.sequence_parallel ? t : 1.0;
 
   if (options.recompute == Recompute::full) return e * n * h / replicated_divisor;
@@ -210,7 +200,7 @@ double layer_activation_bytes(const TransformerSpec& spec, int64_t micro_batch, 
     mlp = mlp_activation_elements(n * expert_token_factor(spec.moe),
                                   static_cast<double>(spec.expert_width()), spec.mlp_gated(true));
   } else {
-    mlp = mlp_activation_elements(n, static_cast<double>(spec.ffn), spec.mlp_gated(false));
+    mlp = mlp_activation_elements(n, static_cast<double>(spec.d_ff), spec.mlp_gated(false));
   }
   const double split = e * (n * h + 2 * n * kv + n * h + mlp);
   double bytes = replicated / replicated_divisor + split / t;

@@ -7,32 +7,13 @@
 #include <cstdint>
 
 #include "strata/core/config.h"
+#include "strata/core/layout.h"
 
 namespace strata {
 
-// Mixture of experts (Switch / GShard): the MLP of every `every`-th layer becomes `experts`
-// MLPs of width expert_ffn and their own activation, each token routed to top_k of them;
-// transformer_of reads a training config's [model.moe].
-struct MoeSpec {
-  int64_t experts = 0;  // 0 = dense model
-  int64_t top_k = 1;
-  double capacity_factor = 1.0;  // 0 = dropless; otherwise tokens over capacity are dropped
-  int64_t expert_ffn = 0;        // 0 = the dense MLP width
-  int64_t every = 1;             // layers l with l % every == every - 1 are MoE layers
-  bool gated = false;            // SwiGLU experts (model.moe.activation), whatever the dense MLP
-
-  bool enabled() const { return experts > 0; }
-};
-
-struct TransformerSpec {
-  int64_t layers = 1;
-  int64_t hidden = 1;             // h
-  int64_t heads = 1;              // a
-  int64_t kv_heads = 1;           // grouped-query attention when < heads
-  int64_t ffn = 4;                // MLP width
-  int64_t vocab = 2;              // V
-  int64_t seq = 2;                // s
-  bool gated_mlp = false;         // SwiGLU dense MLP: two up-projections of width ffn
+// The model's shape (core/layout.h, in ModelConfig's words: d_model, n_heads, d_ff, ...) plus
+// what only the planner's formulas read. transformer_of reads a training config's [model].
+struct TransformerSpec : ModelShape {
   bool norm_bias = true;          // LayerNorm (weight and bias) rather than RMSNorm (weight)
   bool linear_biases = false;     // biases on every linear layer (Megatron's GPT; not strata's)
   bool learned_positions = true;  // a learned (seq, hidden) position table
@@ -42,17 +23,6 @@ struct TransformerSpec {
   // (Megatron-LM's fused softmax, what the published runs used); blockwise computes tiles with
   // an online softmax and keeps no scores (FlashAttention-2; strata's default).
   AttentionKernel attention = AttentionKernel::eager;
-  MoeSpec moe;
-
-  int64_t head_dim() const { return hidden / heads; }
-  int64_t kv_width() const { return kv_heads * head_dim(); }
-  bool is_moe_layer(int64_t layer) const {
-    return moe.enabled() && layer % moe.every == moe.every - 1;
-  }
-  int64_t moe_layers() const { return moe.enabled() ? layers / moe.every : 0; }
-  int64_t expert_width() const { return moe.expert_ffn > 0 ? moe.expert_ffn : ffn; }
-  // Whether the MLP of a layer (its experts' in an MoE layer) is SwiGLU.
-  bool mlp_gated(bool moe_layer) const { return moe_layer ? moe.gated : gated_mlp; }
 };
 
 // strata's GPT as model/gpt.h builds it: no linear biases, no dropout.
@@ -145,6 +115,6 @@ double attention_core_activation_bytes(const TransformerSpec& spec, int64_t micr
 // Expert computations per token of the batch: top_k, the factor by which MoE multiplies the
 // MLP's work. strata's experts run only the tokens routed to them (no padding to capacity; a
 // capacity factor only drops tokens), so the capacity factor does not raise it.
-double expert_token_factor(const MoeSpec& moe);
+double expert_token_factor(const ModelShape::Moe& moe);
 
 }  // namespace strata

@@ -5,7 +5,7 @@
 #include <cmath>
 
 #include "strata/core/error.h"
-#include "strata/train/trainer.h"
+#include "strata/core/stages.h"
 
 namespace strata {
 namespace {
@@ -27,35 +27,21 @@ Config serving_config(const Config& checkpoint_config, const std::vector<std::st
       world_size % config.parallel.pp == 0) {
     config.parallel.tp = world_size / config.parallel.pp;
   }
-  const ParallelConfig& parallel = config.parallel;
-  const bool sizes_valid = parallel.tp >= 1 && parallel.pp >= 1;  // else validation says so
-  if (sizes_valid && (parallel.tp * parallel.pp != world_size || parallel.cp != 1 ||
-                      parallel.ep != 1 || parallel.vpp != 1 || parallel.dp > 1)) {
-    throw UserErrorOnEveryRank(
-        str("strata serve runs the model on parallel.tp * parallel.pp ranks (", parallel.tp, " * ",
-            parallel.pp, " = ", parallel.tp * parallel.pp, ", for ", world_size,
-            " ranks); parallel.dp, parallel.cp, parallel.ep and ", "parallel.vpp must be 1 (got ",
-            parallel.dp, ", ", parallel.cp, ", ", parallel.ep, ", ", parallel.vpp, ")"));
+  // Every rank reaches the same verdict from the same checkpoint and flags.
+  try {
+    return validate_serving_config(config, world_size);
+  } catch (const UserErrorOnEveryRank&) {
+    throw;
+  } catch (const UserError& error) {
+    throw UserErrorOnEveryRank(error.what());
   }
-  if (config.model.moe.num_experts > 0 && config.model.moe.capacity_factor != 0) {
-    throw UserErrorOnEveryRank(str("strata serve batches tokens of many sequences together, so ",
-                                   "model.moe.capacity_factor (", config.model.moe.capacity_factor,
-                                   ") must be 0 (dropless): --set model.moe.capacity_factor=0.0"));
-  }
-  // The training batch does not apply to serving; these values satisfy its rules for any pp.
-  config.train.micro_batch = 1;
-  config.train.global_batch = std::max<int64_t>(1, config.parallel.pp);
-  config.parallel.microbatches = 0;
-  config = validate_config(config, world_size);
-  check_runnable(config);
-  return config;
 }
 
 StageSpec serving_stage(const Config& validated, const MeshCoords& coords) {
-  const std::vector<int64_t> layers = stage_layers(validated);
+  const std::vector<int64_t> layers = stage_layers(validated.parallel, validated.model.shape());
   const int64_t stages = static_cast<int64_t>(layers.size());
   StageSpec stage;
-  for (int64_t s = 0; s < coords.pp; ++s) stage.first_layer += layers[s];
+  stage.first_layer = first_layer_of(layers, coords.pp);
   stage.num_layers = layers[coords.pp];
   stage.first = coords.pp == 0;
   stage.last = coords.pp == stages - 1;

@@ -18,8 +18,9 @@ namespace strata {
 
 // The checkpoint's config with its training layout dropped, then `overrides` (--set) applied:
 // serving runs parallel.tp * parallel.pp = world_size ranks (tp = world_size / pp unless set),
-// with dp, cp and ep of 1. Validated like a training config (the layout rules of
-// core/layout_rules.h), plus what serving needs: a dropless MoE. Throws UserError naming keys.
+// with dp, cp and ep of 1. Validated for serving (validate_serving_config: the model, [serve],
+// serving's layout rules, a dropless MoE); the training keys are not serving's. Throws
+// UserErrorOnEveryRank naming keys.
 Config serving_config(const Config& checkpoint_config, const std::vector<std::string>& overrides,
                       int64_t world_size);
 

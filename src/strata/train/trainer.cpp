@@ -16,6 +16,7 @@
 #include "strata/core/fault_injection.h"
 #include "strata/core/memory.h"
 #include "strata/core/precision.h"
+#include "strata/core/stages.h"
 #include "strata/data/dataset.h"
 #include "strata/data_parallel/data_parallel.h"
 #include "strata/dist/flight_record.h"
@@ -23,7 +24,6 @@
 #include "strata/kernels/matmul_peak.h"
 #include "strata/parallel/context_parallel.h"
 #include "strata/pipeline/generators.h"
-#include "strata/pipeline/partition.h"
 #include "strata/train/metrics.h"
 #include "strata/train/pipeline_executor.h"
 #include "strata/train/watchdog.h"
@@ -58,63 +58,30 @@ double measure_matmul_peak_flops(at::ScalarType dtype) {
   return measured[dtype] = measure_matmul_peak(dtype);
 }
 
-namespace {
-const ScheduleParameterNames kScheduleKeys{"parallel.pp_schedule", "parallel.pp",
-                                           "parallel.microbatches", "parallel.vpp"};
-
-ScheduleRequest schedule_request(const Config& config) {
-  return {config.parallel.pp_schedule, static_cast<int>(config.parallel.pp),
-          static_cast<int>(config.parallel.microbatches), static_cast<int>(config.parallel.vpp)};
-}
-}  // namespace
-
-std::vector<int64_t> stage_layers(const Config& validated) {
-  const ModelConfig& model = validated.model;
-  const int64_t stages = validated.parallel.pp * validated.parallel.vpp;
-  if (!validated.parallel.pp_layers.empty()) {
-    check_partition(validated.parallel.pp_layers, model.n_layers, stages);
-    return validated.parallel.pp_layers;
-  }
-  // Balanced against the embedding (first stage) and the head and loss (last stage), costed
-  // in matmul FLOPs per token.
-  ModelConfig one_layer = model;
-  one_layer.n_layers = 1;
-  one_layer.vocab_size = 0;
-  const double per_layer = training_flops_per_token(one_layer);
-  const double head = 6.0 * static_cast<double>(model.vocab_size) * model.d_model;
-  return balanced_partition(model.n_layers, stages, per_layer, 0.0, head);
-}
-
-void check_runnable(const Config& validated) {
-  check_schedule_request(schedule_request(validated), kScheduleKeys);
-  stage_layers(validated);
-}
-
 Trainer::Trainer(const Config& config, Mesh& mesh)
     : config_(config),
       mesh_(mesh),
       dtype_(compute_dtype(config.train.precision)),
       loss_scaler_(config.train.precision == Precision::fp16, LossScaler::Policy{}) {
-  STRATA_CHECK(mesh_.shape() == mesh_shape_of(config_), "the mesh ", to_string(mesh_.shape()),
-               " is not the config's layout ", to_string(mesh_shape_of(config_)),
-               "; build the mesh with Mesh(world, mesh_shape_of(config))");
+  STRATA_CHECK(mesh_.shape() == mesh_shape_of(config_.parallel), "the mesh ",
+               to_string(mesh_.shape()), " is not the config's layout ",
+               to_string(mesh_shape_of(config_.parallel)),
+               "; build the mesh with Mesh(world, mesh_shape_of(config.parallel))");
   install_memory_tracker();
   const ModelConfig& model = config_.model;
   const int64_t p = mesh_.shape().pp, v = config_.parallel.vpp, stages = p * v;
   const int64_t pp_rank = mesh_.coords().pp;
 
   // Stage partition: contiguous layers per virtual stage.
-  const std::vector<int64_t> layers = stage_layers(config_);
+  const std::vector<int64_t> layers = stage_layers(config_.parallel, model.shape());
 
   trace_ = std::make_unique<Trace>(config_.log.trace && !config_.log.dir.empty(), mesh_.rank());
   const TensorParallel tp{&mesh_.tp(), config_.parallel.sequence_parallel};
   const ContextParallel cp{&mesh_.cp(), config_.parallel.cp_comm, trace_.get()};
   for (int64_t chunk = 0; chunk < v; ++chunk) {
     const int64_t virtual_stage = chunk * p + pp_rank;
-    int64_t first_layer = 0;
-    for (int64_t s = 0; s < virtual_stage; ++s) first_layer += layers[s];
-    StageSpec stage{first_layer, layers[virtual_stage], virtual_stage == 0,
-                    virtual_stage == stages - 1};
+    StageSpec stage{first_layer_of(layers, virtual_stage), layers[virtual_stage],
+                    virtual_stage == 0, virtual_stage == stages - 1};
     chunks_.push_back(
         std::make_unique<GPT>(model, config_.train.seed, dtype_, tp, stage, &mesh_.ep(), cp));
   }
@@ -125,12 +92,12 @@ Trainer::Trainer(const Config& config, Mesh& mesh)
   dataset_ = TokenDataset::open(config_.data, model, config_.train.seed);
   rows_per_dp_rank_ = config_.train.global_batch / mesh_.shape().dp;
 
-  const int64_t microbatches = rows_per_dp_rank_ / config_.train.micro_batch;
+  const int64_t microbatches = rows_per_dp_rank_ / config_.parallel.micro_batch;
   STRATA_CHECK(microbatches == config_.parallel.microbatches, "config not validated");
-  Schedule schedule = build_schedule(schedule_request(config_), kScheduleKeys);
+  Schedule schedule = build_schedule(config_.parallel, LayoutVocabulary::config());
   const int64_t tokens_per_rank = model.seq_len / mesh_.shape().cp /
                                   (config_.parallel.sequence_parallel ? mesh_.shape().tp : 1);
-  const std::vector<int64_t> activation_shape{config_.train.micro_batch, tokens_per_rank,
+  const std::vector<int64_t> activation_shape{config_.parallel.micro_batch, tokens_per_rank,
                                               model.d_model};
   std::vector<GPT*> chunk_pointers;
   for (auto& chunk : chunks_) chunk_pointers.push_back(chunk.get());
@@ -181,7 +148,7 @@ MicrobatchSource Trainer::microbatches_of(Split split, int64_t batch) const {
   // This dp rank's rows of the global batch, micro_batch rows at a time; under context
   // parallelism this cp rank's tokens of them.
   return [this, split, batch](int64_t microbatch) {
-    const int64_t micro_batch = config_.train.micro_batch, T = config_.model.seq_len;
+    const int64_t micro_batch = config_.parallel.micro_batch, T = config_.model.seq_len;
     const int64_t first_row = mesh_.coords().dp * rows_per_dp_rank_ + microbatch * micro_batch;
     const at::Tensor rows = dataset_->rows(split, batch, first_row, micro_batch, T);
     Microbatch out{rows.narrow(1, 0, T), rows.narrow(1, 1, T)};
@@ -408,7 +375,7 @@ int64_t Trainer::maybe_resume() {
 StepMetrics Trainer::step_metrics(int64_t step, const StepResult& result, double step_time_s,
                                   int64_t live_bytes_before) const {
   const int64_t tokens_per_step = config_.train.global_batch * config_.model.seq_len;
-  const double flops_per_step = training_flops_per_token(config_.model) * tokens_per_step;
+  const double flops_per_step = training_flops_per_token(config_.model.shape()) * tokens_per_step;
   const double peak_total = peak_flops_ * static_cast<double>(mesh_.shape().world());
   StepMetrics m;
   m.step = step + 1;

@@ -113,15 +113,6 @@ class Trainer {
   std::unique_ptr<AsyncCheckpointer> async_checkpointer_;  // checkpoint.async only
 };
 
-// Checks what validate_config cannot see from core/: that the pipeline schedule can be built
-// for the layout (e.g. interleaved-1f1b needs microbatches divisible by pp). Throws UserError
-// naming the keys and a value that would work.
-void check_runnable(const Config& validated);
-
-// Layers of each virtual pipeline stage: parallel.pp_layers when given (checked), else split
-// by cost with balanced_partition.
-std::vector<int64_t> stage_layers(const Config& validated);
-
 // The matmul-peak probe (kernels/matmul_peak.h) in `dtype` on this rank's threads, in FLOP/s
 // (measured once per dtype and process).
 double measure_matmul_peak_flops(at::ScalarType dtype = at::kFloat);
