@@ -56,6 +56,9 @@ std::string rank0_path(Comm& world, const std::string& path);
 std::string read_bytes(const std::string& path);
 void write_bytes(const std::string& path, const std::string& bytes);
 
+// A TCP socket connected to 127.0.0.1:port, or -1 (the caller closes it).
+int connect_to_loopback(int port);
+
 // Runs a shell command, returns its exit status; its stdout+stderr go to *output if given.
 int run_command(const std::string& command, std::string* output = nullptr);
 
