@@ -122,4 +122,16 @@ int connect_to_loopback(int port) {
   return fd;
 }
 
+std::set<std::string> cpuinfo_flags() {
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  for (std::string line; std::getline(cpuinfo, line);) {
+    if (line.rfind("flags", 0) != 0) continue;
+    std::istringstream words(line.substr(line.find(':') + 1));
+    std::set<std::string> flags;
+    for (std::string word; words >> word;) flags.insert(word);
+    return flags;
+  }
+  return {};
+}
+
 }  // namespace strata::testing
