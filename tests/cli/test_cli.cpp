@@ -64,11 +64,21 @@ TEST(Cli, ConfigErrorsNameTheKey) {
 TEST(Cli, ConfigPrintsEffectiveValues) {
   testing::TempDir dir;
   std::string output;
-  ASSERT_EQ(testing::run_command(kStrata + " config " + write_config(dir) + " --nproc 2", &output),
+  ASSERT_EQ(testing::run_command(kStrata + " config " + write_config(dir) + " --ranks 2", &output),
             0)
       << output;
   EXPECT_NE(output.find("dp = 2"), std::string::npos) << output;
   EXPECT_NE(output.find("microbatches = 1"), std::string::npos) << output;
+}
+
+TEST(Cli, ConfigNprocNamesItsNewSpelling) {
+  testing::TempDir dir;
+  std::string output;
+  EXPECT_EQ(testing::run_command(kStrata + " config " + write_config(dir) + " --nproc 2", &output),
+            2)
+      << output;
+  EXPECT_NE(output.find("--nproc is now --ranks"), std::string::npos) << output;
+  EXPECT_NE(output.find("use --ranks 2"), std::string::npos) << output;
 }
 
 TEST(Cli, AutoLayoutPlansThenTrains) {

@@ -26,18 +26,6 @@ nlohmann::json env_json(const std::string& prefix = "") {
   return nlohmann::json::parse(output.substr(start == std::string::npos ? 0 : start));
 }
 
-std::set<std::string> cpuinfo_flags() {
-  std::ifstream cpuinfo("/proc/cpuinfo");
-  for (std::string line; std::getline(cpuinfo, line);) {
-    if (line.rfind("flags", 0) != 0) continue;
-    std::istringstream words(line.substr(line.find(':') + 1));
-    std::set<std::string> flags;
-    for (std::string word; words >> word;) flags.insert(word);
-    return flags;
-  }
-  return {};
-}
-
 TEST(Env, ReportsVersionsLibrariesAndTheCpu) {
   const nlohmann::json env = env_json();
   const std::string commit = env["strata_commit"];
@@ -58,7 +46,7 @@ TEST(Env, ReportsVersionsLibrariesAndTheCpu) {
   EXPECT_FALSE(cpu["model"].get<std::string>().empty());
   EXPECT_EQ(cpu["forced_path"], "");
   EXPECT_EQ(cpu["vector_path"], cpu["best_path"]);
-  const std::set<std::string> flags = cpuinfo_flags();
+  const std::set<std::string> flags = testing::cpuinfo_flags();
   std::istringstream listed(cpu["features"].get<std::string>());
   std::set<std::string> features;
   for (std::string word; listed >> word;) features.insert(word);

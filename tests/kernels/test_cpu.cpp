@@ -12,26 +12,14 @@
 
 #include "expect_error.h"
 #include "strata/kernels/cpu.h"
+#include "test_support.h"
 
 namespace strata {
 namespace {
 
-// The flags of the first processor in /proc/cpuinfo (empty where there is none).
-std::set<std::string> cpuinfo_flags() {
-  std::ifstream cpuinfo("/proc/cpuinfo");
-  for (std::string line; std::getline(cpuinfo, line);) {
-    if (line.rfind("flags", 0) != 0) continue;
-    std::istringstream words(line.substr(line.find(':') + 1));
-    std::set<std::string> flags;
-    for (std::string word; words >> word;) flags.insert(word);
-    return flags;
-  }
-  return {};
-}
-
 TEST(Cpu, FeaturesAgreeWithProcCpuinfo) {
   const CpuInfo& info = cpu_info();
-  const std::set<std::string> flags = cpuinfo_flags();
+  const std::set<std::string> flags = testing::cpuinfo_flags();
   if (!info.vector_paths_built || flags.empty()) {
     // Without the compiler's check nothing is claimed, and only the generic path exists.
     EXPECT_EQ(cpu_feature_list(info), "");

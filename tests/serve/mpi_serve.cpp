@@ -5,11 +5,8 @@
 // seeded sampling equals generate()'s draws; streaming, cancellation (a client that hangs up,
 // streaming or not), bad input, a full queue and timeouts are answered as docs/serving.md says,
 // and the server keeps answering.
-#include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <nlohmann/json.hpp>
@@ -21,6 +18,7 @@
 #include "strata/infer/generate.h"
 #include "strata/serve/serve.h"
 #include "test_configs.h"
+#include "test_support.h"
 
 namespace strata {
 namespace {
@@ -345,13 +343,8 @@ bool send_and_hang_up(
     httplib::Client& client, int port, const Json& body,
     const std::function<void()>& while_running = [] {}) {
   const int64_t generated_before = metric(client, "strata_generation_tokens_total");
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_port = htons(static_cast<uint16_t>(port));
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0) {
-    ::close(fd);
+  const int fd = testing::connect_to_loopback(port);
+  if (fd < 0) {
     ADD_FAILURE() << "cannot connect to port " << port;
     return false;
   }

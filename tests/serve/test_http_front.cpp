@@ -1,11 +1,8 @@
 // The HTTP side's connection handling: a front stopped right after it starts (a session that
 // fails while loading) returns instead of waiting forever; a handler finds the socket of its
 // request and sees the client hang up.
-#include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -17,6 +14,7 @@
 
 #include "strata/serve/client_connection.h"
 #include "strata/serve/http_front.h"
+#include "test_support.h"
 
 namespace strata {
 namespace {
@@ -52,20 +50,6 @@ TEST(HttpFront, StopRightAfterStartReturns) {
   })) << "HttpFront::stop() right after start() did not return";
 }
 
-// A socket connected to 127.0.0.1:port, or -1.
-int connect_to(int port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_port = htons(static_cast<uint16_t>(port));
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0) {
-    ::close(fd);
-    return -1;
-  }
-  return fd;
-}
-
 TEST(ClientConnection, AHandlerFindsItsSocketAndSeesTheClientHangUp) {
   httplib::Server server;
   std::atomic<bool> found{false}, open_at_first{false}, saw_hang_up{false}, handler_done{false};
@@ -93,9 +77,9 @@ TEST(ClientConnection, AHandlerFindsItsSocketAndSeesTheClientHangUp) {
   while (!server.is_running()) std::this_thread::sleep_for(1ms);
 
   // A second client, connected and idle, must not be taken for the first one's socket.
-  const int bystander = connect_to(port);
+  const int bystander = testing::connect_to_loopback(port);
   ASSERT_GE(bystander, 0);
-  const int client = connect_to(port);
+  const int client = testing::connect_to_loopback(port);
   ASSERT_GE(client, 0);
   const std::string request =
       "POST /wait HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 2\r\n\r\n{}";

@@ -5,6 +5,7 @@
 #include <ATen/ATen.h>
 
 #include <optional>
+#include <set>
 #include <string>
 
 namespace strata {
@@ -55,6 +56,12 @@ std::string rank0_path(Comm& world, const std::string& path);
 // A file's bytes ("" when it cannot be read), and a file replaced by `bytes`.
 std::string read_bytes(const std::string& path);
 void write_bytes(const std::string& path, const std::string& bytes);
+
+// The flags of the first processor in /proc/cpuinfo (empty where there is none).
+std::set<std::string> cpuinfo_flags();
+
+// A TCP socket connected to 127.0.0.1:port, or -1 (the caller closes it).
+int connect_to_loopback(int port);
 
 // Runs a shell command, returns its exit status; its stdout+stderr go to *output if given.
 int run_command(const std::string& command, std::string* output = nullptr);

@@ -240,8 +240,10 @@ int main(int argc, char** argv) {
   auto* config = app.add_subcommand("config", "Print the effective, validated config");
   config->add_option("config", config_path, "Config file (TOML)")->required();
   config->add_option("--set", overrides, "Override a key: section.key=value (repeatable)");
-  config->add_option("--nproc", world_size, "Validate for this many ranks")
+  config->add_option("--ranks", world_size, "Validate for N ranks (what train --nproc N starts)")
       ->check(CLI::PositiveNumber);
+  std::string old_nproc;  // the old name: an error, since --nproc launches ranks everywhere else
+  config->add_option("--nproc", old_nproc)->group("");
 
   std::string checkpoint, prompt = "\n";
   SamplingOptions sampling;
@@ -266,7 +268,7 @@ int main(int argc, char** argv) {
                                "Compute in " + spellings_joined<Precision>(", ") +
                                    " (default: the precision it was trained in)");
   generate_command
-      ->add_option("--nproc", nproc, "Serve the model split over N local ranks (tensor parallel)")
+      ->add_option("--nproc", nproc, "Run the model split over N local ranks (tensor parallel)")
       ->check(CLI::PositiveNumber);
 
   ServeFlags serve_flags;
@@ -305,7 +307,13 @@ int main(int argc, char** argv) {
 
   try {
     if (*train) return run_train(config_path, overrides, nproc, args);
-    if (*config) return run_config(config_path, overrides, world_size);
+    if (*config) {
+      STRATA_REQUIRE(
+          old_nproc.empty(), "strata config --nproc is now --ranks (the ranks to ",
+          "validate for; --nproc starts ranks in train, generate and serve): use --ranks ",
+          old_nproc);
+      return run_config(config_path, overrides, world_size);
+    }
     if (*generate_command)
       return run_generate(checkpoint, prompt, sampling, precision, nproc, args);
     if (*serve) return run_serve(serve_flags, args);

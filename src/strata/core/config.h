@@ -140,11 +140,11 @@ struct LogConfig {
 
 // [serve]: `strata serve`, the HTTP server with continuous batching (docs/serving.md).
 struct ServeConfig {
-  std::string host = "127.0.0.1";    // the address to bind; the default answers only this machine
-  int64_t port = 8000;               // 0 = any free port (the one bound is printed)
-  double kv_cache_mb = 64.0;         // per rank: the pool of 16-token KV cache blocks, MiB
-  int64_t max_batch_tokens = 256;    // tokens one engine step runs: prefill chunks + decodes
-  int64_t max_queue = 64;            // requests waiting to be admitted; one more is refused (429)
+  std::string host = "127.0.0.1";  // the address to bind; the default answers only this machine
+  int64_t port = 8000;             // 0 = any free port (the one bound is printed)
+  double kv_cache_mb = 64.0;       // per rank: the pool of 16-token KV cache blocks, MiB
+  int64_t max_batch_tokens = 256;  // tokens one engine step runs: prefill chunks + decodes
+  int64_t max_queue = 64;  // sequences (a request's prompts) waiting; a request past it gets 429
   double request_timeout_s = 600.0;  // a sequence not finished this long after arrival is cancelled
   int64_t threads = 0;               // intra-op threads per rank; 0 = max(1, cores / local ranks)
 };

@@ -4,18 +4,10 @@
 #pragma once
 #include <cstdint>
 
+#include "strata/core/hash.h"
 #include "strata/data/dataset.h"
 
 namespace strata {
-
-// SplitMix64's finalizer (Steele, Lea, Flood 2014): a bijection on 64-bit words whose output
-// bits each depend on every input bit, so consecutive inputs give unrelated outputs.
-inline uint64_t splitmix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
 
 // Start of row `row` of step `step` in `split`: a position in [0, num_starts), where
 // num_starts = split tokens - seq_len (every window of seq_len + 1 tokens can be drawn).

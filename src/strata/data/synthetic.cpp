@@ -2,7 +2,7 @@
 #include "strata/data/synthetic.h"
 
 #include "strata/core/error.h"
-#include "strata/data/sampler.h"
+#include "strata/core/hash.h"
 
 namespace strata {
 

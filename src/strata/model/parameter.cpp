@@ -5,6 +5,7 @@
 
 #include "strata/ckpt/checkpoint.h"
 #include "strata/core/error.h"
+#include "strata/core/hash.h"
 
 namespace strata {
 
@@ -81,10 +82,8 @@ std::vector<ShardedTensor> sharded_slices(const std::string& name, const at::Ten
 uint64_t hash_name(uint64_t seed, const std::string& name) {
   uint64_t h = 1469598103934665603ull;
   for (unsigned char c : name) h = (h ^ c) * 1099511628211ull;
-  uint64_t z = h + seed * 0x9E3779B97F4A7C15ull;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
+  // splitmix64 adds the golden ratio once more: h + seed * golden, the mix it always was.
+  return splitmix64(h + (seed - 1) * 0x9e3779b97f4a7c15ull);
 }
 
 at::Tensor init_global_tensor(const std::string& name, const std::vector<int64_t>& global_shape,

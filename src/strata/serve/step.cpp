@@ -28,7 +28,7 @@ StepPlan plan_of(const std::vector<StepEntry>& entries) {
 namespace {
 
 // [stop, N, S, tokens (N), positions (N), then per sequence: rows, context, sample, blocks...]
-std::vector<int64_t> encode(const StepPlan& plan) {
+std::vector<int64_t> pack_plan(const StepPlan& plan) {
   std::vector<int64_t> out = {plan.stop ? 1 : 0, static_cast<int64_t>(plan.tokens.size()),
                               static_cast<int64_t>(plan.sequences.size())};
   out.insert(out.end(), plan.tokens.begin(), plan.tokens.end());
@@ -42,7 +42,7 @@ std::vector<int64_t> encode(const StepPlan& plan) {
   return out;
 }
 
-StepPlan decode(const int64_t* data, int64_t size) {
+StepPlan unpack_plan(const int64_t* data, int64_t size) {
   StepPlan plan;
   int64_t at = 0;
   auto next = [&]() {
@@ -79,14 +79,14 @@ at::Tensor slots_of(const std::vector<int64_t>& blocks, int64_t first, int64_t l
 
 void broadcast_plan(StepPlan& plan, Comm& world) {
   const CommOptions forever{std::numeric_limits<double>::infinity()};
-  std::vector<int64_t> encoded;
-  if (world.rank() == 0) encoded = encode(plan);
-  at::Tensor size = at::tensor({static_cast<int64_t>(encoded.size())}, at::kLong);
+  std::vector<int64_t> packed;
+  if (world.rank() == 0) packed = pack_plan(plan);
+  at::Tensor size = at::tensor({static_cast<int64_t>(packed.size())}, at::kLong);
   world.broadcast(size, 0, forever);
-  at::Tensor payload = world.rank() == 0 ? at::tensor(encoded, at::kLong)
+  at::Tensor payload = world.rank() == 0 ? at::tensor(packed, at::kLong)
                                          : at::empty({size.item<int64_t>()}, at::kLong);
   world.broadcast(payload, 0);
-  if (world.rank() != 0) plan = decode(payload.data_ptr<int64_t>(), payload.numel());
+  if (world.rank() != 0) plan = unpack_plan(payload.data_ptr<int64_t>(), payload.numel());
 }
 
 int64_t kv_block_bytes(const GPT& stage) {

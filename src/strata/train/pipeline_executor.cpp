@@ -37,21 +37,21 @@ PipelineExecutor::PipelineExecutor(Schedule schedule, std::vector<GPT*> chunks, 
                " chunks for a schedule of ", schedule_.chunks);
 }
 
-PipelineExecutor::Slot& PipelineExecutor::slot(int microbatch, int chunk) {
-  return slots_[{microbatch, chunk}];
+PipelineExecutor::MicrobatchState& PipelineExecutor::state(int microbatch, int chunk) {
+  return states_[{microbatch, chunk}];
 }
 
-void PipelineExecutor::release(Slot& slot) {
-  slot.input = at::Tensor();
-  slot.output = at::Tensor();
-  slot.output_grad = at::Tensor();
-  if (slot.holds_activations) --inflight_;
-  slot.holds_activations = false;
+void PipelineExecutor::release(MicrobatchState& state) {
+  state.input = at::Tensor();
+  state.output = at::Tensor();
+  state.output_grad = at::Tensor();
+  if (state.holds_activations) --inflight_;
+  state.holds_activations = false;
 }
 
 void PipelineExecutor::forward(const Action& action, const MicrobatchSource& microbatches,
                                PipelineStepStats& stats) {
-  Slot& s = slot(action.microbatch, action.chunk);
+  MicrobatchState& s = state(action.microbatch, action.chunk);
   GPT& chunk = *chunks_[action.chunk];
   const Microbatch batch = microbatches(action.microbatch);
   at::Tensor input = chunk.stage().first ? batch.input : s.input;
@@ -70,7 +70,7 @@ void PipelineExecutor::forward(const Action& action, const MicrobatchSource& mic
 }
 
 void PipelineExecutor::backward(const Action& action, bool defer_weight_grads) {
-  Slot& s = slot(action.microbatch, action.chunk);
+  MicrobatchState& s = state(action.microbatch, action.chunk);
   STRATA_CHECK(s.output.defined(), "backward of ", to_string(action), " before its forward");
   const bool last = chunks_[action.chunk]->stage().last;
   STRATA_CHECK(last || s.output_grad.defined(), "backward of ", to_string(action),
@@ -95,7 +95,7 @@ void PipelineExecutor::backward(const Action& action, bool defer_weight_grads) {
 PipelineStepStats PipelineExecutor::run(const MicrobatchSource& microbatches, int64_t step) {
   using Clock = std::chrono::steady_clock;
   PipelineStepStats stats;
-  slots_.clear();
+  states_.clear();
   inflight_ = 0;
   std::vector<Work> sends;
   std::vector<at::Tensor> send_buffers;  // alive until their sends complete
@@ -121,7 +121,7 @@ PipelineStepStats PipelineExecutor::run(const MicrobatchSource& microbatches, in
         auto start = Clock::now();
         pp_.recv(buffer, peer, kActivationTag);
         stats.wait_s += std::chrono::duration<double>(Clock::now() - start).count();
-        slot(action.microbatch, action.chunk).input = buffer.set_requires_grad(true);
+        state(action.microbatch, action.chunk).input = buffer.set_requires_grad(true);
         break;
       }
       case ActionKind::RecvGrad: {
@@ -129,18 +129,18 @@ PipelineStepStats PipelineExecutor::run(const MicrobatchSource& microbatches, in
         auto start = Clock::now();
         pp_.recv(buffer, peer, kGradTag);
         stats.wait_s += std::chrono::duration<double>(Clock::now() - start).count();
-        slot(action.microbatch, action.chunk).output_grad = buffer;
+        state(action.microbatch, action.chunk).output_grad = buffer;
         break;
       }
       case ActionKind::SendActivation: {
-        Slot& s = slot(action.microbatch, action.chunk);
+        MicrobatchState& s = state(action.microbatch, action.chunk);
         send_buffers.push_back(s.output.detach().contiguous());
         sends.push_back(pp_.isend(send_buffers.back(), peer, kActivationTag));
         if (forward_only_) release(s);
         break;
       }
       case ActionKind::SendGrad: {
-        Slot& s = slot(action.microbatch, action.chunk);
+        MicrobatchState& s = state(action.microbatch, action.chunk);
         STRATA_CHECK(s.input_grad.defined(), "no input gradient to send for ", to_string(action));
         send_buffers.push_back(s.input_grad.contiguous());
         s.input_grad = at::Tensor();
@@ -158,7 +158,7 @@ PipelineStepStats PipelineExecutor::run(const MicrobatchSource& microbatches, in
         backward(action, /*defer_weight_grads=*/true);
         break;
       case ActionKind::BackwardWeight: {
-        Slot& s = slot(action.microbatch, action.chunk);
+        MicrobatchState& s = state(action.microbatch, action.chunk);
         s.deferred.run();
         release(s);
         break;
@@ -168,7 +168,7 @@ PipelineStepStats PipelineExecutor::run(const MicrobatchSource& microbatches, in
   }
   for (auto& work : sends) work.wait();
   STRATA_CHECK(inflight_ == 0, inflight_, " microbatch activations still held after the step");
-  slots_.clear();
+  states_.clear();
   return stats;
 }
 

@@ -59,7 +59,8 @@ class PipelineExecutor {
   void set_loss_scale(double scale) { loss_scale_ = scale; }
 
  private:
-  struct Slot {
+  // What one microbatch holds on one chunk between its forward and its backward.
+  struct MicrobatchState {
     at::Tensor input;        // leaf collecting the input gradient (not on virtual stage 0)
     at::Tensor output;       // activation sent on, or the loss on the last virtual stage
     at::Tensor output_grad;  // received from the next virtual stage
@@ -67,11 +68,11 @@ class PipelineExecutor {
     WeightGradQueue deferred;
     bool holds_activations = false;
   };
-  Slot& slot(int microbatch, int chunk);
+  MicrobatchState& state(int microbatch, int chunk);
   void forward(const Action& action, const MicrobatchSource& microbatches,
                PipelineStepStats& stats);
   void backward(const Action& action, bool defer_weight_grads);
-  void release(Slot& slot);
+  void release(MicrobatchState& state);
 
   Schedule schedule_;
   std::vector<GPT*> chunks_;
@@ -84,7 +85,7 @@ class PipelineExecutor {
   double loss_scale_ = 1.0;
   bool forward_only_;
   int rank_;
-  std::map<std::pair<int, int>, Slot> slots_;
+  std::map<std::pair<int, int>, MicrobatchState> states_;
   int64_t inflight_ = 0;
 };
 
