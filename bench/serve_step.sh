@@ -7,6 +7,11 @@
 #   bench/serve_step.sh [BUILD_DIR] [serve_step flags...]   e.g. --sequences 1,8,16 --rounds 5
 #
 # Environment knobs: THREADS=2 (the engine's threads).
+#   BASE=OTHER_BUILD_DIR  a change against its parent: the two builds' serve_step run in turn
+#                         for ROUNDS=3 rounds (the order swapped each round, each run its own
+#                         warm-up and the flags' --rounds), and the rows are per S the step
+#                         time of this build over BASE's (median of the rounds' ratios, with
+#                         their spread) and each build's median step time.
 set -euo pipefail
 
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -17,8 +22,9 @@ bench_binary serve_step
 THREADS=${THREADS:-2}
 bench_header
 bench_workdir
-"$binary" --threads "$THREADS" "$@" | tee "$work/steps.jsonl"
-$python - "$work/steps.jsonl" <<'PY'
+if [[ -z ${BASE:-} ]]; then
+  "$binary" --threads "$THREADS" "$@" | tee "$work/steps.jsonl"
+  $python - "$work/steps.jsonl" <<'PY'
 import json, sys
 lines = [json.loads(line) for line in open(sys.argv[1]) if line.startswith("{")]
 rows = []
@@ -30,5 +36,43 @@ for r in lines:
         rows.append({"name": "fixed", "metric": "seconds per step, fitted fixed part", "value": r["fixed_s"]})
         rows.append({"name": "per sequence", "metric": "seconds per step and sequence, fitted",
                      "value": r["per_sequence_s"]})
+print(json.dumps({"rows": rows}))
+PY
+  exit 0
+fi
+
+base_binary="$(cd "$BASE" 2>/dev/null && pwd)/bench/serve_step"
+[[ -x $base_binary ]] || { echo "serve_step: no bench/serve_step in BASE=$BASE" >&2; exit 2; }
+ROUNDS=${ROUNDS:-3}
+echo "this build: $binary"
+echo "base:       $base_binary"
+for ((round = 0; round < ROUNDS; ++round)); do
+  order=(new base)
+  ((round % 2)) && order=(base new)
+  for which in "${order[@]}"; do
+    run=$binary
+    [[ $which == base ]] && run=$base_binary
+    echo "round $round: $which"
+    "$run" --threads "$THREADS" "$@" | tee "$work/$which.$round.jsonl"
+  done
+done
+$python - "$work" "$ROUNDS" <<'PY'
+import json, statistics, sys
+work, rounds = sys.argv[1], int(sys.argv[2])
+def steps(which, r):
+    lines = [json.loads(line) for line in open(f"{work}/{which}.{r}.jsonl") if line.startswith("{")]
+    return {l["sequences"]: (l["step_s"], l["context"]) for l in lines if "sequences" in l}
+new = [steps("new", r) for r in range(rounds)]
+base = [steps("base", r) for r in range(rounds)]
+rows = []
+for S in sorted(new[0]):
+    ratios = [new[r][S][0] / base[r][S][0] for r in range(rounds)]
+    context = new[0][S][1]
+    rows.append({"name": f"S {S} this/base", "metric": f"decode step time ratio (context {context})",
+                 "value": statistics.median(ratios), "rounds": ratios})
+    for which, runs in (("this", new), ("base", base)):
+        times = [run[S][0] for run in runs]
+        rows.append({"name": f"S {S} {which}", "metric": f"seconds per decode step (context {context})",
+                     "value": statistics.median(times), "rounds": times})
 print(json.dumps({"rows": rows}))
 PY
