@@ -57,7 +57,7 @@ int64_t reduction_buckets(double gradient_bytes, int64_t units, int64_t zero) {
 }
 
 // The stage whose device holds the most (the first of equals).
-int64_t fullest_stage(const std::vector<StageMemory>& memories) {
+int64_t fullest_of(const std::vector<StageMemory>& memories) {
   size_t fullest = 0;
   for (size_t rank = 1; rank < memories.size(); ++rank) {
     if (memories[rank].memory.total() > memories[fullest].memory.total()) fullest = rank;
@@ -427,11 +427,11 @@ std::vector<StageMemory> CostModel::stage_memory(const PlanLayout& layout,
   return out;
 }
 
-MemoryBreakdown CostModel::memory(const PlanLayout& layout, int64_t* fullest_stage_out,
+MemoryBreakdown CostModel::memory(const PlanLayout& layout, int64_t* fullest_stage,
                                   double* inflight) {
   const std::vector<StageMemory> memories = stage_memory(layout, stages(layout));
-  const int64_t fullest = fullest_stage(memories);
-  if (fullest_stage_out != nullptr) *fullest_stage_out = fullest;
+  const int64_t fullest = fullest_of(memories);
+  if (fullest_stage != nullptr) *fullest_stage = fullest;
   if (inflight != nullptr) *inflight = memories[fullest].inflight;
   return memories[fullest].memory;
 }
@@ -456,7 +456,7 @@ Prediction CostModel::predict(const PlanLayout& layout, bool simulate_pipeline) 
         {models[rank].layers, memories[rank].memory.total(), memories[rank].inflight,
          static_cast<double>(microbatches) * models[rank].per_microbatch()});
   }
-  prediction.fullest_stage = fullest_stage(memories);
+  prediction.fullest_stage = fullest_of(memories);
   prediction.memory = memories[prediction.fullest_stage].memory;
   prediction.inflight_microbatches = memories[prediction.fullest_stage].inflight;
   prediction.memory_capacity = cluster.memory_bytes();
