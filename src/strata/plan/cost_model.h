@@ -131,6 +131,10 @@ struct Prediction {
 // (data_parallel/gradient_reduction.h). One bucket overlaps nothing.
 double data_parallel_exposed(double reduction_s, int64_t buckets, double backward_s);
 
+// The cost model's view of one pipeline rank and of its memory (plan/stage_model.h).
+struct StageModel;
+struct StageMemory;
+
 // The cost model of one (model, cluster, batch), with caches for the pipeline simulations a
 // search repeats. Not thread-safe.
 class CostModel {
@@ -162,12 +166,8 @@ class CostModel {
   int64_t simulations() const { return simulations_; }
 
  private:
-  struct StageModel;
+  // The rank models of the layout, each rank's chunks as the runtime splits the layers.
   std::vector<StageModel> stages(const PlanLayout& layout) const;
-  struct StageMemory {
-    MemoryBreakdown memory;
-    double inflight = 1;
-  };
   std::vector<StageMemory> stage_memory(const PlanLayout& layout,
                                         const std::vector<StageModel>& models);
   const std::vector<double>& inflight_per_stage(const PlanLayout& layout, int64_t microbatches);

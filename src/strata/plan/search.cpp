@@ -6,6 +6,7 @@
 #include "strata/plan/search.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <iomanip>
 #include <map>
@@ -49,87 +50,162 @@ std::string seconds_text(double seconds) {
   return out.str();
 }
 
+// What the dimensions of the search read: the model, the cluster and the batch.
+struct SearchSpace {
+  const TransformerSpec& spec;
+  int64_t devices = 1, devices_per_node = 1, global_batch = 1;
+  bool allow_tp_across_nodes = false;
+};
+
+// One dimension of the search: `layout` (its earlier dimensions set) with this one set to each
+// of its values, in the order the search walks them.
+using Dimension = std::vector<PlanLayout> (*)(const PlanLayout& layout, const SearchSpace& space);
+
+// `layout` with `set` applied for each of `values`, in order.
+template <typename Value, typename Set>
+std::vector<PlanLayout> each(const PlanLayout& layout, const std::vector<Value>& values, Set set) {
+  std::vector<PlanLayout> out;
+  for (const Value& value : values) {
+    out.push_back(layout);
+    set(out.back(), value);
+  }
+  return out;
+}
+
+// tp: the divisors of the cluster, inside a node unless allowed.
+std::vector<PlanLayout> tp_values(const PlanLayout& layout, const SearchSpace& space) {
+  std::vector<int64_t> tps;
+  for (int64_t tp : divisors(space.devices)) {
+    const bool in_node = tp <= space.devices_per_node && space.devices_per_node % tp == 0;
+    if (in_node || space.allow_tp_across_nodes) tps.push_back(tp);
+  }
+  return each(layout, tps, [](PlanLayout& out, int64_t tp) { out.tp = tp; });
+}
+
+// cp: the divisors of what tp leaves, each rank keeping at least kMinTokensPerContextRank.
+std::vector<PlanLayout> cp_values(const PlanLayout& layout, const SearchSpace& space) {
+  std::vector<int64_t> cps;
+  for (int64_t cp : divisors(space.devices / layout.tp)) {
+    if (cp == 1 || space.spec.seq_len / cp >= kMinTokensPerContextRank) cps.push_back(cp);
+  }
+  return each(layout, cps, [](PlanLayout& out, int64_t cp) { out.cp = cp; });
+}
+
+// pp: the divisors of what tp and cp leave; dp the rest.
+std::vector<PlanLayout> pp_values(const PlanLayout& layout, const SearchSpace& space) {
+  const int64_t left = space.devices / (layout.tp * layout.cp);
+  return each(layout, divisors(left), [left](PlanLayout& out, int64_t pp) {
+    out.pp = pp;
+    out.dp = left / pp;
+  });
+}
+
+// Each exchange for cp > 1; the rules drop all-to-all where the heads do not split.
+std::vector<PlanLayout> cp_comm_values(const PlanLayout& layout, const SearchSpace&) {
+  const std::vector<ContextParallelComm> cp_comms =
+      layout.cp == 1 ? std::vector<ContextParallelComm>{ContextParallelComm::ring}
+                     : std::vector<ContextParallelComm>{ContextParallelComm::ring,
+                                                        ContextParallelComm::all_gather,
+                                                        ContextParallelComm::all_to_all};
+  return each(layout, cp_comms,
+              [](PlanLayout& out, ContextParallelComm cp_comm) { out.cp_comm = cp_comm; });
+}
+
+// ep: the divisors of dp * cp for an MoE model.
+std::vector<PlanLayout> ep_values(const PlanLayout& layout, const SearchSpace& space) {
+  const std::vector<int64_t> eps =
+      space.spec.moe.enabled() ? divisors(layout.dp * layout.cp) : std::vector<int64_t>{1};
+  return each(layout, eps, [](PlanLayout& out, int64_t ep) { out.ep = ep; });
+}
+
+// micro_batch: the divisors of the batch per replica, up to kMaxMicroBatch.
+std::vector<PlanLayout> micro_batch_values(const PlanLayout& layout, const SearchSpace& space) {
+  std::vector<int64_t> micro_batches = divisors(space.global_batch / layout.dp);
+  micro_batches.erase(std::upper_bound(micro_batches.begin(), micro_batches.end(), kMaxMicroBatch),
+                      micro_batches.end());
+  return each(layout, micro_batches,
+              [](PlanLayout& out, int64_t micro_batch) { out.micro_batch = micro_batch; });
+}
+
+// The schedule with its vpp: 1f1b, and with a pipeline zb-h1 and interleaving with chunks of
+// equal layers.
+std::vector<PlanLayout> schedule_values(const PlanLayout& layout, const SearchSpace& space) {
+  std::vector<std::pair<PipelineSchedule, int64_t>> schedules = {
+      {PipelineSchedule::one_f_one_b, 1}};
+  if (layout.pp > 1) {
+    schedules.push_back({PipelineSchedule::zb_h1, 1});
+    for (int64_t vpp = 2; vpp <= kMaxVirtualStages; ++vpp) {
+      if (space.spec.n_layers % (layout.pp * vpp) == 0) {
+        schedules.push_back({PipelineSchedule::interleaved_one_f_one_b, vpp});
+      }
+    }
+  }
+  return each(layout, schedules, [](PlanLayout& out, std::pair<PipelineSchedule, int64_t> with) {
+    out.schedule = with.first;
+    out.vpp = with.second;
+  });
+}
+
+std::vector<PlanLayout> sequence_parallel_values(const PlanLayout& layout, const SearchSpace&) {
+  return each(layout, std::vector<bool>{false, true},
+              [](PlanLayout& out, bool sp) { out.sequence_parallel = sp; });
+}
+
+std::vector<PlanLayout> recompute_values(const PlanLayout& layout, const SearchSpace&) {
+  return each(layout,
+              std::vector<Recompute>{Recompute::none, Recompute::selective, Recompute::full},
+              [](PlanLayout& out, Recompute recompute) { out.recompute = recompute; });
+}
+
+// ZeRO shards over dp * cp (nothing to shard on one replica); ZeRO-3 with a pipeline is not
+// modelled (layout_problems).
+std::vector<PlanLayout> zero_values(const PlanLayout& layout, const SearchSpace&) {
+  const int64_t max_zero = layout.dp * layout.cp == 1 ? 0 : layout.pp == 1 ? 3 : 2;
+  std::vector<int64_t> zeros;
+  for (int64_t zero = 0; zero <= max_zero; ++zero) zeros.push_back(zero);
+  return each(layout, zeros, [](PlanLayout& out, int64_t zero) { out.zero = zero; });
+}
+
+// The sizes, then the choices a layout of those sizes makes; the first dimension outermost.
+constexpr std::array<Dimension, 3> kSizeDimensions = {tp_values, cp_values, pp_values};
+constexpr std::array<Dimension, 7> kChoiceDimensions = {
+    cp_comm_values,           ep_values,        micro_batch_values, schedule_values,
+    sequence_parallel_values, recompute_values, zero_values};
+
+// Every combination of the dimensions' values for `start`, the last dimension varying fastest.
+template <size_t N>
+std::vector<PlanLayout> product(const PlanLayout& start, const std::array<Dimension, N>& dimensions,
+                                const SearchSpace& space) {
+  std::vector<PlanLayout> layouts = {start};
+  for (const Dimension& dimension : dimensions) {
+    std::vector<PlanLayout> varied;
+    for (const PlanLayout& layout : layouts) {
+      for (PlanLayout& next : dimension(layout, space)) varied.push_back(std::move(next));
+    }
+    layouts = std::move(varied);
+  }
+  return layouts;
+}
+
 // Every valid layout of the search space, resolved. The space is the divisors of the cluster
-// (so the sizes fill it) and the choices below; the layout rules (core/layout_rules.h) decide
+// (so the sizes fill it) and the choices above; the layout rules (core/layout_rules.h) decide
 // which of them are valid.
 std::vector<PlanLayout> enumerate_layouts(const PlanInputs& inputs, const SearchOptions& options) {
-  const TransformerSpec& spec = inputs.model;
-  const int64_t devices = inputs.cluster.devices();
-  const int64_t node = inputs.cluster.devices_per_node;
+  const SearchSpace space{inputs.model, inputs.cluster.devices(), inputs.cluster.devices_per_node,
+                          inputs.global_batch, options.allow_tp_across_nodes};
   auto valid = [&](const PlanLayout& layout) {
-    return layout_is_valid(layout, spec, devices, inputs.global_batch);
+    return layout_is_valid(layout, space.spec, space.devices, space.global_batch);
   };
   std::vector<PlanLayout> out;
-  for (int64_t tp : divisors(devices)) {
-    if (!options.allow_tp_across_nodes && (tp > node || node % tp != 0)) continue;
-    for (int64_t cp : divisors(devices / tp)) {
-      if (cp > 1 && spec.seq_len / cp < kMinTokensPerContextRank) continue;
-      for (int64_t pp : divisors(devices / (tp * cp))) {
-        const int64_t dp = devices / (tp * cp * pp);
-        // The sizes alone, everything else at its plainest (micro batch 1, no expert split,
-        // one chunk per stage, 1f1b, no sequence parallelism): a rule broken here is broken by
-        // every layout with these sizes.
-        PlanLayout sizes;
-        sizes.tp = tp;
-        sizes.pp = pp;
-        sizes.dp = dp;
-        sizes.cp = cp;
-        if (!valid(sizes)) continue;
-        std::vector<std::pair<PipelineSchedule, int64_t>> schedules;  // with vpp
-        schedules.push_back({PipelineSchedule::one_f_one_b, 1});
-        if (pp > 1) {
-          schedules.push_back({PipelineSchedule::zb_h1, 1});
-          // Interleaving only with chunks of equal layers.
-          for (int64_t vpp = 2; vpp <= kMaxVirtualStages; ++vpp) {
-            if (spec.n_layers % (pp * vpp) == 0) {
-              schedules.push_back({PipelineSchedule::interleaved_one_f_one_b, vpp});
-            }
-          }
-        }
-        const std::vector<int64_t> eps =
-            spec.moe.enabled() ? divisors(dp * cp) : std::vector<int64_t>{1};
-        // Each exchange for cp > 1; the rules drop all-to-all where the heads do not split.
-        const std::vector<ContextParallelComm> cp_comms =
-            cp == 1 ? std::vector<ContextParallelComm>{ContextParallelComm::ring}
-                    : std::vector<ContextParallelComm>{ContextParallelComm::ring,
-                                                       ContextParallelComm::all_gather,
-                                                       ContextParallelComm::all_to_all};
-        for (ContextParallelComm cp_comm : cp_comms) {
-          for (int64_t ep : eps) {
-            for (int64_t micro_batch : divisors(inputs.global_batch / dp)) {
-              if (micro_batch > kMaxMicroBatch) break;
-              for (const auto& [schedule, vpp] : schedules) {
-                for (bool sp : {false, true}) {
-                  for (Recompute recompute :
-                       {Recompute::none, Recompute::selective, Recompute::full}) {
-                    // ZeRO shards over dp * cp (nothing to shard on one replica); ZeRO-3 with a
-                    // pipeline is not modelled (layout_problems).
-                    const int64_t max_zero = dp * cp == 1 ? 0 : pp == 1 ? 3 : 2;
-                    for (int64_t zero = 0; zero <= max_zero; ++zero) {
-                      PlanLayout layout;
-                      layout.tp = tp;
-                      layout.pp = pp;
-                      layout.dp = dp;
-                      layout.cp = cp;
-                      layout.cp_comm = cp_comm;
-                      layout.ep = ep;
-                      layout.vpp = vpp;
-                      layout.zero = zero;
-                      layout.micro_batch = micro_batch;
-                      layout.recompute = recompute;
-                      layout.sequence_parallel = sp;
-                      layout.schedule = schedule;
-                      if (!valid(layout)) continue;
-                      if (options.allowed && !options.allowed(layout)) continue;
-                      out.push_back(layout);
-                    }
-                  }
-                }
-              }
-            }
-          }
-        }
-      }
+  // The sizes alone, everything else at its plainest (micro batch 1, no expert split, one
+  // chunk per stage, 1f1b, no sequence parallelism): a rule broken here is broken by every
+  // layout with these sizes.
+  for (const PlanLayout& sizes : product(PlanLayout{}, kSizeDimensions, space)) {
+    if (!valid(sizes)) continue;
+    for (const PlanLayout& layout : product(sizes, kChoiceDimensions, space)) {
+      if (!valid(layout)) continue;
+      if (options.allowed && !options.allowed(layout)) continue;
+      out.push_back(layout);
     }
   }
   return out;
