@@ -1,7 +1,8 @@
 // The bookkeeping of the paged KV cache on rank 0: a fixed number of blocks, each holding the
 // keys and values of kBlockTokens consecutive positions of one sequence (in every layer, on
 // every rank), handed out and taken back by id. The tensors themselves live in each rank's
-// PagedKVCache (model/gpt.h); a block id b owns slots [b * kBlockTokens, (b + 1) * kBlockTokens).
+// PagedKVCache (model/forward_context.h); a block id b owns slots
+// [b * kBlockTokens, (b + 1) * kBlockTokens).
 #pragma once
 #include <cstdint>
 #include <vector>
