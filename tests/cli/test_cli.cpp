@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "test_configs.h"
 #include "test_support.h"
 
 namespace strata {
@@ -15,22 +16,9 @@ namespace {
 
 const std::string kStrata = STRATA_BINARY;
 
-std::string write_config(const testing::TempDir& dir, const std::string& extra = "") {
+std::string write_config(const testing::TempDir& dir) {
   const std::string path = dir.file("run.toml");
-  std::ofstream(path) << R"([model]
-vocab_size = 256
-d_model = 32
-n_layers = 2
-n_heads = 4
-seq_len = 32
-[train]
-steps = 6
-global_batch = 4
-micro_batch = 2
-lr = 0.003
-min_lr = 0.0003
-warmup_steps = 2
-eval_every = 3
+  std::ofstream(path) << testing::tiny_run_toml(6) << R"(eval_every = 3
 [data]
 source = "synthetic"
 [log]
@@ -38,8 +26,7 @@ progress = "lines"
 trace = true
 dir = ")" + dir.file("log") + R"("
 [checkpoint]
-dir = ")" + dir.file("ckpt") +
-                             "\"\n" + extra;
+dir = ")" + dir.file("ckpt") + "\"\n";
   return path;
 }
 

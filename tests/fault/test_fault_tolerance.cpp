@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "strata/core/error.h"
+#include "test_configs.h"
 #include "test_support.h"
 
 namespace strata {
@@ -23,21 +24,9 @@ const std::string kStrata = STRATA_BINARY;
 // A small run: 8 steps, a checkpoint every 2, all kept, restarts without a pause.
 std::string write_config(const testing::TempDir& dir) {
   const std::string path = dir.file("run.toml");
-  std::ofstream(path) << R"([model]
-vocab_size = 256
-d_model = 32
-n_layers = 2
-n_heads = 4
-seq_len = 32
-[parallel]
+  std::ofstream(path) << testing::tiny_run_toml(8)
+                      << R"([parallel]
 comm_timeout_s = 30.0
-[train]
-steps = 8
-global_batch = 4
-micro_batch = 2
-lr = 0.003
-min_lr = 0.0003
-warmup_steps = 2
 [data]
 source = "synthetic"
 [checkpoint]

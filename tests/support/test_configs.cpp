@@ -40,6 +40,17 @@ Config tiny_training_run(int64_t steps, int64_t global_batch, int64_t micro_batc
   return config;
 }
 
+std::string tiny_run_toml(int64_t steps) {
+  const ModelConfig model = tiny_training_run(steps, 4, 2).model;
+  return "[model]\nvocab_size = " + std::to_string(model.vocab_size) +
+         "\nd_model = " + std::to_string(model.d_model) +
+         "\nn_layers = " + std::to_string(model.n_layers) +
+         "\nn_heads = " + std::to_string(model.n_heads) +
+         "\nseq_len = " + std::to_string(model.seq_len) +
+         "\n[train]\nsteps = " + std::to_string(steps) +
+         "\nglobal_batch = 4\nmicro_batch = 2\nlr = 0.003\nmin_lr = 0.0003\nwarmup_steps = 2\n";
+}
+
 Layout pipeline_layout(PipelineSchedule schedule, int64_t pp, int64_t microbatches, int64_t vpp) {
   Layout layout;
   layout.schedule = schedule;

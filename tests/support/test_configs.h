@@ -23,6 +23,11 @@ ModelConfig tiny_model();
 // no progress output, logs in log_dir() (only rank 0 writes there).
 Config tiny_training_run(int64_t steps, int64_t global_batch, int64_t micro_batch);
 
+// The [model] and [train] tables of a small run as the tests that drive the strata binary
+// write them: tiny_training_run's GPT, `steps` steps of global batch 4 in micro batches of 2,
+// lr 3e-3 to 3e-4 after 2 warm-up steps. Keys the caller appends go to [train].
+std::string tiny_run_toml(int64_t steps);
+
 // The layout of a pipeline alone, what the schedule generators build from: the schedule over
 // pp stages of vpp chunks, for `microbatches` microbatches.
 Layout pipeline_layout(PipelineSchedule schedule, int64_t pp, int64_t microbatches,
