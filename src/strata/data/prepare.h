@@ -53,6 +53,9 @@ CorpusManifest read_manifest(const std::string& dir);
 struct TokenStream {
   std::vector<int32_t> tokens;
   std::string tokenizer;
+  // Where each document begins: ascending offsets into `tokens`, the first 0. Empty when the
+  // source keeps no document boundaries (the whole stream is then one document).
+  std::vector<int64_t> document_starts;
 };
 
 // Every token of a prepared directory (its shards in manifest order, each checked against
