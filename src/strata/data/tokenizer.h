@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -21,6 +22,10 @@ class Tokenizer {
   virtual int64_t vocab_size() const = 0;
 
   virtual std::vector<int32_t> encode(std::string_view text) const = 0;
+
+  // The token that ends a document (GPT-2's <|endoftext|>, Llama's </s>); none for the byte
+  // tokenizer, whose documents are kept apart by a blank line instead.
+  virtual std::optional<int32_t> end_of_text_id() const { return std::nullopt; }
 
   // Never throws on any id: the result is raw bytes (not necessarily valid UTF-8, e.g. when a
   // model emits half of a multi-byte character), and an id outside the vocabulary becomes
