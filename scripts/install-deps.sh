@@ -12,7 +12,7 @@ packages=(
   libcpp-httplib-dev                  # strata serve's HTTP server (and the tests' client)
   libgtest-dev googletest
   fortunes                            # the demo's English text corpus
-  python3 python3-torch               # the PyTorch peer in bench/ only
+  python3 python3-torch               # the PyTorch peer in bench/, tests/support/hf_models.py
 )
 
 missing=()
