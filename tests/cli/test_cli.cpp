@@ -126,6 +126,38 @@ TEST(Cli, TensorParallelCheckpointServesSplitOrWhole) {
   EXPECT_EQ(whole.rfind("The ", 0), 0u) << whole;
   EXPECT_GT(whole.size(), 4u + 20u) << whole;
   EXPECT_EQ(split, whole) << "greedy decoding of the tp=2 checkpoint on 2 ranks and on 1";
+  // The same prompt as ids, as JSON: the ids, their text and each new token's logprob.
+  const std::string scored = kStrata + " generate --checkpoint " + dir.file("ckpt/step_00000006") +
+                             " --prompt-ids 84,104,101,32 --max-new-tokens 24 --temperature 0" +
+                             " --json";
+  std::string json_whole, json_split;
+  ASSERT_EQ(testing::run_command(scored, &json_whole), 0) << json_whole;
+  ASSERT_EQ(testing::run_command(scored + " --nproc 2", &json_split), 0) << json_split;
+  const nlohmann::json one = nlohmann::json::parse(json_whole),
+                       two = nlohmann::json::parse(json_split);
+  EXPECT_EQ(one["prompt_ids"], nlohmann::json({84, 104, 101, 32}));
+  ASSERT_EQ(one["generated_ids"].size(), 24u) << json_whole;
+  std::string bytes;  // byte ids: the text (JSON carries invalid UTF-8 as U+FFFD)
+  for (const auto& id : one["generated_ids"]) bytes.push_back(static_cast<char>(id.get<int>()));
+  EXPECT_EQ("The " + bytes + "\n", whole);
+  EXPECT_EQ(two["generated_ids"], one["generated_ids"]);
+  ASSERT_EQ(one["logprobs"].size(), 24u);
+  for (size_t i = 0; i < 24; ++i) {
+    EXPECT_LT(one["logprobs"][i].get<double>(), 0.0);
+    EXPECT_NEAR(two["logprobs"][i].get<double>(), one["logprobs"][i].get<double>(), 1e-4);
+  }
+  EXPECT_EQ(testing::run_command(kStrata + " generate --checkpoint " +
+                                     dir.file("ckpt/step_00000006") + " --prompt-ids 1,x",
+                                 &output),
+            2);
+  EXPECT_NE(output.find("--prompt-ids: 'x' is not a token id"), std::string::npos) << output;
+  EXPECT_EQ(testing::run_command(kStrata + " generate --checkpoint " +
+                                     dir.file("ckpt/step_00000006") + " --prompt-ids 1,256",
+                                 &output),
+            2);
+  EXPECT_NE(output.find("prompt token id 256 is outside the model's vocabulary [0, 256)"),
+            std::string::npos)
+      << output;
   // The float32 checkpoint computes in bf16 when asked; a precision it does not know is refused.
   std::string bf16;
   ASSERT_EQ(testing::run_command(generate + " --precision bf16", &bf16), 0) << bf16;

@@ -51,7 +51,8 @@ std::string reference(const Config& config, const std::string& prompt,
   GPT whole(config.model, config.train.seed, at::kFloat);
   ByteTokenizer tokenizer;
   std::vector<int32_t> ids = tokenizer.encode(prompt);
-  return tokenizer.decode(generate(whole, std::vector<int64_t>(ids.begin(), ids.end()), options));
+  return tokenizer.decode(
+      generate(whole, std::vector<int64_t>(ids.begin(), ids.end()), options).tokens);
 }
 
 SamplingOptions greedy() {
@@ -138,7 +139,7 @@ void with_server(const Config& config, const Layout& layout,
   ByteTokenizer tokenizer;
   int port = 0;
   ServeSession session(
-      mesh, serving, "tiny", tokenizer,
+      mesh, serving, "tiny", &tokenizer,
       [&](const StageSpec& stage, Comm* tp) {
         if (mesh.rank() == 0) {
           httplib::Client client("127.0.0.1", port);
@@ -361,6 +362,123 @@ bool send_and_hang_up(
   return started;
 }
 
+// log p(token i | tokens before it) for i >= 1, from the whole model on this rank alone.
+std::vector<double> prompt_scores(const Config& config, const std::vector<int64_t>& ids) {
+  GPT whole(config.model, config.train.seed, at::kFloat);
+  at::NoGradGuard no_grad;
+  at::Tensor logprobs =
+      at::log_softmax(whole.logits(at::tensor(ids, at::kLong).view({1, -1}))[0], -1);
+  std::vector<double> out;
+  for (size_t i = 1; i < ids.size(); ++i) {
+    out.push_back(logprobs[static_cast<int64_t>(i) - 1][ids[i]].item<double>());
+  }
+  return out;
+}
+
+// The prompt as ids: 14 tokens, more than a step's budget of 8, so scoring spans chunks, and
+// one KV block, which 6 more tokens overflow.
+std::vector<int64_t> id_prompt(int64_t first) {
+  std::vector<int64_t> ids;
+  for (int64_t i = 0; i < 14; ++i) ids.push_back((first + 37 * i) % 128);
+  return ids;
+}
+
+TEST(Serve, TokenIdPromptsLogprobsAndEchoEqualTheWholeModel) {
+  const int world = Comm::world().size();
+  const Config config = base_config();
+  const std::vector<std::vector<int64_t>> prompts = {id_prompt(3), id_prompt(50), id_prompt(90)};
+  const std::vector<int64_t>& first = prompts[0];
+  std::vector<std::vector<double>> scores;
+  for (const auto& prompt : prompts) scores.push_back(prompt_scores(config, prompt));
+  const std::vector<double>& first_scores = scores[0];
+  GPT whole(config.model, config.train.seed, at::kFloat);
+  SamplingOptions six = greedy();
+  six.max_new_tokens = 6;
+  std::vector<Generated> expected;
+  for (const auto& prompt : prompts) expected.push_back(generate(whole, prompt, six));
+  ASSERT_NE(expected[0].tokens, expected[1].tokens);
+  for (const Layout& layout : layouts_for(world)) {
+    SCOPED_TRACE("tp " + std::to_string(layout.tp) + " pp " + std::to_string(layout.pp));
+    // Three sequences, each 1 block after its prefill and 2 once decoding, share 4 blocks: one
+    // is preempted and recomputed.
+    with_server(tight_config(layout, 4), layout, [&](httplib::Client& client, int) {
+      // echo + max_tokens 0: the log-probability of every prompt token after the first.
+      Json scored = completion(
+          client, {{"prompt", first}, {"max_tokens", 0}, {"echo", true}, {"logprobs", 3}});
+      ASSERT_EQ(scored["choices"].size(), 1u) << scored.dump();
+      const Json& logprobs = scored["choices"][0]["logprobs"];
+      ASSERT_EQ(logprobs["token_logprobs"].size(), first.size()) << scored.dump();
+      EXPECT_TRUE(logprobs["token_logprobs"][0].is_null());
+      EXPECT_TRUE(logprobs["top_logprobs"][0].is_null());
+      for (size_t i = 1; i < first.size(); ++i) {
+        EXPECT_NEAR(logprobs["token_logprobs"][i].get<double>(), first_scores[i - 1], 1e-4)
+            << "prompt token " << i;
+        EXPECT_EQ(logprobs["top_logprobs"][i].size(), 3u);
+        EXPECT_EQ(logprobs["tokens"][i], std::string(1, static_cast<char>(first[i])));
+        double best = -1e9;
+        for (const auto& [token, value] : logprobs["top_logprobs"][i].items()) {
+          best = std::max(best, value.get<double>());
+        }
+        EXPECT_GE(best + 1e-9, logprobs["token_logprobs"][i].get<double>());
+      }
+      EXPECT_EQ(scored["choices"][0]["text"].get<std::string>().size(), first.size());
+      EXPECT_EQ(scored["choices"][0]["finish_reason"], "length");
+      EXPECT_EQ(scored["usage"]["completion_tokens"], 0);
+
+      // Three id prompts batched, greedy, echoed: the prompt scores, then the ids and logprobs
+      // generate() computes.
+      Json all = completion(client, {{"prompt", prompts},
+                                     {"max_tokens", 6},
+                                     {"temperature", 0},
+                                     {"logprobs", 0},
+                                     {"echo", true},
+                                     {"return_token_ids", true}});
+      ASSERT_EQ(all["choices"].size(), 3u) << all.dump();
+      for (size_t c = 0; c < 3; ++c) {
+        const Json& choice = all["choices"][c];
+        EXPECT_EQ(choice["token_ids"].get<std::vector<int64_t>>(), expected[c].tokens);
+        EXPECT_EQ(choice["prompt_token_ids"].get<std::vector<int64_t>>(), prompts[c]);
+        const Json& token_logprobs = choice["logprobs"]["token_logprobs"];
+        const size_t n = prompts[c].size();
+        ASSERT_EQ(token_logprobs.size(), n + 6);
+        for (size_t i = 1; i < n; ++i) {
+          EXPECT_NEAR(token_logprobs[i].get<double>(), scores[c][i - 1], 1e-4) << "prompt " << i;
+        }
+        for (size_t i = 0; i < 6; ++i) {
+          EXPECT_NEAR(token_logprobs[n + i].get<double>(), expected[c].logprobs[i], 1e-4);
+          EXPECT_EQ(choice["logprobs"]["top_logprobs"][n + i].size(), 0u) << "logprobs 0: none";
+        }
+      }
+      EXPECT_GT(metric(client, "strata_preemptions_total"), 0) << "meant to preempt a prefill";
+
+      // Streaming with echo: the events' tokens are the prompt's, then the generated ones.
+      auto streamed = client.Post("/v1/completions",
+                                  Json({{"prompt", first},
+                                        {"max_tokens", 6},
+                                        {"temperature", 0},
+                                        {"echo", true},
+                                        {"logprobs", 1},
+                                        {"stream", true}})
+                                      .dump(),
+                                  "application/json");
+      ASSERT_TRUE(streamed);
+      std::vector<Json> scores;
+      std::istringstream lines(streamed->body);
+      for (std::string line; std::getline(lines, line);) {
+        if (line.empty() || line == "data: [DONE]") continue;
+        Json event = Json::parse(line.substr(6));
+        for (const Json& score : event["choices"][0]["logprobs"]["token_logprobs"]) {
+          scores.push_back(score);
+        }
+      }
+      ASSERT_EQ(scores.size(), first.size() + 6) << streamed->body;
+      EXPECT_TRUE(scores[0].is_null());
+      EXPECT_NEAR(scores[5].get<double>(), first_scores[4], 1e-4);
+      EXPECT_NEAR(scores[first.size() + 2].get<double>(), expected[0].logprobs[2], 1e-4);
+    });
+  }
+}
+
 TEST(Serve, AClientThatHangsUpIsCancelledWithinAStepStreamingOrNot) {
   const int world = Comm::world().size();
   Config config = base_config();
@@ -423,8 +541,10 @@ TEST(Serve, BadRequestsAreRefusedAndTheServerKeepsAnswering) {
           {"[1, 2]", 400, "must be a JSON object"},
           {"{\"prompt\": \"a\", \"n\": 2}", 400, "unknown field 'n'"},
           {"{\"max_tokens\": 4}", 400, "'prompt' is required"},
-          {"{\"prompt\": 5}", 400, "'prompt' must be a string or an array of strings"},
-          {"{\"prompt\": [\"a\", 5]}", 400, "'prompt[1]' must be a string"},
+          {"{\"prompt\": 5}", 400,
+           "'prompt' must be a string, an array of strings, an array of token ids or an array of "
+           "arrays of token ids, got integer"},
+          {"{\"prompt\": [\"a\", 5]}", 400, "'prompt[1]' is integer where 'prompt[0]' is string"},
           {"{\"prompt\": \"\"}", 400, "is empty"},
           {"{\"prompt\": \"a\", \"max_tokens\": \"4\"}", 400, "'max_tokens' must be an integer"},
           {"{\"prompt\": \"a\", \"max_tokens\": 2.5}", 400, "'max_tokens' must be an integer"},

@@ -43,7 +43,7 @@ TEST(HttpFront, StopRightAfterStartReturns) {
     config.max_batch_tokens = 2;
     ByteTokenizer tokenizer;
     for (int round = 0; round < 20; ++round) {
-      HttpFront front(config, "m", 32, tokenizer);
+      HttpFront front(config, ServedModel{"m", 32, 256, &tokenizer});
       EXPECT_GT(front.start(), 0);
       front.stop();
     }

@@ -11,14 +11,16 @@
 namespace strata {
 namespace {
 
-CompletionRequest parse(const std::string& body, int64_t seq_len = 32) {
-  ByteTokenizer tokenizer;
-  return parse_completion_request(body, "m", seq_len, tokenizer);
+const ByteTokenizer kBytes;
+
+CompletionRequest parse(const std::string& body, int64_t seq_len = 32,
+                        const Tokenizer* tokenizer = &kBytes) {
+  return parse_completion_request(body, ServedModel{"m", seq_len, 300, tokenizer});
 }
 
-ApiError error_of(const std::string& body) {
+ApiError error_of(const std::string& body, const Tokenizer* tokenizer = &kBytes) {
   try {
-    parse(body);
+    parse(body, 32, tokenizer);
   } catch (const ApiError& error) {
     return error;
   }
@@ -66,6 +68,41 @@ TEST(CompletionRequest, ErrorsNameTheFieldAndStatus) {
   EXPECT_EQ(body["error"]["param"], "max_tokens");
   EXPECT_TRUE(body["error"]["code"].is_null());
   EXPECT_TRUE(error_body(ApiError(429, "rate_limit_error", "full"))["error"]["param"].is_null());
+}
+
+TEST(CompletionRequest, PromptsMayBeTokenIds) {
+  CompletionRequest one = parse(R"({"prompt": [104, 105, 299], "logprobs": 2, "echo": true,
+                                    "max_tokens": 0, "return_token_ids": true})");
+  EXPECT_EQ(one.prompt_ids, (std::vector<std::vector<int64_t>>{{104, 105, 299}}));
+  EXPECT_EQ(one.prompts[0].substr(0, 2), "hi") << "ids the tokenizer knows are decoded for echo";
+  EXPECT_EQ(one.logprobs, 2);
+  EXPECT_TRUE(one.echo);
+  EXPECT_TRUE(one.return_token_ids);
+  EXPECT_EQ(one.sampling.max_new_tokens, 0) << "with echo, 0 only scores the prompt";
+  CompletionRequest two = parse(R"({"prompt": [[1, 2], [3]]})");
+  EXPECT_EQ(two.prompt_ids, (std::vector<std::vector<int64_t>>{{1, 2}, {3}}));
+  EXPECT_EQ(two.logprobs, -1);
+  EXPECT_EQ(parse(R"({"prompt": "a", "logprobs": null})").logprobs, -1);
+
+  // A model without tokenizer files takes ids and refuses text, saying what to send.
+  EXPECT_EQ(parse(R"({"prompt": [7, 8]})", 32, nullptr).prompts[0], "");
+  ApiError text = error_of(R"({"prompt": "hello"})", nullptr);
+  EXPECT_EQ(text.status, 400);
+  EXPECT_EQ(text.param, "prompt");
+  EXPECT_CONTAINS(std::string(text.what()), "send the prompt as token ids");
+  EXPECT_CONTAINS(std::string(error_of(R"({"prompt": [1, 300]})").what()),
+                  "'prompt[1]' (300) is not a token id of this model: ids are in [0, 300)");
+  EXPECT_CONTAINS(std::string(error_of(R"({"prompt": [1, -2]})").what()), "(-2)");
+  EXPECT_CONTAINS(std::string(error_of(R"({"prompt": [1, "a"]})").what()),
+                  "'prompt[1]' must be a token id (an integer), got string");
+  EXPECT_CONTAINS(std::string(error_of(R"({"prompt": ["a", [1]]})").what()),
+                  "'prompt[1]' is array where 'prompt[0]' is string");
+  EXPECT_CONTAINS(std::string(error_of(R"({"prompt": [[]]})").what()), "'prompt' is empty");
+  EXPECT_EQ(error_of(R"({"prompt": [1], "max_tokens": 0})").param, "max_tokens")
+      << "0 tokens without echo asks for nothing";
+  EXPECT_EQ(error_of(R"({"prompt": [1], "logprobs": 21})").param, "logprobs");
+  EXPECT_EQ(error_of(R"({"prompt": [1], "logprobs": true})").param, "logprobs");
+  EXPECT_EQ(error_of(R"({"prompt": [1], "echo": 1})").param, "echo");
 }
 
 TEST(Streaming, HoldsBackIncompleteCharactersAndPossibleStops) {

@@ -8,6 +8,7 @@
 #include <functional>
 #include <iostream>
 #include <memory>
+#include <sstream>
 
 #include <pthread.h>
 #include <signal.h>
@@ -124,29 +125,70 @@ int run_config(const std::string& config_path, const std::vector<std::string>& o
   return 0;
 }
 
+// The ids of --prompt-ids: integers separated by commas ("1,2,3").
+std::vector<int64_t> parse_prompt_ids(const std::string& text) {
+  std::vector<int64_t> ids;
+  std::stringstream items(text);
+  for (std::string item; std::getline(items, item, ',');) {
+    size_t used = 0;
+    int64_t id = -1;
+    try {
+      id = std::stoll(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    STRATA_REQUIRE(used == item.size() && used > 0 && id >= 0, "--prompt-ids: '", item,
+                   "' is not a token id; give non-negative integers separated by commas, e.g. "
+                   "--prompt-ids 1,2,3");
+    ids.push_back(id);
+  }
+  STRATA_REQUIRE(!ids.empty(), "--prompt-ids needs at least one id, e.g. --prompt-ids 1,2,3");
+  return ids;
+}
+
+struct GenerateFlags {
+  std::string checkpoint, prompt = "\n", prompt_ids, precision;
+  SamplingOptions sampling;
+  bool json = false;  // one JSON object: the ids and the log-probability of each new token
+  int nproc = 0;
+};
+
 // Generation on one process, or with the model split over every rank (tensor parallel):
 // all ranks sample the same tokens, rank 0 prints them.
-int run_generate(const std::string& checkpoint, const std::string& prompt,
-                 const SamplingOptions& options, const std::string& precision, int nproc,
-                 const std::vector<std::string>& argv) {
-  if (nproc > 1 && !started_by_mpi_launcher()) relaunch_under_mpirun(nproc, argv);
+int run_generate(const GenerateFlags& flags, const std::vector<std::string>& argv) {
+  if (flags.nproc > 1 && !started_by_mpi_launcher()) relaunch_under_mpirun(flags.nproc, argv);
   return run_on_ranks([&](int, int* rank) {
     Comm world = Comm::world();
     *rank = world.rank();
     configure_rank_threads(0);
     Config config;
     std::optional<Precision> compute;
-    if (!precision.empty()) {
-      compute = parse_choice<Precision>(precision);
+    if (!flags.precision.empty()) {
+      compute = parse_choice<Precision>(flags.precision);
       STRATA_REQUIRE(compute, "--precision must be one of ", spellings_joined<Precision>(),
-                     ", got '", precision, "'");
+                     ", got '", flags.precision, "'");
     }
-    auto model = load_model_from_checkpoint(checkpoint, &config, &world, compute);
+    auto model = load_model_from_checkpoint(flags.checkpoint, &config, &world, compute);
     auto tokenizer = make_tokenizer(config.data.tokenizer);
-    std::vector<int32_t> encoded = tokenizer->encode(prompt);
-    std::vector<int64_t> prompt_tokens(encoded.begin(), encoded.end());
-    std::vector<int64_t> output = generate(*model, prompt_tokens, options);
-    if (*rank == 0) std::cout << prompt << tokenizer->decode(output) << std::endl;
+    std::vector<int64_t> prompt_tokens;
+    if (!flags.prompt_ids.empty()) {
+      prompt_tokens = parse_prompt_ids(flags.prompt_ids);
+    } else {
+      std::vector<int32_t> encoded = tokenizer->encode(flags.prompt);
+      prompt_tokens.assign(encoded.begin(), encoded.end());
+    }
+    const Generated output = generate(*model, prompt_tokens, flags.sampling);
+    if (*rank != 0) return;
+    if (flags.json) {
+      nlohmann::json line = {{"prompt_ids", prompt_tokens},
+                             {"generated_ids", output.tokens},
+                             {"logprobs", output.logprobs},
+                             {"text", tokenizer->decode(output.tokens)}};
+      std::cout << line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << std::endl;
+    } else {
+      std::cout << tokenizer->decode(prompt_tokens) << tokenizer->decode(output.tokens)
+                << std::endl;
+    }
   });
 }
 
@@ -186,7 +228,7 @@ int run_serve(const ServeFlags& flags, const std::vector<std::string>& argv) {
     Mesh mesh(world, mesh_shape_of(config.parallel));
     auto tokenizer = make_tokenizer(config.data.tokenizer);
     ServeSession session(
-        mesh, config, flags.checkpoint, *tokenizer,
+        mesh, config, flags.checkpoint, tokenizer.get(),
         [&](const StageSpec& stage, Comm* tp) {
           return load_stage_from_checkpoint(flags.checkpoint, config, tp, stage);
         },
@@ -245,12 +287,18 @@ int main(int argc, char** argv) {
   std::string old_nproc;  // the old name: an error, since --nproc launches ranks everywhere else
   config->add_option("--nproc", old_nproc)->group("");
 
-  std::string checkpoint, prompt = "\n";
-  SamplingOptions sampling;
+  GenerateFlags generate_flags;
+  SamplingOptions& sampling = generate_flags.sampling;
   auto* generate_command = app.add_subcommand("generate", "Sample text from a checkpoint");
-  generate_command->add_option("--checkpoint", checkpoint, "Checkpoint directory (step_*)")
+  generate_command
+      ->add_option("--checkpoint", generate_flags.checkpoint, "Checkpoint directory (step_*)")
       ->required();
-  generate_command->add_option("--prompt", prompt, "Text to continue");
+  auto* prompt_text = generate_command->add_option("--prompt", generate_flags.prompt,
+                                                   "Text to continue (default: a newline)");
+  generate_command
+      ->add_option("--prompt-ids", generate_flags.prompt_ids,
+                   "Token ids to continue, separated by commas (instead of --prompt)")
+      ->excludes(prompt_text);
   generate_command->add_option("--max-new-tokens", sampling.max_new_tokens, "Tokens to generate")
       ->check(CLI::NonNegativeNumber);
   generate_command->add_option("--temperature", sampling.temperature, "0 = greedy")
@@ -263,12 +311,16 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0.0, 1.0).description("in (0, 1]"))
       ->check(CLI::PositiveNumber);
   generate_command->add_option("--seed", sampling.seed, "Sampling seed");
-  std::string precision;
-  generate_command->add_option("--precision", precision,
+  generate_command->add_flag(
+      "--json", generate_flags.json,
+      "Print one JSON object: prompt_ids, generated_ids, logprobs (of each generated token "
+      "under the model's distribution) and text");
+  generate_command->add_option("--precision", generate_flags.precision,
                                "Compute in " + spellings_joined<Precision>(", ") +
                                    " (default: the precision it was trained in)");
   generate_command
-      ->add_option("--nproc", nproc, "Run the model split over N local ranks (tensor parallel)")
+      ->add_option("--nproc", generate_flags.nproc,
+                   "Run the model split over N local ranks (tensor parallel)")
       ->check(CLI::PositiveNumber);
 
   ServeFlags serve_flags;
@@ -314,8 +366,7 @@ int main(int argc, char** argv) {
           old_nproc);
       return run_config(config_path, overrides, world_size);
     }
-    if (*generate_command)
-      return run_generate(checkpoint, prompt, sampling, precision, nproc, args);
+    if (*generate_command) return run_generate(generate_flags, args);
     if (*serve) return run_serve(serve_flags, args);
     if (*prepare) return run_data_prepare(inputs, out_dir);
   } catch (const UserError& error) {

@@ -60,23 +60,41 @@ int64_t sample_token(const at::Tensor& logits, const SamplingOptions& options,
   return at::multinomial(probabilities, 1, false, generator).item<int64_t>();
 }
 
-std::vector<int64_t> generate(GPT& model, const std::vector<int64_t>& prompt,
-                              const SamplingOptions& options) {
+TokenLogprob token_logprob(const at::Tensor& logits, int64_t token, int64_t top) {
+  const at::Tensor logprobs = at::log_softmax(logits.to(at::kFloat), 0);
+  TokenLogprob out;
+  out.logprob = logprobs[token].item<double>();
+  if (top > 0) {
+    auto [values, ids] = logprobs.topk(std::min(top, logprobs.size(0)));
+    for (int64_t i = 0; i < values.size(0); ++i) {
+      out.top.emplace_back(ids[i].item<int64_t>(), values[i].item<double>());
+    }
+  }
+  return out;
+}
+
+Generated generate(GPT& model, const std::vector<int64_t>& prompt, const SamplingOptions& options) {
   STRATA_REQUIRE(!prompt.empty(), "the prompt must hold at least one token");
   const int64_t seq_len = model.config().seq_len;
   STRATA_REQUIRE(static_cast<int64_t>(prompt.size()) < seq_len, "the prompt (", prompt.size(),
                  " tokens) must be shorter than model.seq_len (", seq_len, ")");
+  const int64_t vocab = model.config().vocab_size;
+  for (const int64_t id : prompt) {
+    STRATA_REQUIRE(id >= 0 && id < vocab, "prompt token id ", id,
+                   " is outside the model's vocabulary [0, ", vocab, ")");
+  }
   at::NoGradGuard no_grad;
   auto generator = at::make_generator<at::CPUGeneratorImpl>(options.seed);
   KVCache cache;
   at::Tensor input = at::tensor(prompt, at::kLong).view({1, -1});
-  std::vector<int64_t> output;
-  while (static_cast<int64_t>(output.size()) < options.max_new_tokens &&
+  Generated output;
+  while (static_cast<int64_t>(output.tokens.size()) < options.max_new_tokens &&
          cache.length + input.size(1) <= seq_len) {
     at::Tensor logits =
         model.logits(input, &cache).select(1, -1).select(0, 0).to(at::kFloat);  // (V)
     const int64_t next = sample_token(logits, options, generator);
-    output.push_back(next);
+    output.tokens.push_back(next);
+    output.logprobs.push_back(token_logprob(logits, next).logprob);
     input = at::full({1, 1}, next, at::kLong);
   }
   return output;

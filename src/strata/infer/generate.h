@@ -5,6 +5,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <ATen/core/Generator.h>
@@ -46,8 +47,21 @@ std::unique_ptr<GPT> load_model_from_checkpoint(const std::string& dir, Config* 
 std::unique_ptr<GPT> load_stage_from_checkpoint(const std::string& dir, const Config& config,
                                                 Comm* tp, const StageSpec& stage);
 
+// The log-probability of `token` and of the `top` likeliest tokens (likeliest first) under
+// the model's own distribution: log_softmax of the logits (V), before temperature, top-k and
+// top-p reshape it for sampling (so a score does not depend on how it was sampled).
+struct TokenLogprob {
+  double logprob = 0;
+  std::vector<std::pair<int64_t, double>> top;  // (id, logprob)
+};
+TokenLogprob token_logprob(const at::Tensor& logits, int64_t token, int64_t top = 0);
+
+struct Generated {
+  std::vector<int64_t> tokens;   // the new tokens
+  std::vector<double> logprobs;  // of each new token, as token_logprob computes it
+};
+
 // Continues `prompt` (token ids) and returns only the new tokens. Stops early at seq_len.
-std::vector<int64_t> generate(GPT& model, const std::vector<int64_t>& prompt,
-                              const SamplingOptions& options);
+Generated generate(GPT& model, const std::vector<int64_t>& prompt, const SamplingOptions& options);
 
 }  // namespace strata

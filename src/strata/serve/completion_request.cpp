@@ -12,7 +12,8 @@ namespace {
 
 const std::vector<std::string>& allowed_fields() {
   static const std::vector<std::string> fields = {
-      "model", "prompt", "max_tokens", "temperature", "top_p", "top_k", "seed", "stop", "stream"};
+      "model", "prompt", "max_tokens", "temperature", "top_p", "top_k",
+      "seed",  "stop",   "stream",     "logprobs",    "echo",  "return_token_ids"};
   return fields;
 }
 
@@ -69,6 +70,71 @@ std::vector<std::string> strings_field(const nlohmann::json& body, const char* n
   return items;
 }
 
+bool bool_field(const nlohmann::json& body, const char* name) {
+  const nlohmann::json& value = body.at(name);
+  if (!value.is_boolean())
+    invalid(name, str("'", name, "' must be a boolean, got ", type_of(value)));
+  return value.get<bool>();
+}
+
+// One prompt given as token ids: an array of integers in [0, vocab_size).
+std::vector<int64_t> id_prompt(const nlohmann::json& ids, const std::string& which,
+                               int64_t vocab_size) {
+  std::vector<int64_t> out;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (!ids[i].is_number_integer()) {
+      invalid("prompt",
+              str("'", which, "[", i, "]' must be a token id (an integer), got ", type_of(ids[i])));
+    }
+    const auto id = ids[i].get<int64_t>();
+    if (id < 0 || id >= vocab_size) {  // an id past int64 reads as negative
+      invalid("prompt", str("'", which, "[", i, "]' (", ids[i].dump(),
+                            ") is not a token id of this model: ids are in [0, ", vocab_size, ")"));
+    }
+    out.push_back(id);
+  }
+  return out;
+}
+
+// `prompt` as OpenAI defines it: a string, an array of strings, an array of token ids, or an
+// array of such arrays. Fills the texts (decoded ids when given as ids) and the ids.
+void read_prompts(const nlohmann::json& prompt, const ServedModel& model,
+                  CompletionRequest& request) {
+  auto add_text = [&](const std::string& text, const std::string& which) {
+    if (!model.tokenizer) {
+      invalid("prompt", str("'", which,
+                            "' is text, but this model came without tokenizer files: "
+                            "send the prompt as token ids (an array of integers)"));
+    }
+    std::vector<int32_t> ids = model.tokenizer->encode(text);
+    request.prompts.push_back(text);
+    request.prompt_ids.emplace_back(ids.begin(), ids.end());
+  };
+  auto add_ids = [&](const nlohmann::json& ids, const std::string& which) {
+    request.prompt_ids.push_back(id_prompt(ids, which, model.vocab_size));
+    request.prompts.push_back(model.tokenizer ? model.tokenizer->decode(request.prompt_ids.back())
+                                              : std::string());
+  };
+  const char* shapes =
+      "a string, an array of strings, an array of token ids or an array of arrays of token ids";
+  if (prompt.is_string()) return add_text(prompt.get<std::string>(), "prompt");
+  if (!prompt.is_array())
+    invalid("prompt", str("'prompt' must be ", shapes, ", got ", type_of(prompt)));
+  if (prompt.empty()) invalid("prompt", "'prompt' must hold at least one string or token id");
+  if (prompt[0].is_number()) return add_ids(prompt, "prompt");
+  for (size_t i = 0; i < prompt.size(); ++i) {
+    const std::string which = str("prompt[", i, "]");
+    if (prompt[i].is_string() && prompt[0].is_string()) {
+      add_text(prompt[i].get<std::string>(), which);
+    } else if (prompt[i].is_array() && prompt[0].is_array()) {
+      add_ids(prompt[i], which);
+    } else {
+      invalid("prompt", str("'", which, "' is ", type_of(prompt[i]), " where '", "prompt[0]' is ",
+                            type_of(prompt[0]), ": 'prompt' must be ", shapes));
+    }
+  }
+}
+
 }  // namespace
 
 nlohmann::json error_body(const ApiError& error) {
@@ -77,8 +143,8 @@ nlohmann::json error_body(const ApiError& error) {
   return {{"error", inner}};
 }
 
-CompletionRequest parse_completion_request(const std::string& text, const std::string& model_name,
-                                           int64_t seq_len, const Tokenizer& tokenizer) {
+CompletionRequest parse_completion_request(const std::string& text, const ServedModel& model) {
+  const int64_t seq_len = model.seq_len;
   nlohmann::json body;
   try {
     body = nlohmann::json::parse(text);
@@ -98,16 +164,15 @@ CompletionRequest parse_completion_request(const std::string& text, const std::s
     if (!body["model"].is_string()) {
       invalid("model", str("'model' must be a string, got ", type_of(body["model"])));
     }
-    if (body["model"].get<std::string>() != model_name) {
+    if (body["model"].get<std::string>() != model.name) {
       throw ApiError(404, "invalid_request_error",
                      str("the model '", body["model"].get<std::string>(),
-                         "' does not exist; this server serves '", model_name, "'"),
+                         "' does not exist; this server serves '", model.name, "'"),
                      "model");
     }
   }
   if (!body.contains("prompt")) invalid("prompt", "'prompt' is required");
-  request.prompts = strings_field(body, "prompt");
-  if (request.prompts.empty()) invalid("prompt", "'prompt' must hold at least one string");
+  read_prompts(body["prompt"], model, request);
   request.sampling.temperature = 1.0;
   request.sampling.top_k = 0;
   request.sampling.top_p = 1.0;
@@ -140,17 +205,22 @@ CompletionRequest parse_completion_request(const std::string& text, const std::s
       if (word.empty()) invalid("stop", "'stop' strings must not be empty");
     }
   }
-  if (body.contains("stream")) {
-    if (!body["stream"].is_boolean()) {
-      invalid("stream", str("'stream' must be a boolean, got ", type_of(body["stream"])));
+  if (body.contains("stream")) request.stream = bool_field(body, "stream");
+  if (body.contains("echo")) request.echo = bool_field(body, "echo");
+  if (body.contains("return_token_ids")) {
+    request.return_token_ids = bool_field(body, "return_token_ids");
+  }
+  if (body.contains("logprobs") && !body["logprobs"].is_null()) {
+    request.logprobs = integer_field(body, "logprobs");
+    if (request.logprobs < 0 || request.logprobs > kMaxLogprobs) {
+      invalid("logprobs", str("'logprobs' (", request.logprobs, ") must be in [0, ", kMaxLogprobs,
+                              "]: the likeliest alternatives to return per token"));
     }
-    request.stream = body["stream"].get<bool>();
   }
 
   int64_t longest = 0;
-  for (size_t i = 0; i < request.prompts.size(); ++i) {
-    std::vector<int32_t> ids = tokenizer.encode(request.prompts[i]);
-    const auto length = static_cast<int64_t>(ids.size());
+  for (size_t i = 0; i < request.prompt_ids.size(); ++i) {
+    const auto length = static_cast<int64_t>(request.prompt_ids[i].size());
     const std::string which = request.prompts.size() > 1 ? str("prompt[", i, "]") : "prompt";
     if (length == 0) invalid("prompt", str("'", which, "' is empty; it needs at least one token"));
     if (length >= seq_len) {
@@ -158,11 +228,13 @@ CompletionRequest parse_completion_request(const std::string& text, const std::s
                             seq_len, " tokens, so a prompt may hold at most ", seq_len - 1));
     }
     longest = std::max(longest, length);
-    request.prompt_ids.emplace_back(ids.begin(), ids.end());
   }
   if (body.contains("max_tokens")) {
     const int64_t max_tokens = integer_field(body, "max_tokens");
-    if (max_tokens <= 0) invalid("max_tokens", str("'max_tokens' (", max_tokens, ") must be >= 1"));
+    // 0 only scores the prompt: with echo, its logprobs are the answer.
+    if (max_tokens < (request.echo ? 0 : 1)) {
+      invalid("max_tokens", str("'max_tokens' (", max_tokens, ") must be >= 1 (or 0 with echo)"));
+    }
     if (longest + max_tokens > seq_len) {
       invalid("max_tokens", str("'max_tokens' (", max_tokens, ") plus the prompt (", longest,
                                 " tokens) exceeds the model's context of ", seq_len,

@@ -28,22 +28,39 @@ struct ApiError : std::runtime_error {
 // {"error": {"message", "type", "param", "code"}} (param and code null when they do not apply).
 nlohmann::json error_body(const ApiError& error);
 
+// What requests are checked against: the served model.
+struct ServedModel {
+  std::string name;  // the id of /v1/models and the only `model` a request may name
+  int64_t seq_len = 0;
+  int64_t vocab_size = 0;
+  // nullptr: the model came without tokenizer files, so prompts must be token ids and
+  // completions carry no text (their ids: `return_token_ids`; their tokens' logprobs).
+  const Tokenizer* tokenizer = nullptr;
+};
+
 struct CompletionRequest {
   std::vector<std::string> prompts;              // one sequence each (choice index = position)
-  std::vector<std::vector<int64_t>> prompt_ids;  // tokenized
-  SamplingOptions sampling;                      // max_new_tokens = max_tokens
+  std::vector<std::vector<int64_t>> prompt_ids;  // tokenized (or given as ids)
+  SamplingOptions sampling;                      // max_new_tokens = max_tokens (0: echo only)
   bool seeded = false;                           // `seed` given: every choice samples from it
   std::vector<std::string> stop;
   bool stream = false;
+  // `logprobs`: the log-probability of each generated token and of its `logprobs` likeliest
+  // alternatives; -1 when not asked. With `echo`, the prompt's tokens are scored too.
+  int64_t logprobs = -1;
+  bool echo = false;              // the choice's text (and logprobs) begin with the prompt
+  bool return_token_ids = false;  // choices carry prompt_token_ids and token_ids (as vLLM's)
 };
 
 // The default of max_tokens (OpenAI's), cut to what the context leaves after the longest prompt.
 constexpr int64_t kDefaultMaxTokens = 16;
+// The most alternatives `logprobs` may ask for per token.
+constexpr int64_t kMaxLogprobs = 20;
 
 // Throws ApiError 400 for malformed JSON, a body that is not an object, unknown fields, wrong
-// types or values out of range, an empty prompt, a prompt that leaves no room in model.seq_len,
-// or max_tokens beyond it; 404 when `model` names another model.
-CompletionRequest parse_completion_request(const std::string& body, const std::string& model_name,
-                                           int64_t seq_len, const Tokenizer& tokenizer);
+// types or values out of range, an empty prompt, a token id outside the vocabulary, a text
+// prompt to a model without a tokenizer, a prompt that leaves no room in model.seq_len, or
+// max_tokens beyond it; 404 when `model` names another model.
+CompletionRequest parse_completion_request(const std::string& body, const ServedModel& model);
 
 }  // namespace strata

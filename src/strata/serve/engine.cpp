@@ -28,7 +28,7 @@ size_t streamable_length(const std::string& text, const std::vector<std::string>
 }
 
 Engine::Engine(ServedStage& stage, Comm& world, const ServeConfig& config,
-               const Tokenizer& tokenizer, int64_t num_blocks)
+               const Tokenizer* tokenizer, int64_t num_blocks)
     : stage_(stage),
       world_(world),
       config_(config),
@@ -118,7 +118,10 @@ void Engine::retire_expired(ServeClock::time_point now) {
 
 void Engine::publish(Sequence& sequence) {
   const int64_t generated = sequence.generated();
-  std::string text = tokenizer_.decode(sequence.tokens.data() + sequence.prompt_tokens, generated);
+  // Without a tokenizer a completion has no text, only ids (and their logprobs).
+  std::string text =
+      tokenizer_ ? tokenizer_->decode(sequence.tokens.data() + sequence.prompt_tokens, generated)
+                 : std::string();
   size_t cut = std::string::npos;
   for (const std::string& word : sequence.stop) cut = std::min(cut, text.find(word));
   sequence.completion_tokens = generated;
@@ -137,14 +140,37 @@ void Engine::publish(Sequence& sequence) {
 
 void Engine::apply(const std::vector<StepEntry>& step, const at::Tensor& logits) {
   const auto now = ServeClock::now();
-  int64_t sample = 0;
+  int64_t row = 0;  // of `logits`: the plan's returned rows, sequence after sequence
   std::vector<std::shared_ptr<Sequence>> finished;
   for (const StepEntry& entry : step) {
     Sequence& sequence = *entry.sequence;
+    const bool all_rows = sequence.scores_prompt();  // as the plan was made
+    if (all_rows) {  // the plan returned every row: row r scores the token after it
+      for (int64_t r = 0; r < entry.rows; ++r) {
+        const int64_t next = sequence.computed + r + 1;
+        // A prefill recomputed after a preemption scores only what it has not yet.
+        if (next < sequence.prompt_tokens &&
+            next == static_cast<int64_t>(sequence.prompt_logprobs.size()) + 1) {
+          sequence.prompt_logprobs.push_back(
+              token_logprob(logits[row + r], sequence.tokens[next], sequence.logprobs));
+        }
+      }
+      row += entry.rows;
+    }
     sequence.computed += entry.rows;
     if (sequence.computed < static_cast<int64_t>(sequence.tokens.size())) continue;
-    sequence.tokens.push_back(
-        sample_token(logits[sample++], sequence.sampling, sequence.generator));
+    // The last row samples (with all rows returned, it is already counted).
+    const at::Tensor sampled = all_rows ? logits[row - 1] : logits[row++];
+    if (sequence.sampling.max_new_tokens == 0) {  // echo only: the prompt is scored
+      publish(sequence);
+      finished.push_back(entry.sequence);
+      continue;
+    }
+    const int64_t token = sample_token(sampled, sequence.sampling, sequence.generator);
+    sequence.tokens.push_back(token);
+    if (sequence.logprobs >= 0) {
+      sequence.generated_logprobs.push_back(token_logprob(sampled, token, sequence.logprobs));
+    }
     ++metrics_.generation_tokens;
     if (sequence.generated() == 1) {
       metrics_.time_to_first_token.observe(
@@ -157,7 +183,7 @@ void Engine::apply(const std::vector<StepEntry>& step, const at::Tensor& logits)
     publish(sequence);
     if (sequence.finish != FinishReason::none) finished.push_back(entry.sequence);
   }
-  STRATA_CHECK(sample == (logits.defined() ? logits.size(0) : 0), "sampled ", sample,
+  STRATA_CHECK(row == (logits.defined() ? logits.size(0) : 0), "used ", row,
                " rows of the step's logits");
   for (const auto& sequence : finished) finish(sequence, sequence->finish);
 }

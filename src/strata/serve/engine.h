@@ -25,7 +25,9 @@ enum class Admission { accepted, queue_full, stopping };
 
 class Engine {
  public:
-  Engine(ServedStage& stage, Comm& world, const ServeConfig& config, const Tokenizer& tokenizer,
+  // tokenizer: decodes the completions' text (nullptr: a model without tokenizer files; its
+  // completions are ids only).
+  Engine(ServedStage& stage, Comm& world, const ServeConfig& config, const Tokenizer* tokenizer,
          int64_t num_blocks);
 
   // --- any thread ---
@@ -59,7 +61,7 @@ class Engine {
   ServedStage& stage_;
   Comm& world_;
   ServeConfig config_;
-  const Tokenizer& tokenizer_;
+  const Tokenizer* tokenizer_;
   Scheduler scheduler_;
 
   std::mutex mutex_;

@@ -41,8 +41,11 @@ struct Completion {
   std::string id;
   int64_t created = 0;
   std::vector<std::shared_ptr<Sequence>> sequences;
-  std::vector<size_t> sent;  // bytes of each sequence's text already streamed
-  std::vector<bool> closed;  // each sequence's last event sent
+  std::vector<std::string> prompts;  // each sequence's prompt text (echo)
+  bool echo = false, return_token_ids = false;
+  std::vector<size_t> sent;          // bytes of each sequence's text already streamed
+  std::vector<int64_t> sent_tokens;  // generated tokens of each sequence already streamed
+  std::vector<bool> closed;          // each sequence's last event sent
 
   void cancel(Engine& engine) {
     for (auto& sequence : sequences) sequence->cancelled = true;
@@ -66,9 +69,62 @@ struct Completion {
   }
 };
 
-Json choice(int64_t index, const std::string& text, const Json& finish_reason) {
-  return {
-      {"index", index}, {"text", text}, {"logprobs", nullptr}, {"finish_reason", finish_reason}};
+// One token as logprobs show it: its text, or "token_id:N" when the model has no tokenizer
+// (vLLM's spelling).
+std::string token_text(const Tokenizer* tokenizer, int64_t id) {
+  return tokenizer ? tokenizer->decode(&id, 1) : str("token_id:", id);
+}
+
+// OpenAI's logprobs object of the completions API for the tokens [first, last) of `sequence`
+// (prompt tokens count from 0; the first prompt token has no score).
+Json logprobs_object(const Sequence& sequence, int64_t first, int64_t last,
+                     const Tokenizer* tokenizer) {
+  Json tokens = Json::array(), token_logprobs = Json::array(), top = Json::array(),
+       offsets = Json::array();
+  size_t offset = 0;
+  for (int64_t i = first; i < last; ++i) {
+    const int64_t generated = i - sequence.prompt_tokens;
+    const TokenLogprob* score = generated >= 0 ? &sequence.generated_logprobs[generated]
+                                : i > 0        ? &sequence.prompt_logprobs[i - 1]
+                                               : nullptr;
+    const std::string text = token_text(tokenizer, sequence.tokens[i]);
+    tokens.push_back(text);
+    offsets.push_back(offset);
+    offset += text.size();
+    if (!score) {
+      token_logprobs.push_back(nullptr);
+      top.push_back(nullptr);
+      continue;
+    }
+    token_logprobs.push_back(score->logprob);
+    Json alternatives = Json::object();
+    for (const auto& [id, logprob] : score->top) alternatives[token_text(tokenizer, id)] = logprob;
+    top.push_back(std::move(alternatives));
+  }
+  return {{"tokens", tokens},
+          {"token_logprobs", token_logprobs},
+          {"top_logprobs", top},
+          {"text_offset", offsets}};
+}
+
+// Choice `index` for the tokens [first, last) of its sequence, whose text is `text`; `opening`:
+// the first (or only) time the choice is sent.
+Json choice(const Completion& completion, size_t index, const std::string& text, int64_t first,
+            int64_t last, bool opening, const Json& finish_reason, const Tokenizer* tokenizer) {
+  const Sequence& sequence = *completion.sequences[index];
+  Json out = {{"index", index}, {"text", text}, {"finish_reason", finish_reason}};
+  out["logprobs"] =
+      sequence.logprobs >= 0 ? logprobs_object(sequence, first, last, tokenizer) : Json(nullptr);
+  if (completion.return_token_ids) {
+    const int64_t from = std::max(first, sequence.prompt_tokens);
+    out["token_ids"] = std::vector<int64_t>(sequence.tokens.begin() + from,
+                                            sequence.tokens.begin() + std::max(from, last));
+    if (opening) {
+      out["prompt_token_ids"] = std::vector<int64_t>(
+          sequence.tokens.begin(), sequence.tokens.begin() + sequence.prompt_tokens);
+    }
+  }
+  return out;
 }
 
 // Status 499 (nginx's "client closed request"): the client that would read it has gone.
@@ -129,6 +185,8 @@ std::shared_ptr<Completion> make_completion(const CompletionRequest& request,
     sequence->tokens = request.prompt_ids[i];
     sequence->sampling = request.sampling;
     sequence->stop = request.stop;
+    sequence->logprobs = request.logprobs;
+    sequence->echo = request.echo;
     const uint64_t seed = request.seeded ? request.sampling.seed : std::random_device{}();
     sequence->generator = at::make_generator<at::CPUGeneratorImpl>(seed);
     sequence->arrival = now;
@@ -136,7 +194,11 @@ std::shared_ptr<Completion> make_completion(const CompletionRequest& request,
     sequence->client_gone = [connection] { return connection->closed(); };
     completion->sequences.push_back(std::move(sequence));
   }
+  completion->prompts = request.prompts;
+  completion->echo = request.echo;
+  completion->return_token_ids = request.return_token_ids;
   completion->sent.assign(completion->sequences.size(), 0);
+  completion->sent_tokens.assign(completion->sequences.size(), 0);
   completion->closed.assign(completion->sequences.size(), false);
   return completion;
 }
@@ -150,14 +212,18 @@ Json completion_object(const Completion& completion, const std::string& model, J
 }
 
 // The response of a finished request that does not stream (under the engine's lock).
-Json whole_body(const Completion& completion, const std::string& model, Verdict& verdict) {
+Json whole_body(const Completion& completion, const std::string& model, const Tokenizer* tokenizer,
+                Verdict& verdict) {
   Json choices = Json::array();
   int64_t prompt_tokens = 0, completion_tokens = 0;
   for (size_t i = 0; i < completion.sequences.size(); ++i) {
     const Sequence& sequence = *completion.sequences[i];
     verdict.see(sequence);
-    choices.push_back(
-        choice(static_cast<int64_t>(i), sequence.text, finish_reason_name(sequence.finish)));
+    const int64_t first = completion.echo ? 0 : sequence.prompt_tokens;
+    const std::string text = (completion.echo ? completion.prompts[i] : "") + sequence.text;
+    choices.push_back(choice(completion, i, text, first,
+                             static_cast<int64_t>(sequence.tokens.size()), true,
+                             finish_reason_name(sequence.finish), tokenizer));
     prompt_tokens += sequence.prompt_tokens;
     completion_tokens += sequence.completion_tokens;
   }
@@ -169,9 +235,11 @@ Json whole_body(const Completion& completion, const std::string& model, Verdict&
 }
 
 // The events of a streaming request since its last ones: one per sequence with new text or
-// its finish (under the engine's lock). all_closed: every sequence has sent its last event.
-std::string next_events(Completion& completion, const std::string& model, Verdict& verdict,
-                        bool& all_closed) {
+// its finish (under the engine's lock). The first event of a sequence carries the prompt (with
+// echo); each carries the logprobs of the tokens generated since the last. all_closed: every
+// sequence has sent its last event.
+std::string next_events(Completion& completion, const std::string& model,
+                        const Tokenizer* tokenizer, Verdict& verdict, bool& all_closed) {
   std::string events;
   all_closed = true;
   for (size_t i = 0; i < completion.sequences.size(); ++i) {
@@ -180,12 +248,21 @@ std::string next_events(Completion& completion, const std::string& model, Verdic
     const bool last = sequence.finish != FinishReason::none;
     verdict.see(sequence);
     if (sequence.streamable > completion.sent[i] || last) {
-      const std::string delta =
+      const bool opening = completion.sent[i] == 0 && completion.sent_tokens[i] == 0;
+      std::string delta =
           sequence.text.substr(completion.sent[i], sequence.streamable - completion.sent[i]);
+      int64_t first = sequence.prompt_tokens + completion.sent_tokens[i];
+      if (opening && completion.echo) {
+        delta = completion.prompts[i] + delta;
+        first = 0;
+      }
+      const int64_t end = sequence.prompt_tokens + sequence.completion_tokens;
       completion.sent[i] = sequence.streamable;
+      completion.sent_tokens[i] = sequence.completion_tokens;
       completion.closed[i] = last;
       const Json reason = last ? Json(finish_reason_name(sequence.finish)) : Json(nullptr);
-      const Json choices = Json::array({choice(static_cast<int64_t>(i), delta, reason)});
+      const Json choices =
+          Json::array({choice(completion, i, delta, first, end, opening, reason, tokenizer)});
       events += "data: " + dump(completion_object(completion, model, choices)) + "\n\n";
     }
     all_closed = all_closed && completion.closed[i];
@@ -195,13 +272,8 @@ std::string next_events(Completion& completion, const std::string& model, Verdic
 
 }  // namespace
 
-HttpFront::HttpFront(const ServeConfig& config, std::string model_name, int64_t seq_len,
-                     const Tokenizer& tokenizer)
-    : config_(config),
-      model_name_(std::move(model_name)),
-      seq_len_(seq_len),
-      tokenizer_(tokenizer),
-      server_(std::make_unique<httplib::Server>()) {
+HttpFront::HttpFront(const ServeConfig& config, ServedModel model)
+    : config_(config), model_(std::move(model)), server_(std::make_unique<httplib::Server>()) {
   // A thread per request that can be waiting or running at once.
   const auto threads = static_cast<size_t>(config_.max_queue + config_.max_batch_tokens);
   server_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
@@ -227,7 +299,7 @@ HttpFront::HttpFront(const ServeConfig& config, std::string model_name, int64_t 
   server_->Get("/v1/models", [this](const httplib::Request&, httplib::Response& response) {
     send_json(response, 200,
               {{"object", "list"},
-               {"data", Json::array({{{"id", model_name_},
+               {"data", Json::array({{{"id", model_.name},
                                       {"object", "model"},
                                       {"created", 0},
                                       {"owned_by", "strata"}}})}});
@@ -322,7 +394,7 @@ void HttpFront::completions(const httplib::Request& http_request, httplib::Respo
   if (!engine) return fail(ApiError(503, "server_error", "the model is loading; try again soon"));
   CompletionRequest request;
   try {
-    request = parse_completion_request(http_request.body, model_name_, seq_len_, tokenizer_);
+    request = parse_completion_request(http_request.body, model_);
   } catch (const ApiError& error) {
     return fail(error);
   }
@@ -341,7 +413,8 @@ void HttpFront::completions(const httplib::Request& http_request, httplib::Respo
     engine->wait_until([&] { return completion->finished(); });
     Json body;
     Verdict verdict;
-    engine->with_lock([&] { body = whole_body(*completion, model_name_, verdict); });
+    engine->with_lock(
+        [&] { body = whole_body(*completion, model_.name, model_.tokenizer, verdict); });
     if (verdict.failed()) return fail(verdict.error(config_.request_timeout_s));
     count(200);
     send_json(response, 200, body);
@@ -354,13 +427,14 @@ void HttpFront::completions(const httplib::Request& http_request, httplib::Respo
   response.set_header("Cache-Control", "no-cache");
   response.set_chunked_content_provider(
       "text/event-stream",
-      [engine, completion, model = model_name_, timeout_s = config_.request_timeout_s](
-          size_t, httplib::DataSink& sink) {
+      [engine, completion, model = model_.name, tokenizer = model_.tokenizer,
+       timeout_s = config_.request_timeout_s](size_t, httplib::DataSink& sink) {
         engine->wait_until([&] { return completion->has_news(); });
         bool all_closed = true;
         Verdict verdict;
         std::string events;
-        engine->with_lock([&] { events = next_events(*completion, model, verdict, all_closed); });
+        engine->with_lock(
+            [&] { events = next_events(*completion, model, tokenizer, verdict, all_closed); });
         if (verdict.failed()) {
           events = "data: " + dump(error_body(verdict.error(timeout_s))) + "\n\n";
           all_closed = true;

@@ -13,6 +13,7 @@
 
 #include "strata/core/config.h"
 #include "strata/data/tokenizer.h"
+#include "strata/serve/completion_request.h"
 #include "strata/serve/engine.h"
 
 namespace httplib {
@@ -25,9 +26,8 @@ namespace strata {
 
 class HttpFront {
  public:
-  // model_name: the id of /v1/models and the only `model` requests may name.
-  HttpFront(const ServeConfig& config, std::string model_name, int64_t seq_len,
-            const Tokenizer& tokenizer);
+  // model.name: the id of /v1/models and the only `model` requests may name.
+  HttpFront(const ServeConfig& config, ServedModel model);
   ~HttpFront();
 
   // Binds config.host:config.port (port 0: any free one) and starts answering. Returns the
@@ -45,9 +45,7 @@ class HttpFront {
   void count(int status);
 
   ServeConfig config_;
-  std::string model_name_;
-  int64_t seq_len_;
-  const Tokenizer& tokenizer_;
+  ServedModel model_;
   std::unique_ptr<httplib::Server> server_;
   std::thread listener_;
   std::atomic<bool> listener_done_{false};  // listen_after_bind() returned

@@ -26,6 +26,8 @@ struct Sequence {
   std::vector<int64_t> tokens;  // the prompt, then every generated token
   SamplingOptions sampling;     // max_new_tokens is the request's max_tokens
   std::vector<std::string> stop;
+  int64_t logprobs = -1;  // alternatives to score per token; -1: no logprobs
+  bool echo = false;      // score the prompt too (with logprobs >= 0)
   at::Generator generator;
   ServeClock::time_point arrival, deadline;
 
@@ -39,6 +41,9 @@ struct Sequence {
   size_t streamable = 0;  // leading bytes of `text` that are final (safe to stream)
   int64_t completion_tokens = 0;
   FinishReason finish = FinishReason::none;
+  // With logprobs: prompt_logprobs[i] scores prompt token i + 1 (with echo; filled while the
+  // prompt is computed), generated_logprobs[i] generated token i.
+  std::vector<TokenLogprob> prompt_logprobs, generated_logprobs;
 
   std::atomic<bool> cancelled{false};  // set by the HTTP side: the client went away
   // Set before the sequence is submitted (may be empty): the engine asks it before every step
@@ -46,6 +51,11 @@ struct Sequence {
   std::function<bool()> client_gone;
 
   int64_t generated() const { return static_cast<int64_t>(tokens.size()) - prompt_tokens; }
+  // Whether the logits of every prompt row are still wanted (to score the prompt).
+  bool scores_prompt() const {
+    return echo && logprobs >= 0 &&
+           static_cast<int64_t>(prompt_logprobs.size()) < prompt_tokens - 1;
+  }
 };
 
 }  // namespace strata

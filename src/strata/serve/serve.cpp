@@ -49,11 +49,13 @@ StageSpec serving_stage(const Config& validated, const MeshCoords& coords) {
 }
 
 ServeSession::ServeSession(Mesh& mesh, const Config& config, const std::string& model_name,
-                           const Tokenizer& tokenizer, const StageLoader& load,
+                           const Tokenizer* tokenizer, const StageLoader& load,
                            const std::function<void(int port)>& on_listening)
     : mesh_(mesh) {
   if (mesh_.rank() == 0) {
-    front_ = std::make_unique<HttpFront>(config.serve, model_name, config.model.seq_len, tokenizer);
+    front_ = std::make_unique<HttpFront>(
+        config.serve,
+        ServedModel{model_name, config.model.seq_len, config.model.vocab_size, tokenizer});
     port_ = front_->start();
     if (on_listening) on_listening(port_);
   }

@@ -33,8 +33,9 @@ class ServeSession {
   // (GET /health answers 503 while loading) and calls on_listening(port); then every rank
   // loads its stage and the pool is sized by serve.kv_cache_mb on the tightest rank (UserError
   // if one sequence of model.seq_len tokens does not fit).
+  // tokenizer: nullptr for a model without tokenizer files (prompts are then token ids).
   ServeSession(Mesh& mesh, const Config& config, const std::string& model_name,
-               const Tokenizer& tokenizer, const StageLoader& load,
+               const Tokenizer* tokenizer, const StageLoader& load,
                const std::function<void(int port)>& on_listening = nullptr);
   ~ServeSession();
 

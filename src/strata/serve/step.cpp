@@ -14,6 +14,7 @@ StepPlan plan_of(const std::vector<StepEntry>& entries) {
     planned.rows = entry.rows;
     planned.context = sequence.computed + entry.rows;
     planned.sample = planned.context == static_cast<int64_t>(sequence.tokens.size());
+    planned.all_rows = sequence.scores_prompt();
     planned.blocks.assign(sequence.blocks.begin(),
                           sequence.blocks.begin() + blocks_for(planned.context));
     for (int64_t position = sequence.computed; position < planned.context; ++position) {
@@ -27,7 +28,8 @@ StepPlan plan_of(const std::vector<StepEntry>& entries) {
 
 namespace {
 
-// [stop, N, S, tokens (N), positions (N), then per sequence: rows, context, sample, blocks...]
+// [stop, N, S, tokens (N), positions (N), then per sequence: rows, context, flags (1: sample,
+// 2: all rows), blocks...]
 std::vector<int64_t> pack_plan(const StepPlan& plan) {
   std::vector<int64_t> out = {plan.stop ? 1 : 0, static_cast<int64_t>(plan.tokens.size()),
                               static_cast<int64_t>(plan.sequences.size())};
@@ -36,7 +38,7 @@ std::vector<int64_t> pack_plan(const StepPlan& plan) {
   for (const StepPlan::Sequence& sequence : plan.sequences) {
     out.push_back(sequence.rows);
     out.push_back(sequence.context);
-    out.push_back(sequence.sample ? 1 : 0);
+    out.push_back((sequence.sample ? 1 : 0) | (sequence.all_rows ? 2 : 0));
     out.insert(out.end(), sequence.blocks.begin(), sequence.blocks.end());
   }
   return out;
@@ -57,7 +59,9 @@ StepPlan unpack_plan(const int64_t* data, int64_t size) {
     StepPlan::Sequence sequence;
     sequence.rows = next();
     sequence.context = next();
-    sequence.sample = next() != 0;
+    const int64_t flags = next();
+    sequence.sample = (flags & 1) != 0;
+    sequence.all_rows = (flags & 2) != 0;
     for (int64_t b = 0; b < blocks_for(sequence.context); ++b) sequence.blocks.push_back(next());
     plan.sequences.push_back(std::move(sequence));
   }
@@ -115,7 +119,7 @@ at::Tensor ServedStage::run(const StepPlan& plan) {
   PagedBatch batch;
   batch.cache = &cache_;
   batch.positions = at::tensor(plan.positions, at::kLong);
-  std::vector<int64_t> sample_rows;
+  std::vector<int64_t> logit_rows;
   std::vector<at::Tensor> write_slots;
   int64_t row = 0;
   for (const StepPlan::Sequence& sequence : plan.sequences) {
@@ -126,8 +130,12 @@ at::Tensor ServedStage::run(const StepPlan& plan) {
     write_slots.push_back(
         paged.context_slots.narrow(0, sequence.context - sequence.rows, sequence.rows));
     batch.sequences.push_back(std::move(paged));
+    if (sequence.all_rows) {
+      for (int64_t r = row; r < row + sequence.rows; ++r) logit_rows.push_back(r);
+    } else if (sequence.sample) {
+      logit_rows.push_back(row + sequence.rows - 1);
+    }
     row += sequence.rows;
-    if (sequence.sample) sample_rows.push_back(row - 1);
   }
   STRATA_CHECK(row == N, "step plan rows ", row, " != tokens ", N);
   batch.write_slots = at::cat(write_slots);
@@ -142,7 +150,7 @@ at::Tensor ServedStage::run(const StepPlan& plan) {
     input = at::empty({1, N, model_->config().d_model}, at::TensorOptions(model_->dtype()));
     pp.recv(input, pp.rank() - 1);
   }
-  at::Tensor rows = at::tensor(sample_rows, at::kLong);
+  at::Tensor rows = at::tensor(logit_rows, at::kLong);
   at::Tensor output = model_->forward_paged(input, batch, rows);
   if (!last) {
     pp.send(output.contiguous(), pp.rank() + 1);
@@ -153,7 +161,7 @@ at::Tensor ServedStage::run(const StepPlan& plan) {
     if (last) {
       pp.send(output.contiguous(), 0);
     } else if (first) {
-      output = at::empty({static_cast<int64_t>(sample_rows.size()), model_->config().vocab_size},
+      output = at::empty({static_cast<int64_t>(logit_rows.size()), model_->config().vocab_size},
                          at::TensorOptions(model_->dtype()));
       pp.recv(output, pp.size() - 1);
     }

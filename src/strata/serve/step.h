@@ -19,6 +19,7 @@ struct StepPlan {
     int64_t rows = 0;             // new tokens this step
     int64_t context = 0;          // positions after this step (cached + new)
     bool sample = false;          // its last new token is its last token: sample the next one
+    bool all_rows = false;        // return the logits of every new row (to score the prompt)
     std::vector<int64_t> blocks;  // its block table, blocks_for(context) entries
   };
   bool stop = false;               // no step: every rank leaves the serving loop
@@ -41,8 +42,9 @@ class ServedStage {
   ServedStage(std::unique_ptr<GPT> model, Mesh& mesh, int64_t num_blocks);
 
   // The step's forward on this rank: the first stage embeds the tokens, each stage sends its
-  // output to the next, the last stage's logits of the sampled rows return to world rank 0.
-  // Returns those logits (samples, V) float on world rank 0, an undefined tensor elsewhere.
+  // output to the next, the last stage's logits of the sampled rows (and of every row of the
+  // sequences marked all_rows) return to world rank 0. Returns those logits (rows, V) float,
+  // sequence after sequence, on world rank 0, an undefined tensor elsewhere.
   at::Tensor run(const StepPlan& plan);
 
   GPT& model() { return *model_; }
