@@ -311,7 +311,8 @@ def llama_family_tensors(config, variants, maker):
     return tensors
 
 
-def make_model(arch, out_dir, seed=0, dtype=torch.float32, shards=1, variants=()):
+def make_model(arch, out_dir, seed=0, dtype=torch.float32, shards=1, variants=(), overrides=None):
+    """overrides: config.json fields set before the tensors are drawn (sizes for benchmarks)."""
     variants = set(variants)
     unknown = variants - VARIANTS[arch]
     if unknown:
@@ -319,9 +320,11 @@ def make_model(arch, out_dir, seed=0, dtype=torch.float32, shards=1, variants=()
     maker = WeightMaker(seed, dtype)
     if arch == "gpt2":
         config = gpt2_config(dtype)
+        config.update(overrides or {})
         tensors = gpt2_tensors(config, variants, maker)
     else:
         config = llama_family_config(arch, variants, dtype)
+        config.update(overrides or {})
         tensors = llama_family_tensors(config, variants, maker)
     if "unknown-arch" in variants:
         config.update({"architectures": ["FooForCausalLM"], "model_type": "foo"})
@@ -581,8 +584,22 @@ def parse_ids(text):
     return torch.tensor(rows, dtype=torch.int64)
 
 
+def parse_overrides(items):
+    overrides = {}
+    for item in items:
+        field, sep, value = item.partition("=")
+        if not sep or not field:
+            raise ValueError(f"--set {item!r}: write FIELD=JSON, e.g. --set hidden_size=1536")
+        try:
+            overrides[field] = json.loads(value)
+        except json.JSONDecodeError as error:
+            raise ValueError(f"--set {item!r}: the value is not JSON ({error})")
+    return overrides
+
+
 def command_make(args):
-    make_model(args.arch, args.out, args.seed, DTYPES_BY_NAME[args.dtype], args.shards, args.variant)
+    make_model(args.arch, args.out, args.seed, DTYPES_BY_NAME[args.dtype], args.shards, args.variant,
+               parse_overrides(args.set))
 
 
 def command_logits(args):
@@ -824,6 +841,8 @@ def main(argv):
     make.add_argument("--dtype", choices=sorted(DTYPES_BY_NAME), default="f32")
     make.add_argument("--shards", type=int, default=1)
     make.add_argument("--variant", action="append", default=[])
+    make.add_argument("--set", action="append", default=[], metavar="FIELD=JSON",
+                      help="set a config.json field before drawing the tensors, e.g. hidden_size=1536")
     logits = commands.add_parser("logits", help="the reference logits of token ids")
     logits.add_argument("--model", required=True)
     logits.add_argument("--ids", required=True)
