@@ -12,6 +12,8 @@ packages=(
   libcpp-httplib-dev                  # strata serve's HTTP server (and the tests' client)
   libgtest-dev googletest
   fortunes                            # the demo's English text corpus
+  libpcre2-dev                        # the tokenizers' split patterns (Unicode regexes, JIT)
+  libsentencepiece-dev sentencepiece  # SentencePiece tokenizers; spm_train/spm_encode in tests
   python3 python3-torch               # the PyTorch peer in bench/, tests/support/hf_models.py
 )
 

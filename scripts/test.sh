@@ -6,6 +6,7 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
 bash scripts/install-deps.sh
+bash scripts/npm-test-data.sh  # the tokenizer tests' reference data and encoders
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export STRATA_CACHE_DIR="${STRATA_CACHE_DIR:-$root/build/cache}"
 

@@ -59,7 +59,8 @@ TEST(MakeTokenizer, BuildsTheByteTokenizer) {
 
 TEST(MakeTokenizer, RefusesUnknownNamesListingTheAllowedOnes) {
   EXPECT_EQ(testing::user_error([] { make_tokenizer("bpe"); }),
-            "data.tokenizer = \"bpe\" is not available; allowed: byte");
+            "data.tokenizer = \"bpe\" is not available; allowed: byte, or a directory holding "
+            "tokenizer.json, vocab.json + merges.txt or tokenizer.model");
   expect_user_error([] { make_tokenizer(""); }, {"data.tokenizer = \"\"", "allowed: byte"});
 }
 

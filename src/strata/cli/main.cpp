@@ -21,6 +21,7 @@
 #include "strata/cli/plan.h"
 #include "strata/cli/simulate.h"
 #include "strata/cli/supervisor.h"
+#include "strata/cli/tokenize.h"
 #include "strata/core/config.h"
 #include "strata/core/error.h"
 #include "strata/data/prepare.h"
@@ -349,6 +350,7 @@ int main(int argc, char** argv) {
   add_simulate_command(app);
   add_plan_command(app);
   add_env_command(app);
+  add_tokenize_command(app);
 
   CLI11_PARSE(app, argc, argv);
   // The command line to re-execute under mpirun, with this binary's absolute path.
