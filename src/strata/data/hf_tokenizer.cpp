@@ -11,6 +11,9 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include <unicode/bytestream.h>
+#include <unicode/normalizer2.h>
+
 #include "strata/core/error.h"
 #include "strata/data/utf8.h"
 
@@ -116,17 +119,20 @@ void append_pre_tokenizer(const Json& node, const std::string& where,
   }
 }
 
-void check_normalizer(const Json& node, const std::string& where) {
-  if (node.is_null()) return;
+// Whether the normalizer is NFC (Qwen2's); none is fine too, anything else is refused.
+bool reads_nfc(const Json& node, const std::string& where) {
+  if (node.is_null()) return false;
   std::string type = string_or(node, "type", where, "");
+  if (type == "NFC") return true;
   if (type == "Sequence") {
+    bool nfc = false;
     const Json& list = node.value("normalizers", Json::array());
     for (size_t i = 0; i < list.size(); ++i) {
-      check_normalizer(list[i], str(where, ".normalizers[", i, "]"));
+      nfc = reads_nfc(list[i], str(where, ".normalizers[", i, "]")) || nfc;
     }
-    return;
+    return nfc;
   }
-  refuse(where, type, "no normalizer: null or an empty Sequence");
+  refuse(where, type, "NFC, a Sequence of it, or null");
 }
 
 void check_decoder(const Json& node, const std::string& where) {
@@ -262,7 +268,7 @@ Json read_tokenizer_config(const std::string& config_path) {
 
 std::unique_ptr<Tokenizer> build_tokenizer(const std::string& name, BytePairModel model,
                                            PreTokenizer pre_tokenizer,
-                                           std::vector<AddedToken> added,
+                                           std::vector<AddedToken> added, bool nfc,
                                            const std::string& config_path) {
   Json config = read_tokenizer_config(config_path);
   auto end_of_text = special_token(config, "eos_token", config_path,
@@ -270,7 +276,32 @@ std::unique_ptr<Tokenizer> build_tokenizer(const std::string& name, BytePairMode
   auto begin_of_text =
       special_token(config, "bos_token", config_path, {"<|begin_of_text|>", "<s>"}, model, added);
   return std::make_unique<ByteLevelBpeTokenizer>(name, std::move(model), std::move(pre_tokenizer),
-                                                 std::move(added), end_of_text, begin_of_text);
+                                                 std::move(added), nfc, end_of_text, begin_of_text);
+}
+
+const icu::Normalizer2& nfc_normalizer() {
+  UErrorCode status = U_ZERO_ERROR;
+  const icu::Normalizer2* normalizer = icu::Normalizer2::getNFCInstance(status);
+  STRATA_CHECK(U_SUCCESS(status), "ICU has no NFC data: ", u_errorName(status));
+  return *normalizer;
+}
+
+// Most text is in NFC already: the check is a quick scan, and only other text is rewritten.
+bool is_nfc(std::string_view text) {
+  UErrorCode status = U_ZERO_ERROR;
+  bool normalized = nfc_normalizer().isNormalizedUTF8(
+      icu::StringPiece(text.data(), static_cast<int32_t>(text.size())), status);
+  return U_SUCCESS(status) && normalized;
+}
+
+std::string to_nfc(std::string_view text) {
+  std::string normalized;
+  icu::StringByteSink<std::string> sink(&normalized);
+  UErrorCode status = U_ZERO_ERROR;
+  nfc_normalizer().normalizeUTF8(
+      0, icu::StringPiece(text.data(), static_cast<int32_t>(text.size())), sink, nullptr, status);
+  STRATA_CHECK(U_SUCCESS(status), "ICU failed to normalize valid UTF-8: ", u_errorName(status));
+  return normalized;
 }
 
 bool is_ascii_space(char c) {
@@ -290,13 +321,14 @@ std::string read_tokenizer_file(const std::string& path) {
 
 ByteLevelBpeTokenizer::ByteLevelBpeTokenizer(std::string name, BytePairModel model,
                                              PreTokenizer pre_tokenizer,
-                                             std::vector<AddedToken> added_tokens,
+                                             std::vector<AddedToken> added_tokens, bool nfc,
                                              std::optional<int32_t> end_of_text,
                                              std::optional<int32_t> begin_of_text)
     : name_(std::move(name)),
       model_(std::move(model)),
       pre_tokenizer_(std::move(pre_tokenizer)),
       added_tokens_(std::move(added_tokens)),
+      nfc_(nfc),
       end_of_text_(end_of_text),
       begin_of_text_(begin_of_text) {
   std::stable_sort(
@@ -335,6 +367,7 @@ int ByteLevelBpeTokenizer::find_added_token(std::string_view text, size_t from, 
 void ByteLevelBpeTokenizer::encode_text(std::string_view text, std::vector<int32_t>& ids) const {
   thread_local std::vector<std::string_view> pieces;
   std::deque<std::string> storage;
+  if (nfc_ && !is_nfc(text)) text = storage.emplace_back(to_nfc(text));
   pre_tokenizer_.split(text, pieces, storage);
   for (std::string_view piece : pieces) model_.encode_piece(piece, ids);
 }
@@ -377,7 +410,7 @@ std::unique_ptr<Tokenizer> load_tokenizer_json(const std::string& name, const st
   STRATA_REQUIRE(root.is_object(), path, " must hold a JSON object");
   auto where = [&](const std::string& key) { return str(path, ": ", key); };
 
-  check_normalizer(root.value("normalizer", Json()), where("normalizer"));
+  bool nfc = reads_nfc(root.value("normalizer", Json()), where("normalizer"));
   check_decoder(root.value("decoder", Json()), where("decoder"));
   std::vector<PreTokenizerStep> steps;
   append_pre_tokenizer(root.value("pre_tokenizer", Json()), where("pre_tokenizer"), steps);
@@ -405,7 +438,7 @@ std::unique_ptr<Tokenizer> load_tokenizer_json(const std::string& name, const st
   BytePairModel bpe(std::move(tokens), merges, ignore_merges, path);
   auto added = read_added_tokens(root.value("added_tokens", Json()), where("added_tokens"));
   return build_tokenizer(name, std::move(bpe), PreTokenizer(std::move(steps)), std::move(added),
-                         config_path);
+                         nfc, config_path);
 }
 
 std::unique_ptr<Tokenizer> load_vocab_and_merges(const std::string& name,
@@ -427,7 +460,7 @@ std::unique_ptr<Tokenizer> load_vocab_and_merges(const std::string& name,
   if (auto id = bpe.find("<|endoftext|>")) added.push_back({"<|endoftext|>", *id, true});
   PreTokenizerStep split;
   split.pattern = std::make_shared<RegexPattern>(kGpt2SplitPattern, "GPT-2's split pattern");
-  return build_tokenizer(name, std::move(bpe), PreTokenizer({split}), std::move(added),
+  return build_tokenizer(name, std::move(bpe), PreTokenizer({split}), std::move(added), false,
                          config_path);
 }
 

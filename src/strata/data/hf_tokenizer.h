@@ -3,8 +3,9 @@
 // tokens first (special tokens such as <|endoftext|> are never split), pre-tokenizes the text
 // between them and encodes each piece with the merge list; decoding concatenates the tokens'
 // bytes and repairs invalid UTF-8 with U+FFFD, as Hugging Face's ByteLevel decoder does.
-// Post-processors (a BOS prepended by a template) are not applied: encode() returns the text's
-// tokens only, and begin_of_text_id() names the BOS for callers that want it.
+// An NFC normalizer (ICU) is applied; others are refused. Post-processors (a BOS prepended by a
+// template) are not applied: encode() returns the text's tokens only, and begin_of_text_id() names
+// the BOS for callers that want it.
 #pragma once
 #include <array>
 #include <optional>
@@ -28,8 +29,8 @@ struct AddedToken {
 class ByteLevelBpeTokenizer final : public Tokenizer {
  public:
   ByteLevelBpeTokenizer(std::string name, BytePairModel model, PreTokenizer pre_tokenizer,
-                        std::vector<AddedToken> added_tokens, std::optional<int32_t> end_of_text,
-                        std::optional<int32_t> begin_of_text);
+                        std::vector<AddedToken> added_tokens, bool nfc,
+                        std::optional<int32_t> end_of_text, std::optional<int32_t> begin_of_text);
 
   std::string name() const override { return name_; }
   int64_t vocab_size() const override { return static_cast<int64_t>(decoded_.size()); }
@@ -50,6 +51,7 @@ class ByteLevelBpeTokenizer final : public Tokenizer {
   PreTokenizer pre_tokenizer_;
   std::vector<AddedToken> added_tokens_;  // longest first
   std::array<bool, 256> starts_added_token_{};
+  bool nfc_;  // the text between added tokens is normalized to NFC first (Qwen2)
   std::vector<std::string> decoded_;  // the bytes of each id; empty: no token
   std::optional<int32_t> end_of_text_, begin_of_text_;
 };
