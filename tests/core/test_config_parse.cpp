@@ -243,7 +243,7 @@ Config unusual_config() {
   config.train.recompute_layers = 3;
   config.train.threads = 17;
   config.data = {DataSource::shards, "dir with \"quotes\"\\back\tslash\nline\x01 caf\xc3\xa9",
-                 "bpe", 0.25};
+                 "bpe", 0.25, true};
   config.checkpoint = {"ckpt", 18, "none", 0, true};
   config.fault = {0, 2.5, 600.0};
   config.log = {"", true, ProgressDisplay::lines, 19};
@@ -318,7 +318,7 @@ TEST(ConfigParse, ToTomlPrintsEverySectionAndKeyInOrder) {
   EXPECT_CONTAINS(text, "\ndir = \"\"\n");
   const std::vector<std::string> keys = config_keys();
   EXPECT_CONTAINS(text, "[model.moe]\nnum_experts = 0\n");
-  EXPECT_EQ(keys.size(), 82u);
+  EXPECT_EQ(keys.size(), 83u);
   EXPECT_EQ(keys.front(), "model.vocab_size");
   EXPECT_EQ(keys.back(), "serve.threads");
   EXPECT_CONTAINS(text, "[serve]\nhost = \"127.0.0.1\"\nport = 8000\n");

@@ -368,6 +368,10 @@ TEST(ConfigValidate, RulesBetweenSections) {
                   "> 0");
   EXPECT_CONTAINS(validate_error({"checkpoint.every=10"}),
                   "checkpoint.every (10) needs checkpoint.dir");
+  EXPECT_CONTAINS(validate_error({"data.document_mask=true", "data.source=synthetic"}),
+                  "data.document_mask needs document boundaries, but data.source = "
+                  "\"synthetic\" has none");
+  validate_config(with({"data.document_mask=true", "data.source=corpus"}), 1);
   Config seed_too_large = Config{};
   seed_too_large.train.seed = ~uint64_t{0};
   EXPECT_CONTAINS(user_error([&] { validate_config(seed_too_large, 1); }),

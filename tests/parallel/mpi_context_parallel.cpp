@@ -2,8 +2,9 @@
 // exchange (ring, all-gather, all-to-all) gives every rank its tokens' rows of the output and
 // of dq, dk, dv of attention over the whole sequence on one rank, for grouped-query ratios
 // 1, 2, 4 and H (one kv head), chunks that are not a multiple of the kernel's tiles, float64
-// and float32; the bytes each exchange sends equal the formulas of docs/parallelism.md; and
-// the chunk assignment balances the causal work.
+// and float32; with packed documents each exchange equals masked whole-sequence attention and
+// the ring skips the blocks that share no document; the bytes each exchange sends equal the
+// formulas of docs/parallelism.md; and the chunk assignment balances the causal work.
 #include <gtest/gtest.h>
 
 #include <ATen/CPUGeneratorImpl.h>
@@ -84,6 +85,89 @@ TEST(ContextParallel, EveryExchangeEqualsWholeSequenceAttention) {
       }
     }
   }
+}
+
+// Document ids (B, T) of two packed rows: the first cut into documents of a cycle of lengths
+// (one of a single token), the second into two halves; each id is the offset where the
+// token's document begins.
+at::Tensor packed_documents(int64_t T) {
+  const int64_t cycle[] = {40, 30, 45, 33, 1, 17};
+  std::vector<int64_t> first, second;
+  for (int64_t start = 0, i = 0; start < T; start += cycle[i++ % 6]) {
+    for (int64_t t = start; t < std::min(T, start + cycle[i % 6]); ++t) first.push_back(start);
+  }
+  for (int64_t t = 0; t < T; ++t) second.push_back(t < T / 2 ? 0 : T / 2);
+  return at::stack({at::tensor(first, at::kLong), at::tensor(second, at::kLong)});
+}
+
+// The (query chunk, key chunk) blocks the ring visits on this rank's queries (the key chunk
+// no later) in which no query sees a key of its document, from the dense mask.
+int64_t blocks_sharing_no_document(const at::Tensor& documents, int64_t c, const Comm& cp) {
+  const int64_t n = cp.size();
+  int64_t count = 0;
+  for (int64_t query_chunk : context_chunks(cp.rank(), n)) {
+    for (int64_t key_chunk = 0; key_chunk <= query_chunk; ++key_chunk) {
+      const at::Tensor queries = documents.narrow(1, query_chunk * c, c).unsqueeze(2);
+      const at::Tensor keys = documents.narrow(1, key_chunk * c, c).unsqueeze(1);
+      at::Tensor same = queries == keys;                 // (B, c, c)
+      if (key_chunk == query_chunk) same = same.tril();  // a key no later than its query
+      if (!same.any().item<bool>()) ++count;
+    }
+  }
+  return count;
+}
+
+// Packed documents: every exchange equals whole-sequence attention masked to each document
+// (the kernel's own mask, checked against dense attention in tests/kernels), forward and
+// backward; the ring skips exactly the blocks that share no document.
+TEST(ContextParallel, DocumentMaskEqualsWholeSequenceAndRingSkipsBlocks) {
+  Comm cp = Comm::world(120);
+  const int64_t n = cp.size(), H = 4 * n, K = 2 * n, c = 37, T = 2 * n * c, D = 8;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(D));
+  const at::Tensor documents = packed_documents(T);
+  for (at::ScalarType dtype : {at::kDouble, at::kFloat}) {
+    const double tolerance = dtype == at::kDouble ? 1e-10 : 1e-5;
+    const at::Tensor q = shared_randn({2, H, T, D}, 1, dtype);
+    const at::Tensor k = shared_randn({2, K, T, D}, 2, dtype);
+    const at::Tensor v = shared_randn({2, K, T, D}, 3, dtype);
+    const at::Tensor dout = shared_randn({2, H, T, D}, 4, dtype);
+    Result whole;
+    {
+      at::Tensor ql = q.clone().set_requires_grad(true), kl = k.clone().set_requires_grad(true),
+                 vl = v.clone().set_requires_grad(true);
+      at::Tensor out = blockwise_attention(ql, kl, vl, scale, {}, {documents, documents});
+      out.backward(dout);
+      whole = {out.detach(), ql.grad(), kl.grad(), vl.grad()};
+    }
+    const at::Tensor my_documents = context_shard(documents, cp.rank(), n, 1);
+    for (ContextParallelComm exchange : kExchanges) {
+      const std::string what = std::string(name_of(exchange)) + " cp " + std::to_string(n) + " " +
+                               std::string(c10::toString(dtype));
+      int64_t skipped = 0;
+      at::Tensor ql = shard_tokens(q, cp).set_requires_grad(true),
+                 kl = shard_tokens(k, cp).set_requires_grad(true),
+                 vl = shard_tokens(v, cp).set_requires_grad(true);
+      at::Tensor out = context_parallel_attention(
+          ql, kl, vl, scale, ContextParallel{&cp, exchange, nullptr, &skipped}, my_documents);
+      out.backward(shard_tokens(dout, cp));
+      const Result mine{out.detach(), ql.grad(), kl.grad(), vl.grad()};
+      const std::pair<const char*, at::Tensor Result::*> parts[] = {
+          {"out", &Result::out}, {"dq", &Result::dq}, {"dk", &Result::dk}, {"dv", &Result::dv}};
+      for (const auto& [name, part] : parts) {
+        EXPECT_EQ(testing::compare_tensors(mine.*part, shard_tokens(whole.*part, cp), tolerance,
+                                           tolerance),
+                  "")
+            << what << " " << name;
+      }
+      const int64_t expected =
+          exchange == ContextParallelComm::ring ? blocks_sharing_no_document(documents, c, cp) : 0;
+      EXPECT_EQ(skipped, expected) << what;
+    }
+  }
+  // The documents do leave blocks to skip somewhere in the ring.
+  at::Tensor blocks = at::tensor({blocks_sharing_no_document(documents, c, cp)}, at::kLong);
+  cp.all_reduce(blocks, ReduceOp::Sum);
+  EXPECT_GT(blocks.item<int64_t>(), 0);
 }
 
 // Bytes one rank sends for one layer's forward and backward (docs/parallelism.md), with

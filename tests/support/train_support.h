@@ -12,13 +12,15 @@
 namespace strata::testing {
 
 // Trains `config` on the ranks of `world` (validated for world.size() ranks, so dp = -1 takes
-// the remaining ranks). `inspect`, if given, sees the trainer after the run; `prepare` before.
+// the remaining ranks). `inspect`, if given, sees the trainer after the run; `prepare` before;
+// `dataset`, if given, replaces the tokens config.data names.
 inline TrainResult train_on(Comm& world, Config config,
                             const std::function<void(const Trainer&)>& inspect = nullptr,
-                            const std::function<void(Trainer&)>& prepare = nullptr) {
+                            const std::function<void(Trainer&)>& prepare = nullptr,
+                            std::shared_ptr<TokenDataset> dataset = nullptr) {
   config = validate_config(config, world.size());
   Mesh mesh(world, mesh_shape_of(config.parallel));
-  Trainer trainer(config, mesh);
+  Trainer trainer(config, mesh, std::move(dataset));
   if (prepare) prepare(trainer);
   TrainResult result = trainer.run();
   if (inspect) inspect(trainer);

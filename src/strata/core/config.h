@@ -113,6 +113,9 @@ struct DataConfig {
   std::string path;  // corpus: text file(s) dir or file; shards: shard dir
   std::string tokenizer = "byte";
   double eval_fraction = 0.05;  // held-out share of the tokens for evaluation
+  // Rows are packed from consecutive documents; with the mask a token attends only to its own
+  // document and positions restart at each document start (docs/data.md).
+  bool document_mask = false;
 };
 
 struct CheckpointConfig {

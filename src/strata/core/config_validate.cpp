@@ -143,6 +143,11 @@ void check_data(const Config& config, Problems& problems) {
   }
   if (data.tokenizer.empty()) problems.push_back("data.tokenizer must not be empty");
   require_fraction(problems, "data.eval_fraction", data.eval_fraction);
+  if (data.document_mask && data.source == DataSource::synthetic) {
+    problems.push_back(
+        "data.document_mask needs document boundaries, but data.source = \"synthetic\" has "
+        "none; use data.source = \"corpus\" or \"shards\", or set data.document_mask = false");
+  }
   if (config.train.eval_every > 0 && !(data.eval_fraction > 0)) {
     problems.push_back(str("train.eval_every (", config.train.eval_every,
                            ") needs held-out tokens: data.eval_fraction (",

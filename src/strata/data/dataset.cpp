@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <functional>
 
 #include "strata/core/error.h"
 #include "strata/data/corpus_cache.h"
@@ -58,13 +59,20 @@ std::shared_ptr<TokenDataset> TokenDataset::open(const DataConfig& data, const M
                                                  uint64_t seed) {
   std::string origin;
   std::vector<int32_t> tokens;
+  std::vector<int64_t> document_starts;
   switch (data.source) {
-    case DataSource::corpus:
-      tokens = load_corpus(data, &origin).tokens;
+    case DataSource::corpus: {
+      TokenStream stream = load_corpus(data, &origin);
+      tokens = std::move(stream.tokens);
+      document_starts = std::move(stream.document_starts);
       break;
-    case DataSource::shards:
-      tokens = load_shards(data, &origin).tokens;
+    }
+    case DataSource::shards: {
+      TokenStream stream = load_shards(data, &origin);
+      tokens = std::move(stream.tokens);
+      document_starts = std::move(stream.document_starts);
       break;
+    }
     case DataSource::synthetic:
       STRATA_REQUIRE(model.vocab_size >= 1, "model.vocab_size (", model.vocab_size,
                      ") must be at least 1");
@@ -72,13 +80,30 @@ std::shared_ptr<TokenDataset> TokenDataset::open(const DataConfig& data, const M
       origin = str("synthetic motifs (seed ", seed, ")");
       break;
   }
-  return from_tokens(std::move(tokens), data, model, seed, origin);
+  return from_tokens(std::move(tokens), data, model, seed, origin, std::move(document_starts));
 }
+
+namespace {
+
+// The document starts of tokens [first, first + count) of a stream, relative to `first`: the
+// part begins a document (0) whether or not the stream's document began there.
+std::vector<int64_t> starts_within(const std::vector<int64_t>& starts, int64_t first,
+                                   int64_t count) {
+  if (starts.empty() || count == 0) return {};
+  std::vector<int64_t> part = {0};
+  for (int64_t start : starts) {
+    if (start > first && start < first + count) part.push_back(start - first);
+  }
+  return part;
+}
+
+}  // namespace
 
 std::shared_ptr<TokenDataset> TokenDataset::from_tokens(std::vector<int32_t> tokens,
                                                         const DataConfig& data,
                                                         const ModelConfig& model, uint64_t seed,
-                                                        const std::string& origin) {
+                                                        const std::string& origin,
+                                                        std::vector<int64_t> document_starts) {
   STRATA_REQUIRE(data.eval_fraction >= 0.0 && data.eval_fraction < 1.0, "data.eval_fraction (",
                  data.eval_fraction, ") must be in [0, 1)");
   STRATA_REQUIRE(model.seq_len >= 1, "model.seq_len (", model.seq_len, ") must be at least 1");
@@ -92,6 +117,12 @@ std::shared_ptr<TokenDataset> TokenDataset::from_tokens(std::vector<int32_t> tok
   }
 
   const int64_t total = static_cast<int64_t>(tokens.size());
+  STRATA_REQUIRE(document_starts.empty() ||
+                     (document_starts.front() == 0 && document_starts.back() < total &&
+                      std::adjacent_find(document_starts.begin(), document_starts.end(),
+                                         std::greater_equal<int64_t>()) == document_starts.end()),
+                 origin, ": the document starts must ascend strictly from 0 and lie within its ",
+                 total, " tokens; prepare the data again with `strata data prepare`");
   const int64_t window = model.seq_len + 1;
   const auto eval_count =
       static_cast<int64_t>(std::floor(static_cast<double>(total) * data.eval_fraction));
@@ -107,6 +138,8 @@ std::shared_ptr<TokenDataset> TokenDataset::from_tokens(std::vector<int32_t> tok
 
   std::shared_ptr<TokenDataset> dataset(new TokenDataset());
   dataset->seed_ = seed;
+  dataset->train_document_starts_ = starts_within(document_starts, 0, train_count);
+  dataset->eval_document_starts_ = starts_within(document_starts, train_count, eval_count);
   dataset->eval_.assign(tokens.begin() + train_count, tokens.end());
   tokens.resize(static_cast<size_t>(train_count));
   dataset->train_ = std::move(tokens);
@@ -119,25 +152,49 @@ int64_t TokenDataset::num_tokens(Split split) const {
   return static_cast<int64_t>(tokens(split).size());
 }
 
-at::Tensor TokenDataset::rows(Split split, int64_t step, int64_t first_row, int64_t count,
-                              int64_t seq_len) const {
-  STRATA_CHECK(step >= 0 && first_row >= 0 && count >= 0 && seq_len >= 1, "step ", step,
-               ", first_row ", first_row, ", count ", count, ", seq_len ", seq_len);
-  const std::vector<int32_t>& source = tokens(split);
-  const int64_t available = static_cast<int64_t>(source.size());
+int64_t TokenDataset::row_start_of(Split split, int64_t step, int64_t row, int64_t seq_len) const {
+  STRATA_CHECK(step >= 0 && row >= 0 && seq_len >= 1, "step ", step, ", row ", row, ", seq_len ",
+               seq_len);
+  const int64_t available = num_tokens(split);
   STRATA_REQUIRE(!(split == Split::Eval && available == 0),
                  "evaluation needs an eval split but data.eval_fraction is 0; set it above 0 "
                  "or set train.eval_every = 0");
   STRATA_REQUIRE(available >= seq_len + 1, "the ", split == Split::Train ? "train" : "eval",
                  " split has ", available,
                  " tokens, fewer than one sequence of seq_len + 1 = ", seq_len + 1);
+  return row_start(seed_, split, step, row, available - seq_len);
+}
 
+at::Tensor TokenDataset::rows(Split split, int64_t step, int64_t first_row, int64_t count,
+                              int64_t seq_len) const {
+  STRATA_CHECK(first_row >= 0 && count >= 0, "first_row ", first_row, ", count ", count);
+  const std::vector<int32_t>& source = tokens(split);
   const int64_t width = seq_len + 1;
   at::Tensor out = at::empty({count, width}, at::kLong);  // (count, seq_len + 1)
   int64_t* out_data = out.data_ptr<int64_t>();
   for (int64_t r = 0; r < count; ++r) {
-    const int64_t start = row_start(seed_, split, step, first_row + r, available - seq_len);
+    const int64_t start = row_start_of(split, step, first_row + r, seq_len);
     std::copy(source.begin() + start, source.begin() + start + width, out_data + r * width);
+  }
+  return out;
+}
+
+at::Tensor TokenDataset::documents(Split split, int64_t step, int64_t first_row, int64_t count,
+                                   int64_t seq_len) const {
+  STRATA_CHECK(first_row >= 0 && count >= 0, "first_row ", first_row, ", count ", count);
+  const std::vector<int64_t>& starts = document_starts(split);
+  const int64_t width = seq_len + 1;
+  at::Tensor out = at::empty({count, width}, at::kLong);  // (count, seq_len + 1)
+  int64_t* out_data = out.data_ptr<int64_t>();
+  for (int64_t r = 0; r < count; ++r) {
+    const int64_t start = row_start_of(split, step, first_row + r, seq_len);
+    // The documents that begin after the row's first token, in order.
+    auto next = std::upper_bound(starts.begin(), starts.end(), start);
+    int64_t id = 0;
+    for (int64_t column = 0; column < width; ++column) {
+      if (next != starts.end() && *next == start + column) id = *next++ - start;
+      out_data[r * width + column] = id;
+    }
   }
   return out;
 }

@@ -30,10 +30,13 @@ class TokenDataset {
                                             uint64_t seed);
 
   // A dataset over tokens already in memory, split and checked exactly as open() does.
-  // `origin` names them in error messages and description().
+  // `origin` names them in error messages and description(). document_starts: where each
+  // document begins (TokenStream::document_starts: ascending offsets, the first 0; empty =
+  // one document).
   static std::shared_ptr<TokenDataset> from_tokens(std::vector<int32_t> tokens,
                                                    const DataConfig& data, const ModelConfig& model,
-                                                   uint64_t seed, const std::string& origin);
+                                                   uint64_t seed, const std::string& origin,
+                                                   std::vector<int64_t> document_starts = {});
 
   int64_t num_tokens(Split split) const;
 
@@ -44,6 +47,14 @@ class TokenDataset {
   at::Tensor rows(Split split, int64_t step, int64_t first_row, int64_t count,
                   int64_t seq_len) const;
 
+  // For the same rows as rows(), each token's document (packing, data.document_mask): an
+  // int64 tensor (count, seq_len + 1) holding for each token the offset within its row where
+  // its document begins, 0 for a document that began at or before the row's start. Ids never
+  // decrease along a row; a token's position within its document is its column minus its id.
+  // All zeros where the stream keeps no document boundaries.
+  at::Tensor documents(Split split, int64_t step, int64_t first_row, int64_t count,
+                       int64_t seq_len) const;
+
   // One line for logs: where the tokens came from and the split sizes.
   const std::string& description() const { return description_; }
 
@@ -52,9 +63,16 @@ class TokenDataset {
   const std::vector<int32_t>& tokens(Split split) const {
     return split == Split::Train ? train_ : eval_;
   }
+  const std::vector<int64_t>& document_starts(Split split) const {
+    return split == Split::Train ? train_document_starts_ : eval_document_starts_;
+  }
+  int64_t row_start_of(Split split, int64_t step, int64_t row, int64_t seq_len) const;
 
   uint64_t seed_ = 0;
   std::vector<int32_t> train_, eval_;  // token ids (in memory: corpora here are small)
+  // Where each document of a split begins, offsets into its tokens (the first 0; empty = one
+  // document).
+  std::vector<int64_t> train_document_starts_, eval_document_starts_;
   std::string description_;
 };
 

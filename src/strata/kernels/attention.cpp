@@ -16,11 +16,17 @@
 // and the softmax work is one or two vectorized passes per row (score_rows.h), into scratch
 // tiles each parallel chunk allocates once. Where the diagonal crosses a tile pair, the pair
 // is cut into row blocks that each multiply only the keys they see (for_each_block).
+//
+// Document masking: each query row sees the keys [first_key_seen_by, keys_seen_by), one run
+// because documents are contiguous; both ends are nondecreasing in the row, so a query tile's
+// keys start at its first row's first key, and key tiles before that are skipped whole. A row
+// whose run starts inside a block has the block's leading scores zeroed (SeenKeys::first).
 #include "strata/kernels/attention.h"
 
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -38,6 +44,9 @@ struct Problem {
   AttentionPositions positions;
   at::ScalarType accumulate;  // float64 for float64 inputs, else float32
   int64_t query_tiles;
+  // With documents, per (batch, query row) at b * Tq + row: the keys [key_begin, key_end) the
+  // row sees (causal and in its document). Empty without documents.
+  std::vector<int64_t> key_begin, key_end;
 };
 
 // Rows per block where a tile crosses the diagonal (for_each_block).
@@ -45,8 +54,37 @@ constexpr int64_t kDiagonalRows = 64;
 
 int64_t tiles(int64_t rows, int64_t tile) { return (rows + tile - 1) / tile; }
 
+// How many leading keys query row `row` sees under the causal mask alone.
+int64_t causal_keys_seen_by(const Problem& p, int64_t row) {
+  return std::clamp<int64_t>(p.positions.query + row - p.positions.key + 1, 0, p.Tk);
+}
+
+// Each query row's run of keys: from the first key of its document to the last it may see.
+void describe_documents(Problem& p, const AttentionDocuments& documents) {
+  STRATA_CHECK(documents.query.sizes() == at::IntArrayRef({p.B, p.Tq}) &&
+                   documents.key.sizes() == at::IntArrayRef({p.B, p.Tk}) &&
+                   documents.query.scalar_type() == at::kLong &&
+                   documents.key.scalar_type() == at::kLong,
+               "attention documents want int64 (B, Tq) and (B, Tk), got ", documents.query.sizes(),
+               " and ", documents.key.sizes());
+  const at::Tensor query = documents.query.contiguous(), key = documents.key.contiguous();
+  const int64_t *query_ids = query.data_ptr<int64_t>(), *key_ids = key.data_ptr<int64_t>();
+  p.key_begin.resize(static_cast<size_t>(p.B * p.Tq));
+  p.key_end.resize(static_cast<size_t>(p.B * p.Tq));
+  for (int64_t b = 0; b < p.B; ++b) {
+    const int64_t *row_ids = query_ids + b * p.Tq, *keys = key_ids + b * p.Tk;
+    STRATA_CHECK(std::is_sorted(row_ids, row_ids + p.Tq) && std::is_sorted(keys, keys + p.Tk),
+                 "attention documents must be nondecreasing along each row (batch row ", b, ")");
+    for (int64_t row = 0; row < p.Tq; ++row) {
+      const auto [begin, end] = std::equal_range(keys, keys + p.Tk, row_ids[row]);
+      p.key_begin[b * p.Tq + row] = begin - keys;
+      p.key_end[b * p.Tq + row] = std::min(end - keys, causal_keys_seen_by(p, row));
+    }
+  }
+}
+
 Problem describe(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                 std::optional<AttentionPositions> positions) {
+                 std::optional<AttentionPositions> positions, const AttentionDocuments& documents) {
   STRATA_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, "attention wants (B, heads, T, D) ",
                "tensors, got q ", q.sizes(), ", k ", k.sizes(), ", v ", v.sizes());
   Problem p;
@@ -65,34 +103,58 @@ Problem describe(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
   p.positions = positions ? *positions : AttentionPositions{p.Tk - p.Tq, 0};
   p.accumulate = q.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
   p.query_tiles = tiles(p.Tq, kAttentionQueryTile);
+  if (documents.defined()) describe_documents(p, documents);
   return p;
 }
 
-// How many leading keys query row `row` sees.
-int64_t keys_seen_by(const Problem& p, int64_t row) {
-  return std::clamp<int64_t>(p.positions.query + row - p.positions.key + 1, 0, p.Tk);
+// The end of the keys query row `row` of batch row b sees.
+int64_t keys_seen_by(const Problem& p, int64_t b, int64_t row) {
+  return p.key_end.empty() ? causal_keys_seen_by(p, row) : p.key_end[b * p.Tq + row];
 }
 
-// How many of the `cols` keys of the tile starting at key j0 query row `row` sees.
-int64_t keys_seen_in_tile(const Problem& p, int64_t row, int64_t j0, int64_t cols) {
-  return std::clamp<int64_t>(keys_seen_by(p, row) - j0, 0, cols);
+// The first key it sees (0 without documents).
+int64_t first_key_seen_by(const Problem& p, int64_t b, int64_t row) {
+  return p.key_begin.empty() ? 0 : p.key_begin[b * p.Tq + row];
 }
 
-// Calls f(first, block_rows, block_cols) for the products of query rows [r0, r0 + rows) with
-// the `cols` keys from j0. A tile that the diagonal crosses is cut into blocks of
-// kDiagonalRows rows, each multiplying only the keys its last row sees, so the masked upper
-// triangle costs blocks of kDiagonalRows^2 / 2 instead of up to half the tile; blocks that
-// see none of these keys are skipped (their probabilities would all be 0). first counts
-// from r0.
+// The keys a query row sees among the `cols` keys from k0, as offsets [first, end) from k0.
+struct SeenKeys {
+  int64_t first, end;
+};
+SeenKeys seen_in(const Problem& p, int64_t b, int64_t row, int64_t k0, int64_t cols) {
+  const int64_t end = std::clamp<int64_t>(keys_seen_by(p, b, row) - k0, 0, cols);
+  return {std::clamp<int64_t>(first_key_seen_by(p, b, row) - k0, 0, end), end};
+}
+
+// Calls f(first, block_rows, k0, block_cols) for the products of query rows [r0, r0 + rows)
+// of batch row b with the `cols` keys from j0: block rows [r0 + first, + block_rows) with
+// keys [k0, k0 + block_cols). A tile that the diagonal (or a document boundary) crosses is cut
+// into blocks of kDiagonalRows rows, each multiplying only the keys from its first row's first
+// to its last row's last, so the masked upper triangle costs blocks of kDiagonalRows^2 / 2
+// instead of up to half the tile; blocks that see none of these keys are skipped (their
+// probabilities would all be 0). Returns whether any block ran.
 template <typename F>
-void for_each_block(const Problem& p, int64_t r0, int64_t rows, int64_t j0, int64_t cols, F&& f) {
-  const bool unmasked = keys_seen_in_tile(p, r0, j0, cols) == cols;
+bool for_each_block(const Problem& p, int64_t b, int64_t r0, int64_t rows, int64_t j0, int64_t cols,
+                    F&& f) {
+  const bool unmasked =
+      seen_in(p, b, r0, j0, cols).end == cols && seen_in(p, b, r0 + rows - 1, j0, cols).first == 0;
   const int64_t block = unmasked ? rows : kDiagonalRows;
+  bool ran = false;
   for (int64_t first = 0; first < rows; first += block) {
     const int64_t block_rows = std::min(block, rows - first);
-    const int64_t block_cols = keys_seen_in_tile(p, r0 + first + block_rows - 1, j0, cols);
-    if (block_cols > 0) f(first, block_rows, block_cols);
+    const int64_t lead = seen_in(p, b, r0 + first, j0, cols).first;
+    const int64_t end = seen_in(p, b, r0 + first + block_rows - 1, j0, cols).end;
+    if (end > lead) {
+      f(first, block_rows, j0 + lead, end - lead);
+      ran = true;
+    }
   }
+  return ran;
+}
+
+// The first key tile (aligned, as the causal kernel's) any row from r0 on sees.
+int64_t first_key_tile_start(const Problem& p, int64_t b, int64_t r0) {
+  return first_key_seen_by(p, b, r0) / kAttentionKeyTile * kAttentionKeyTile;
 }
 
 // A (B, heads, T, D) tensor's rows as raw memory: the model passes q, k and v as transposed
@@ -131,12 +193,14 @@ at::Tensor accumulating(const at::Tensor& x, at::ScalarType accumulate) {
   return converted.stride(-1) == 1 ? converted : converted.contiguous();
 }
 
+// Returns the key tiles the document mask skipped (AttentionForward::skipped_tiles).
 template <typename scalar_t>
-void forward_tiles(const Problem& p, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                   double scale, at::Tensor& out, at::Tensor& lse) {
+int64_t forward_tiles(const Problem& p, const at::Tensor& q, const at::Tensor& k,
+                      const at::Tensor& v, double scale, at::Tensor& out, at::Tensor& lse) {
   const Rows<scalar_t> queries(q), keys(k), values(v), outputs(out), lses(lse.unsqueeze(-1));
   constexpr scalar_t kInf = std::numeric_limits<scalar_t>::infinity();
   const int64_t D = p.D;
+  std::atomic<int64_t> skipped{0};
   // A head's query tiles last to first: the later ones see more keys, and the cheap ones at
   // the end of the queue even out the threads.
   TaskQueue queue(p.B * p.H * p.query_tiles);
@@ -152,28 +216,35 @@ void forward_tiles(const Problem& p, const at::Tensor& q, const at::Tensor& k, c
       zero_rows(outputs, b, h, r0, rows, D);
       std::fill(row_max.begin(), row_max.end(), -kInf);
       std::fill(row_sum.begin(), row_sum.end(), 0);
-      const int64_t visible = keys_seen_by(p, r0 + rows - 1);
-      for (int64_t j0 = 0; j0 < visible; j0 += kAttentionKeyTile) {
+      const int64_t visible = keys_seen_by(p, b, r0 + rows - 1);
+      int64_t computed_tiles = 0;
+      for (int64_t j0 = first_key_tile_start(p, b, r0); j0 < visible; j0 += kAttentionKeyTile) {
         const int64_t cols = std::min(kAttentionKeyTile, visible - j0);
-        for_each_block(
-            p, r0, rows, j0, cols, [&](int64_t first, int64_t block_rows, int64_t block_cols) {
+        computed_tiles += for_each_block(
+            p, b, r0, rows, j0, cols,
+            [&](int64_t first, int64_t block_rows, int64_t k0, int64_t block_cols) {
               tile_gemm(block_rows, block_cols, D, static_cast<scalar_t>(scale),
                         queries.operand(b, h, r0 + first),
-                        keys.operand(b, g, j0, /*transposed=*/true), 0, scores.data(), block_cols);
+                        keys.operand(b, g, k0, /*transposed=*/true), 0, scores.data(), block_cols);
               for (int64_t r = first; r < first + block_rows; ++r) {
+                scalar_t* row = scores.data() + (r - first) * block_cols;
+                const SeenKeys seen = seen_in(p, b, r0 + r, k0, block_cols);
+                std::fill(row, row + seen.first, scalar_t{0});  // keys of an earlier document
                 const scalar_t rescale =
-                    online_softmax_row(scores.data() + (r - first) * block_cols,
-                                       keys_seen_in_tile(p, r0 + r, j0, block_cols), block_cols,
-                                       row_max[r], row_sum[r]);
+                    online_softmax_row(row + seen.first, seen.end - seen.first,
+                                       block_cols - seen.first, row_max[r], row_sum[r]);
                 if (rescale != 1) {
                   scalar_t* o_row = o + r * outputs.row_stride;
                   for (int64_t d = 0; d < D; ++d) o_row[d] *= rescale;
                 }
               }
               tile_gemm(block_rows, D, block_cols, scalar_t{1}, {scores.data(), block_cols},
-                        values.operand(b, g, j0), 1, o + first * outputs.row_stride,
+                        values.operand(b, g, k0), 1, o + first * outputs.row_stride,
                         outputs.row_stride);
             });
+      }
+      if (!p.key_end.empty()) {
+        skipped += tiles(causal_keys_seen_by(p, r0 + rows - 1), kAttentionKeyTile) - computed_tiles;
       }
       for (int64_t r = 0; r < rows; ++r) {  // rows that see no key: out 0, lse -inf
         scalar_t* o_row = o + r * outputs.row_stride;
@@ -185,6 +256,7 @@ void forward_tiles(const Problem& p, const at::Tensor& q, const at::Tensor& k, c
       }
     }
   });
+  return skipped;
 }
 
 template <typename scalar_t>
@@ -218,38 +290,41 @@ void backward_tiles(const Problem& p, const at::Tensor& dout, const at::Tensor& 
             for (int64_t d = 0; d < D; ++d) dot += dout_row[d] * out_row[d];
             deltas[r] = dot;
           }
-          const int64_t visible = keys_seen_by(p, r0 + rows - 1);
-          for (int64_t j0 = 0; j0 < visible; j0 += kAttentionKeyTile) {
+          const int64_t visible = keys_seen_by(p, b, r0 + rows - 1);
+          for (int64_t j0 = first_key_tile_start(p, b, r0); j0 < visible; j0 += kAttentionKeyTile) {
             const int64_t cols = std::min(kAttentionKeyTile, visible - j0);
             for_each_block(
-                p, r0, rows, j0, cols, [&](int64_t first, int64_t block_rows, int64_t block_cols) {
+                p, b, r0, rows, j0, cols,
+                [&](int64_t first, int64_t block_rows, int64_t k0, int64_t block_cols) {
                   const int64_t row = r0 + first;
                   scalar_t* P = probabilities.data();
                   scalar_t* dS = score_grads.data();
                   tile_gemm(block_rows, block_cols, D, scale_as, queries.operand(b, h, row),
-                            keys.operand(b, g, j0, /*transposed=*/true), 0, P, block_cols);
+                            keys.operand(b, g, k0, /*transposed=*/true), 0, P, block_cols);
                   for (int64_t r = 0; r < block_rows; ++r) {
-                    probabilities_row(P + r * block_cols,
-                                      keys_seen_in_tile(p, row + r, j0, block_cols), block_cols,
-                                      *lses.at(b, h, row + r));
+                    scalar_t* P_row = P + r * block_cols;
+                    const SeenKeys seen = seen_in(p, b, row + r, k0, block_cols);
+                    std::fill(P_row, P_row + seen.first, scalar_t{0});  // an earlier document
+                    probabilities_row(P_row + seen.first, seen.end - seen.first,
+                                      block_cols - seen.first, *lses.at(b, h, row + r));
                   }
                   // dv_j += p^T dout
                   tile_gemm(block_cols, D, block_rows, scalar_t{1},
                             {P, block_cols, /*transposed=*/true}, douts.operand(b, h, row), 1,
-                            dvs.at(b, g, j0), dvs.row_stride);
+                            dvs.at(b, g, k0), dvs.row_stride);
                   // dp = dout v_j^T, then ds = p * (dp - delta) in its place
                   tile_gemm(block_rows, block_cols, D, scalar_t{1}, douts.operand(b, h, row),
-                            values.operand(b, g, j0, /*transposed=*/true), 0, dS, block_cols);
+                            values.operand(b, g, k0, /*transposed=*/true), 0, dS, block_cols);
                   for (int64_t r = 0; r < block_rows; ++r) {
                     score_gradient_row(P + r * block_cols, dS + r * block_cols, block_cols,
                                        deltas[first + r]);
                   }
                   // dq += ds k_j * scale, dk_j += ds^T q * scale
                   tile_gemm(block_rows, D, block_cols, scale_as, {dS, block_cols},
-                            keys.operand(b, g, j0), 1, dqs.at(b, h, row), dqs.row_stride);
+                            keys.operand(b, g, k0), 1, dqs.at(b, h, row), dqs.row_stride);
                   tile_gemm(block_cols, D, block_rows, scale_as,
                             {dS, block_cols, /*transposed=*/true}, queries.operand(b, h, row), 1,
-                            dks.at(b, g, j0), dks.row_stride);
+                            dks.at(b, g, k0), dks.row_stride);
                 });
           }
         }
@@ -262,26 +337,26 @@ void backward_tiles(const Problem& p, const at::Tensor& dout, const at::Tensor& 
 
 AttentionForward blockwise_attention_forward(const at::Tensor& q, const at::Tensor& k,
                                              const at::Tensor& v, double scale,
-                                             std::optional<AttentionPositions> positions) {
-  const Problem p = describe(q, k, v, positions);
+                                             std::optional<AttentionPositions> positions,
+                                             const AttentionDocuments& documents) {
+  const Problem p = describe(q, k, v, positions, documents);
   const at::Tensor qa = accumulating(q, p.accumulate), ka = accumulating(k, p.accumulate),
                    va = accumulating(v, p.accumulate);
   at::Tensor out = at::empty({p.B, p.H, p.Tq, p.D}, qa.options());
   at::Tensor lse = at::empty({p.B, p.H, p.Tq}, qa.options());
-  if (p.accumulate == at::kDouble) {
-    forward_tiles<double>(p, qa, ka, va, scale, out, lse);
-  } else {
-    forward_tiles<float>(p, qa, ka, va, scale, out, lse);
-  }
-  return {out.to(q.scalar_type()), lse};
+  const int64_t skipped = p.accumulate == at::kDouble
+                              ? forward_tiles<double>(p, qa, ka, va, scale, out, lse)
+                              : forward_tiles<float>(p, qa, ka, va, scale, out, lse);
+  return {out.to(q.scalar_type()), lse, skipped};
 }
 
 AttentionGradients blockwise_attention_backward(const at::Tensor& dout, const at::Tensor& q,
                                                 const at::Tensor& k, const at::Tensor& v,
                                                 const at::Tensor& out, const at::Tensor& lse,
                                                 double scale,
-                                                std::optional<AttentionPositions> positions) {
-  const Problem p = describe(q, k, v, positions);
+                                                std::optional<AttentionPositions> positions,
+                                                const AttentionDocuments& documents) {
+  const Problem p = describe(q, k, v, positions, documents);
   const at::Tensor qa = accumulating(q, p.accumulate), ka = accumulating(k, p.accumulate),
                    va = accumulating(v, p.accumulate), douta = accumulating(dout, p.accumulate);
   const at::Tensor outa = accumulating(out, p.accumulate), lsea = lse.to(p.accumulate);
@@ -302,10 +377,14 @@ namespace {
 struct BlockwiseAttentionFunction : torch::autograd::Function<BlockwiseAttentionFunction> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& q,
                             const at::Tensor& k, const at::Tensor& v, double scale,
-                            int64_t query_position, int64_t key_position) {
+                            int64_t query_position, int64_t key_position,
+                            const AttentionDocuments& documents) {
     AttentionForward result = blockwise_attention_forward(
-        q, k, v, scale, AttentionPositions{query_position, key_position});
+        q, k, v, scale, AttentionPositions{query_position, key_position}, documents);
     ctx->save_for_backward({q, k, v, result.out, result.lse});
+    // Not inputs of the graph (no gradient): kept aside, undefined without documents.
+    ctx->saved_data["query_documents"] = documents.query;
+    ctx->saved_data["key_documents"] = documents.key;
     ctx->saved_data["scale"] = scale;
     ctx->saved_data["query_position"] = query_position;
     ctx->saved_data["key_position"] = key_position;
@@ -318,18 +397,21 @@ struct BlockwiseAttentionFunction : torch::autograd::Function<BlockwiseAttention
                                        ctx->saved_data["key_position"].toInt()};
     AttentionGradients g =
         blockwise_attention_backward(grads[0], saved[0], saved[1], saved[2], saved[3], saved[4],
-                                     ctx->saved_data["scale"].toDouble(), positions);
-    return {g.dq, g.dk, g.dv, at::Tensor(), at::Tensor(), at::Tensor()};
+                                     ctx->saved_data["scale"].toDouble(), positions,
+                                     {ctx->saved_data["query_documents"].toTensor(),
+                                      ctx->saved_data["key_documents"].toTensor()});
+    return {g.dq, g.dk, g.dv, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
 }  // namespace
 
 at::Tensor blockwise_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                               double scale, std::optional<AttentionPositions> positions) {
+                               double scale, std::optional<AttentionPositions> positions,
+                               const AttentionDocuments& documents) {
   const AttentionPositions at_end{k.size(2) - q.size(2), 0};
   const AttentionPositions where = positions ? *positions : at_end;
-  return BlockwiseAttentionFunction::apply(q, k, v, scale, where.query, where.key);
+  return BlockwiseAttentionFunction::apply(q, k, v, scale, where.query, where.key, documents);
 }
 
 }  // namespace strata

@@ -10,6 +10,12 @@
 // keys at positions up to its own. The default places the queries at the end of the keys
 // (training: Tq = Tk; decoding: new queries after a cache).
 //
+// Document masking (packed sequences, data.document_mask): with AttentionDocuments a query
+// sees a key only if, besides coming no later, it belongs to the same document. Documents are
+// contiguous, so each query row sees one contiguous run of keys; a key tile outside every run
+// of a query tile is skipped whole (AttentionForward::skipped_tiles counts them). Without
+// documents the kernel does exactly the causal work it did before.
+//
 // Precision: float64 in, float64 throughout; float32, bfloat16 and float16 in, float32
 // accumulation (tiles are read in float32), output in the input's dtype.
 #pragma once
@@ -25,10 +31,23 @@ struct AttentionPositions {
   int64_t key = 0;    // position of key row 0
 };
 
+// The document of each query and key, per batch row: int64 ids, nondecreasing along the row
+// (a document is a contiguous run of tokens) and labelled alike for queries and keys (the model
+// uses the row offset where the document begins). Undefined tensors: no document mask.
+struct AttentionDocuments {
+  at::Tensor query;  // (B, Tq) int64
+  at::Tensor key;    // (B, Tk) int64
+  bool defined() const { return query.defined(); }
+};
+
 struct AttentionForward {
   at::Tensor out;  // (B, H, Tq, D), q's dtype
   at::Tensor lse;  // (B, H, Tq) log-sum-exp of each row's scaled scores (float32, or float64
                    // for float64 inputs); -inf for a row that sees no key (its out row is 0)
+  // (query tile, key tile) pairs, over batch rows and heads, that the causal mask alone would
+  // compute but the document mask skips (no query in the one shares a document with a key in
+  // the other); 0 without documents.
+  int64_t skipped_tiles = 0;
 };
 
 // Tiles: a 128-row query tile against 256-row key/value tiles. With D <= 128 a tile pair
@@ -44,7 +63,8 @@ constexpr int64_t kAttentionKeyTile = 256;
 // No autograd: the pieces ring context parallelism merges by their log-sum-exp.
 AttentionForward blockwise_attention_forward(const at::Tensor& q, const at::Tensor& k,
                                              const at::Tensor& v, double scale,
-                                             std::optional<AttentionPositions> positions = {});
+                                             std::optional<AttentionPositions> positions = {},
+                                             const AttentionDocuments& documents = {});
 
 struct AttentionGradients {
   at::Tensor dq, dk, dv;  // shaped and typed as q, k, v
@@ -54,10 +74,13 @@ AttentionGradients blockwise_attention_backward(const at::Tensor& dout, const at
                                                 const at::Tensor& k, const at::Tensor& v,
                                                 const at::Tensor& out, const at::Tensor& lse,
                                                 double scale,
-                                                std::optional<AttentionPositions> positions = {});
+                                                std::optional<AttentionPositions> positions = {},
+                                                const AttentionDocuments& documents = {});
 
-// softmax(q k^T * scale, causal) v, differentiable with respect to q, k and v.
+// softmax(q k^T * scale, causal (and within documents)) v, differentiable with respect to q,
+// k and v.
 at::Tensor blockwise_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                               double scale, std::optional<AttentionPositions> positions = {});
+                               double scale, std::optional<AttentionPositions> positions = {},
+                               const AttentionDocuments& documents = {});
 
 }  // namespace strata

@@ -1,12 +1,14 @@
 // The arguments of one forward call through a GPT chunk, handed down the call chain
 // (blocks_forward -> block_forward -> attention, mlp, moe) instead of kept in the model: where
 // attention's keys and values come from and go to, whether the residual stream is split along
-// the tokens, the objective's scale, and whether this run is a recomputation. Also the two
+// the tokens, the documents packed into each row, the objective's scale, and whether this run
+// is a recomputation. Also the two
 // key/value stores a context can point to.
 #pragma once
 #include <ATen/ATen.h>
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 namespace strata {
@@ -53,6 +55,12 @@ struct ForwardContext {
   const PagedBatch* paged = nullptr;  // KvView::paged
   // The residual stream between blocks is split along the tokens over tp.
   bool sequence_parallel = false;
+  // Packed documents (data.document_mask), training only: (B, T) int64, for each token this
+  // rank holds (its context-parallel chunks; all T of them under sequence parallelism) the
+  // offset within its row where the token's document begins. Attention stays within a
+  // document and positions restart at its start (position - offset). Undefined: each row is
+  // one sequence.
+  at::Tensor documents;
   // The factor the objective enters the backward with (the pipeline executor's
   // 1 / microbatches); MoE auxiliary losses join the backward with it from inside the layers.
   double objective_scale = 1.0;
@@ -61,10 +69,12 @@ struct ForwardContext {
   bool recomputing = false;
 
   // A training (or evaluation) forward of a pipeline stage.
-  static ForwardContext training(double objective_scale, bool sequence_parallel) {
+  static ForwardContext training(double objective_scale, bool sequence_parallel,
+                                 at::Tensor documents = {}) {
     ForwardContext context;
     context.objective_scale = objective_scale;
     context.sequence_parallel = sequence_parallel;
+    context.documents = std::move(documents);
     return context;
   }
   // Generation: continue `cache`'s sequences, or (nullptr) run whole sequences.

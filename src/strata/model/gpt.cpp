@@ -28,7 +28,8 @@ GPT::GPT(const ModelConfig& config, const BlockSpec& block, uint64_t seed, at::S
       tp_comm_(tp.comm && tp.comm->size() > 1 ? tp.comm : nullptr),
       sequence_parallel_(tp.sequence_parallel && tp_comm_ != nullptr),
       ep_comm_(ep && ep->size() > 1 ? ep : nullptr),
-      cp_{cp.comm && cp.comm->size() > 1 ? cp.comm : nullptr, cp.exchange, cp.trace},
+      cp_{cp.comm && cp.comm->size() > 1 ? cp.comm : nullptr, cp.exchange, cp.trace,
+          cp.skipped_blocks},
       stage_(stage) {
   check_block_spec(block_);
   if (stage_.num_layers < 0) stage_.num_layers = config.n_layers - stage_.first_layer;
@@ -220,12 +221,15 @@ UnitOrder GPT::unit_order() const {
   return order;
 }
 
-at::Tensor GPT::logits(const at::Tensor& tokens, KVCache* cache) {
+at::Tensor GPT::logits(const at::Tensor& tokens, KVCache* cache, const at::Tensor& documents) {
   STRATA_CHECK(stage_.first && stage_.last && !cp_.comm,
                "logits() needs the whole model and whole sequences on this rank");
+  STRATA_CHECK(!(cache && documents.defined()), "packed documents cannot continue a KV cache");
   // Generation runs without sequence parallelism (one new token cannot be split); the
   // weights are the same either way.
-  return vocab_logits(hidden(tokens, ForwardContext::generation(cache)));
+  ForwardContext context = ForwardContext::generation(cache);
+  context.documents = documents;
+  return vocab_logits(hidden(tokens, context));
 }
 
 at::Tensor GPT::vocab_logits(const at::Tensor& normed) {
@@ -254,14 +258,16 @@ at::Tensor GPT::forward_paged(const at::Tensor& input, const PagedBatch& batch,
   return vocab_logits(norm(x, final_norm_weight_, final_norm_bias_));
 }
 
-at::Tensor GPT::loss(const at::Tensor& tokens, const at::Tensor& targets) {
+at::Tensor GPT::loss(const at::Tensor& tokens, const at::Tensor& targets,
+                     const at::Tensor& documents) {
   STRATA_CHECK(stage_.first && stage_.last, "loss() needs the whole model on this rank");
-  return forward_stage(tokens, targets);
+  return forward_stage(tokens, targets, 1.0, documents);
 }
 
 at::Tensor GPT::forward_stage(const at::Tensor& input, const at::Tensor& targets,
-                              double objective_scale) {
-  const ForwardContext context = ForwardContext::training(objective_scale, sequence_parallel_);
+                              double objective_scale, const at::Tensor& documents) {
+  const ForwardContext context =
+      ForwardContext::training(objective_scale, sequence_parallel_, documents);
   at::Tensor x = enter(kOuterUnit, input);
   if (stage_.first) x = embed(x, context);
   x = blocks_forward(x, context);

@@ -101,10 +101,13 @@ class GPT {
   int64_t num_parameters() const;  // global count
 
   // tokens (B, T) int64 -> logits (B, T, V) over the whole vocabulary (gathered over tp;
-  // for generation and tests). With a cache, the tokens continue the cached sequence.
-  at::Tensor logits(const at::Tensor& tokens, KVCache* cache = nullptr);
+  // for generation and tests). With a cache, the tokens continue the cached sequence. Without
+  // one, `documents` (B, T) may pack documents into the rows (ForwardContext::documents).
+  at::Tensor logits(const at::Tensor& tokens, KVCache* cache = nullptr,
+                    const at::Tensor& documents = {});
   // Mean cross-entropy of targets (B, T) given tokens (B, T); vocab-parallel under tp.
-  at::Tensor loss(const at::Tensor& tokens, const at::Tensor& targets);
+  at::Tensor loss(const at::Tensor& tokens, const at::Tensor& targets,
+                  const at::Tensor& documents = {});
 
   // One pipeline stage's forward: input is token ids (B, T) on the first stage, else the
   // previous stage's output (B, T or T / tp under sequence parallelism, C). Returns that
@@ -112,9 +115,11 @@ class GPT {
   // context parallelism T is this rank's T / cp tokens (context_shard of the sequence).
   // objective_scale: the factor the objective enters the backward with (the executor's
   // 1 / microbatches); the MoE auxiliary losses join the backward with it from inside the
-  // layers, the returned language-model loss is unscaled.
+  // layers, the returned language-model loss is unscaled. documents: the packed documents of
+  // this rank's tokens (ForwardContext::documents; (B, T), context_shard of the rows' under
+  // context parallelism), or undefined.
   at::Tensor forward_stage(const at::Tensor& input, const at::Tensor& targets,
-                           double objective_scale = 1.0);
+                           double objective_scale = 1.0, const at::Tensor& documents = {});
   const StageSpec& stage() const { return stage_; }
   int64_t num_layers() const { return static_cast<int64_t>(blocks_.size()); }  // of this chunk
   // Key/value heads whose keys and values this rank computes and caches (all of them when
@@ -210,6 +215,9 @@ class GPT {
   // are this tp rank's part of them (sequence parallelism). Under context parallelism: the
   // rank's two chunks of a whole training sequence.
   at::Tensor token_positions(int64_t T, int64_t past, bool tp_part) const;
+  // The positions of the call's T tokens (tp_part as above): serving's, or token_positions,
+  // restarted at each document start when the context packs documents ((B, T) then).
+  at::Tensor positions_of(int64_t T, const ForwardContext& context, bool tp_part) const;
 
   // Attention (gpt_attention.cpp).
   at::Tensor attention(const at::Tensor& x, const BlockParams& block, int64_t layer,
@@ -217,7 +225,7 @@ class GPT {
   // softmax(q k^T scale, causal) v of q (B, H_l, T, D) and k, v (B, K_l, T, D) where the
   // context keeps keys and values: nowhere, a KVCache, or the paged pool.
   at::Tensor attend_sequences(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                              int64_t layer);
+                              int64_t layer, const at::Tensor& documents);
   at::Tensor attend_cached(const at::Tensor& q, at::Tensor k, at::Tensor v, int64_t layer,
                            KVCache& cache);
   at::Tensor attend_paged(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
@@ -225,9 +233,10 @@ class GPT {
   // Grouped-query: the key/value heads (B, K_l, L, D) as the attention core wants them for
   // this rank's query heads.
   at::Tensor expand_kv(const at::Tensor& kv) const;
-  // softmax(q k^T scale, causal) v by the configured kernel, or across the cp ranks.
+  // softmax(q k^T scale, causal) v by the configured kernel, or across the cp ranks; with
+  // documents (B, T) (ForwardContext::documents) only within each document.
   at::Tensor attention_core(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                            int64_t past);
+                            int64_t past, const at::Tensor& documents = {});
   const at::Tensor& causal_mask(int64_t query_len, int64_t key_len);
 
   ModelConfig config_;

@@ -55,15 +55,14 @@ at::Tensor GPT::attention(const at::Tensor& x, const BlockParams& block, int64_t
   at::Tensor v =
       plus_bias(kv.narrow(-1, K_l * D, K_l * D), block.v_bias).view({B, T, K_l, D}).transpose(1, 2);
   if (block_.position == PositionEncoding::rope) {
-    const at::Tensor positions =
-        context.paged ? context.paged->positions : token_positions(T, context.past(), false);
+    const at::Tensor positions = positions_of(T, context, false);
     q = rope_.rotate(q, positions);
     k = rope_.rotate(k, positions);
   }
   at::Tensor y;  // (B, H_l, T, D)
   switch (context.kv_view()) {
     case KvView::none:
-      y = attend_sequences(q, k, v, layer);
+      y = attend_sequences(q, k, v, layer, context.documents);
       break;
     case KvView::contiguous:
       y = attend_cached(q, k, v, layer, *context.cache);
@@ -80,12 +79,15 @@ at::Tensor GPT::attention(const at::Tensor& x, const BlockParams& block, int64_t
 }
 
 at::Tensor GPT::attend_sequences(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                 int64_t layer) {
+                                 int64_t layer, const at::Tensor& documents) {
   const at::Tensor k_heads = expand_kv(k), v_heads = expand_kv(v);
-  if (!recomputes(layer, Recompute::selective)) return attention_core(q, k_heads, v_heads, 0);
-  return recomputed({q, k_heads, v_heads}, [this](const std::vector<at::Tensor>& in, bool) {
-    return attention_core(in[0], in[1], in[2], 0);
-  });
+  if (!recomputes(layer, Recompute::selective)) {
+    return attention_core(q, k_heads, v_heads, 0, documents);
+  }
+  return recomputed({q, k_heads, v_heads},
+                    [this, documents](const std::vector<at::Tensor>& in, bool) {
+                      return attention_core(in[0], in[1], in[2], 0, documents);
+                    });
 }
 
 at::Tensor GPT::attend_cached(const at::Tensor& q, at::Tensor k, at::Tensor v, int64_t layer,
@@ -159,17 +161,22 @@ at::Tensor GPT::expand_kv(const at::Tensor& kv) const {
 }
 
 at::Tensor GPT::attention_core(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                               int64_t past) {
+                               int64_t past, const at::Tensor& documents) {
   const double scale = attention_scale(config_);
-  if (cp_.comm) return context_parallel_attention(q, k, v, scale, cp_);
+  if (cp_.comm) return context_parallel_attention(q, k, v, scale, cp_, documents);
   if (config_.attention == AttentionKernel::blockwise) {
-    return blockwise_attention(q, k, v, scale, AttentionPositions{past, 0});
+    return blockwise_attention(q, k, v, scale, AttentionPositions{past, 0},
+                               AttentionDocuments{documents, documents});
   }
   // Eager: products in the model's dtype (float16 on CPU through float32), softmax in float32.
   const int64_t T = q.size(2);
   const at::Tensor qc = computable(q), kc = computable(k), vc = computable(v);
   auto scores = at::matmul(qc, kc.transpose(-2, -1)) * scale;
-  scores = scores.masked_fill(causal_mask(T, past + T), -std::numeric_limits<double>::infinity());
+  at::Tensor hidden = causal_mask(T, past + T);  // (T, T), true = hidden
+  if (documents.defined()) {                     // and keys of other documents: (B, 1, T, T)
+    hidden = hidden.logical_or(documents.unsqueeze(2) != documents.unsqueeze(1)).unsqueeze(1);
+  }
+  scores = scores.masked_fill(hidden, -std::numeric_limits<double>::infinity());
   auto probs = at::softmax(scores, -1, at::promote_types(scores.scalar_type(), at::kFloat));
   return at::matmul(probs.to(vc.scalar_type()), vc).to(q.scalar_type());
 }

@@ -44,6 +44,16 @@ at::Tensor GPT::token_positions(int64_t T, int64_t past, bool tp_part) const {
   return context_positions_.narrow(0, first, T);
 }
 
+at::Tensor GPT::positions_of(int64_t T, const ForwardContext& context, bool tp_part) const {
+  if (context.paged) return context.paged->positions;
+  const at::Tensor positions = token_positions(T, context.past(), tp_part);  // (T)
+  if (!context.documents.defined()) return positions;
+  // A document's tokens count from its start, the offset each token's id holds.
+  const at::Tensor starts =
+      tp_part ? context.documents.narrow(1, tp_rank_ * T, T) : context.documents;  // (B, T)
+  return positions.unsqueeze(0) - starts;
+}
+
 at::Tensor GPT::embed(const at::Tensor& tokens, const ForwardContext& context) {
   // Vocab-parallel lookup: rows outside this rank's range contribute zeros, and the partial
   // embeddings are summed over tp (reduce-scattered along tokens under sequence parallelism).
@@ -57,10 +67,8 @@ at::Tensor GPT::embed(const at::Tensor& tokens, const ForwardContext& context) {
     x = at::embedding(weight(token_embedding_), tokens);  // (B, T, C)
   }
   if (position_embedding_ != kNone) {
-    const at::Tensor positions =
-        context.paged ? context.paged->positions
-                      : token_positions(x.size(1), context.past(), context.sequence_parallel);
-    x = x + weight(position_embedding_).index_select(0, positions);
+    const at::Tensor positions = positions_of(x.size(1), context, context.sequence_parallel);
+    x = x + at::embedding(weight(position_embedding_), positions);  // (T, C) or (B, T, C)
   }
   return x;
 }

@@ -41,8 +41,12 @@ RotaryEmbedding::RotaryEmbedding(int64_t head_dim, int64_t max_positions, double
 
 at::Tensor RotaryEmbedding::rotate(const at::Tensor& x, const at::Tensor& positions) const {
   const int64_t half = x.size(3) / 2;
-  const at::Tensor cos = cos_.index_select(0, positions);  // (T, D/2)
-  const at::Tensor sin = sin_.index_select(0, positions);
+  at::Tensor cos = cos_.index_select(0, positions.reshape(-1));  // (T or B * T, D/2)
+  at::Tensor sin = sin_.index_select(0, positions.reshape(-1));
+  if (positions.dim() == 2) {  // each batch row its own positions: (B, 1, T, D/2)
+    cos = cos.view({positions.size(0), 1, positions.size(1), half});
+    sin = sin.view({positions.size(0), 1, positions.size(1), half});
+  }
   const at::Tensor x1 = x.narrow(-1, 0, half), x2 = x.narrow(-1, half, half);
   return at::cat({x1 * cos - x2 * sin, x1 * sin + x2 * cos}, -1);
 }

@@ -20,7 +20,8 @@ class RotaryEmbedding {
   RotaryEmbedding(int64_t head_dim, int64_t max_positions, double theta, const RopeScaling& scaling,
                   at::ScalarType dtype);
 
-  // x (B, heads, T, D) at `positions` (T) int64 -> x rotated, same shape.
+  // x (B, heads, T, D) at `positions` int64, (T) shared by the batch rows or (B, T) per row
+  // (packed documents) -> x rotated, same shape.
   at::Tensor rotate(const at::Tensor& x, const at::Tensor& positions) const;
 
  private:

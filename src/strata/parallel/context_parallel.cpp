@@ -66,10 +66,29 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
+// ---- packed documents --------------------------------------------------------------------
+
+// The document ids (B, T) of the whole rows, in natural order, from each rank's (B, T_l): one
+// small all-gather per attention call, after which every rank can tell which of its blocks
+// share a document. Undefined without documents.
+at::Tensor whole_row_documents(const at::Tensor& documents, Comm& cp) {
+  if (!documents.defined()) return {};
+  const int64_t n = cp.size();
+  const at::Tensor mine = documents.transpose(0, 1).contiguous();  // (T_l, B)
+  at::Tensor all = at::empty({n * mine.size(0), mine.size(1)}, mine.options());
+  cp.all_gather(all, mine);
+  return context_unshard(all.transpose(0, 1), n, 1);
+}
+
+// The ids of the c tokens from `first` on, or undefined (no documents).
+at::Tensor documents_from(const at::Tensor& row_documents, int64_t first, int64_t c) {
+  return row_documents.defined() ? row_documents.narrow(1, first, c) : at::Tensor();
+}
+
 // ---- all-gather (Llama 3) ----------------------------------------------------------------
 
 at::Tensor all_gather_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                double scale, Comm& cp) {
+                                double scale, Comm& cp, const at::Tensor& row_documents) {
   const int64_t n = cp.size(), B = k.size(0), K = k.size(1), T_l = k.size(2), D = k.size(3);
   const int64_t c = T_l / 2;
   // Keys then values of each token as one (B, T_l, 2 K D) row, gathered along the tokens (the
@@ -83,9 +102,10 @@ at::Tensor all_gather_attention(const at::Tensor& q, const at::Tensor& k, const 
   std::vector<at::Tensor> out;
   for (int64_t i = 0; i < 2; ++i) {
     const int64_t end = (chunks[i] + 1) * c;
-    out.push_back(blockwise_attention(q.narrow(2, i * c, c), keys.narrow(2, 0, end),
-                                      values.narrow(2, 0, end), scale,
-                                      AttentionPositions{chunks[i] * c, 0}));
+    out.push_back(blockwise_attention(
+        q.narrow(2, i * c, c), keys.narrow(2, 0, end), values.narrow(2, 0, end), scale,
+        AttentionPositions{chunks[i] * c, 0},
+        {documents_from(row_documents, chunks[i] * c, c), documents_from(row_documents, 0, end)}));
   }
   return at::cat(out, 2);
 }
@@ -130,7 +150,7 @@ at::Tensor heads_to_sequence(const at::Tensor& y, Comm& cp) {
 }
 
 at::Tensor all_to_all_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                double scale, Comm& cp) {
+                                double scale, Comm& cp, const at::Tensor& row_documents) {
   const int64_t n = cp.size(), H = q.size(1), K = k.size(1);
   STRATA_REQUIRE(H % n == 0 && (K % n == 0 || n % K == 0), "all-to-all context parallelism: ", H,
                  " query and ", K, " kv heads per rank do not split over cp = ", n);
@@ -139,8 +159,9 @@ at::Tensor all_to_all_attention(const at::Tensor& q, const at::Tensor& k, const 
     keys = k.repeat_interleave(n / K, 1);
     values = v.repeat_interleave(n / K, 1);
   }
-  at::Tensor y = blockwise_attention(sequence_to_heads(q, cp), sequence_to_heads(keys, cp),
-                                     sequence_to_heads(values, cp), scale);
+  at::Tensor y =
+      blockwise_attention(sequence_to_heads(q, cp), sequence_to_heads(keys, cp),
+                          sequence_to_heads(values, cp), scale, {}, {row_documents, row_documents});
   return heads_to_sequence(y, cp);
 }
 
@@ -148,20 +169,53 @@ at::Tensor all_to_all_attention(const at::Tensor& q, const at::Tensor& k, const 
 
 constexpr int kKeysValuesTag = 71, kKeyValueGradsTag = 72;
 
+// Whether any query of chunk `query_chunk` shares a document with a key of the earlier (or
+// same) chunk `key_chunk`: ids never decrease along a row, so exactly when, in some row, the
+// key chunk's last id reaches the query chunk's first.
+bool shares_document(const at::Tensor& row_documents, int64_t query_chunk, int64_t key_chunk,
+                     int64_t c) {
+  if (!row_documents.defined()) return true;
+  return (row_documents.select(1, key_chunk * c + c - 1) >=
+          row_documents.select(1, query_chunk * c))
+      .any()
+      .item<bool>();
+}
+
 // One exchange step's blocks: the pairs (query chunk i, key chunk j) of this rank's queries
-// and the keys of rank `source`, skipping pairs whose keys all come after the queries.
+// and the keys of rank `source`, skipping pairs whose keys all come after the queries and,
+// with documents, pairs that share no document (counted in *skipped when given).
 template <typename Visit>
-void visible_pairs(int64_t rank, int64_t source, int64_t n, int64_t c, Visit&& visit) {
+void visible_pairs(int64_t rank, int64_t source, int64_t n, int64_t c,
+                   const at::Tensor& row_documents, int64_t* skipped, Visit&& visit) {
   const auto queries = context_chunks(rank, n), keys = context_chunks(source, n);
   for (int64_t i = 0; i < 2; ++i) {
     for (int64_t j = 0; j < 2; ++j) {
-      if (keys[j] <= queries[i]) visit(i, j, AttentionPositions{queries[i] * c, keys[j] * c});
+      if (keys[j] > queries[i]) continue;
+      if (!shares_document(row_documents, queries[i], keys[j], c)) {
+        if (skipped) ++*skipped;
+        continue;
+      }
+      visit(i, j, AttentionPositions{queries[i] * c, keys[j] * c},
+            AttentionDocuments{documents_from(row_documents, queries[i] * c, c),
+                               documents_from(row_documents, keys[j] * c, c)});
     }
   }
 }
 
+// The whole rows' document ids as the ring's autograd function takes them (an undefined
+// tensor argument would count as an input of the graph).
+struct RowDocuments {
+  at::Tensor ids;  // (B, T) int64 in natural order; undefined without documents
+};
+
+// exp(a - b) with exp(-inf - -inf) taken as 0: the weight of a row that saw no key.
+at::Tensor share(const at::Tensor& lse, const at::Tensor& total) {
+  return at::nan_to_num((lse - total).exp(), 0.0).unsqueeze(-1);
+}
+
 // Merges a block's (out, lse) into a query chunk's running result: the softmax over the union
-// of their keys (both see at least one key, so every lse is finite).
+// of their keys. A row may have seen no key yet (lse -inf) when documents mask a block; its
+// own chunk's block gives every row at least itself by the end.
 void merge(std::optional<AttentionForward>& into, AttentionForward piece) {
   piece.out = piece.out.to(piece.lse.scalar_type());
   if (!into) {
@@ -169,8 +223,7 @@ void merge(std::optional<AttentionForward>& into, AttentionForward piece) {
     return;
   }
   const at::Tensor lse = at::logaddexp(into->lse, piece.lse);
-  into->out = into->out * (into->lse - lse).exp().unsqueeze(-1) +
-              piece.out * (piece.lse - lse).exp().unsqueeze(-1);
+  into->out = into->out * share(into->lse, lse) + piece.out * share(piece.lse, lse);
   into->lse = lse;
 }
 
@@ -195,7 +248,9 @@ class RingEvent {
 
 struct RingAttention : torch::autograd::Function<RingAttention> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k,
-                            const at::Tensor& v, double scale, Comm* comm, Trace* trace) {
+                            const at::Tensor& v, double scale, Comm* comm, Trace* trace,
+                            const RowDocuments& documents_of_rows, int64_t* skipped) {
+    const at::Tensor& row_documents = documents_of_rows.ids;
     Comm& cp = *comm;
     const int64_t n = cp.size(), r = cp.rank(), c = q.size(2) / 2;
     at::Tensor kv = at::stack({k, v}).contiguous();  // (2, B, K, T_l, D): the block that travels
@@ -207,10 +262,11 @@ struct RingAttention : torch::autograd::Function<RingAttention> {
       {
         RingEvent compute(trace, "cp_ring_compute");
         visible_pairs(
-            r, (r + n - step) % n, n, c, [&](int64_t i, int64_t j, AttentionPositions at) {
+            r, (r + n - step) % n, n, c, row_documents, skipped,
+            [&](int64_t i, int64_t j, AttentionPositions at, const AttentionDocuments& documents) {
               merge(result[i],
                     blockwise_attention_forward(q.narrow(2, i * c, c), kv[0].narrow(2, j * c, c),
-                                                kv[1].narrow(2, j * c, c), scale, at));
+                                                kv[1].narrow(2, j * c, c), scale, at, documents));
             });
       }
       if (step + 1 < n) {
@@ -225,6 +281,7 @@ struct RingAttention : torch::autograd::Function<RingAttention> {
     ctx->save_for_backward({q, k, v, out, lse});
     ctx->saved_data["scale"] = scale;
     ctx->saved_data["trace"] = static_cast<int64_t>(reinterpret_cast<intptr_t>(trace));
+    ctx->saved_data["row_documents"] = row_documents;
     remember_comm(ctx, cp);
     return out.to(q.scalar_type());
   }
@@ -240,6 +297,7 @@ struct RingAttention : torch::autograd::Function<RingAttention> {
     auto* trace = reinterpret_cast<Trace*>(static_cast<intptr_t>(ctx->saved_data["trace"].toInt()));
     const int64_t n = cp.size(), r = cp.rank(), c = q.size(2) / 2;
     const at::Tensor dout = grads[0];
+    const at::Tensor row_documents = ctx->saved_data["row_documents"].toTensor();
     const auto accumulate = lse.scalar_type();
     at::Tensor dq = at::zeros(q.sizes(), q.options().dtype(accumulate));
     at::Tensor kv = at::stack({k, v}).contiguous();
@@ -251,14 +309,17 @@ struct RingAttention : torch::autograd::Function<RingAttention> {
       if (step + 1 < n) hop = pass_on(cp, kv, next, kKeysValuesTag);
       at::Tensor dkv = at::zeros(kv.sizes(), kv.options().dtype(accumulate));
       std::optional<RingEvent> compute(std::in_place, trace, "cp_ring_compute");
-      visible_pairs(r, (r + n - step) % n, n, c, [&](int64_t i, int64_t j, AttentionPositions at) {
-        AttentionGradients g = blockwise_attention_backward(
-            dout.narrow(2, i * c, c), q.narrow(2, i * c, c), kv[0].narrow(2, j * c, c),
-            kv[1].narrow(2, j * c, c), out.narrow(2, i * c, c), lse.narrow(2, i * c, c), scale, at);
-        dq.narrow(2, i * c, c).add_(g.dq);
-        dkv[0].narrow(2, j * c, c).add_(g.dk);
-        dkv[1].narrow(2, j * c, c).add_(g.dv);
-      });
+      visible_pairs(
+          r, (r + n - step) % n, n, c, row_documents, nullptr,
+          [&](int64_t i, int64_t j, AttentionPositions at, const AttentionDocuments& documents) {
+            AttentionGradients g = blockwise_attention_backward(
+                dout.narrow(2, i * c, c), q.narrow(2, i * c, c), kv[0].narrow(2, j * c, c),
+                kv[1].narrow(2, j * c, c), out.narrow(2, i * c, c), lse.narrow(2, i * c, c), scale,
+                at, documents);
+            dq.narrow(2, i * c, c).add_(g.dq);
+            dkv[0].narrow(2, j * c, c).add_(g.dk);
+            dkv[1].narrow(2, j * c, c).add_(g.dv);
+          });
       compute.reset();
       RingEvent wait(trace, "cp_ring_wait");
       if (step > 0) {  // what the ranks before added to this block's gradients
@@ -286,6 +347,8 @@ struct RingAttention : torch::autograd::Function<RingAttention> {
             incoming[1].to(v.scalar_type()),
             at::Tensor(),
             at::Tensor(),
+            at::Tensor(),
+            at::Tensor(),
             at::Tensor()};
   }
 };
@@ -293,17 +356,20 @@ struct RingAttention : torch::autograd::Function<RingAttention> {
 }  // namespace
 
 at::Tensor context_parallel_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                      double scale, const ContextParallel& cp) {
+                                      double scale, const ContextParallel& cp,
+                                      const at::Tensor& documents) {
   STRATA_CHECK(cp.comm && q.size(2) % 2 == 0 && k.size(2) == q.size(2),
                "context-parallel attention wants a cp group and two equal chunks of queries and ",
                "keys per rank, got q ", q.sizes(), ", k ", k.sizes());
+  const at::Tensor row_documents = whole_row_documents(documents, *cp.comm);
   switch (cp.exchange) {
     case ContextParallelComm::ring:
-      return RingAttention::apply(q, k, v, scale, cp.comm, cp.trace);
+      return RingAttention::apply(q, k, v, scale, cp.comm, cp.trace, RowDocuments{row_documents},
+                                  cp.skipped_blocks);
     case ContextParallelComm::all_gather:
-      return all_gather_attention(q, k, v, scale, *cp.comm);
+      return all_gather_attention(q, k, v, scale, *cp.comm, row_documents);
     case ContextParallelComm::all_to_all:
-      return all_to_all_attention(q, k, v, scale, *cp.comm);
+      return all_to_all_attention(q, k, v, scale, *cp.comm, row_documents);
   }
   STRATA_CHECK(false, "unknown context-parallel exchange");
 }

@@ -35,6 +35,10 @@ struct ContextParallel {
   // Records the ring's steps (cp_ring_compute: a step's blocks; cp_ring_wait: waiting for the
   // next hop, i.e. the transfer time not hidden by the compute). nullptr = not traced.
   Trace* trace = nullptr;
+  // With packed documents, the ring adds here each (query chunk, key chunk) block of its
+  // forward that it skipped because no query shares a document with a key. nullptr = not
+  // counted.
+  int64_t* skipped_blocks = nullptr;
 };
 
 // The global chunk index of each of rank `rank`'s two chunks: {rank, 2 * size - 1 - rank}.
@@ -50,8 +54,11 @@ at::Tensor context_unshard(const at::Tensor& x, int64_t size, int64_t dim = 1);
 // softmax(q k^T * scale, causal over the original positions) v for this rank's queries.
 // q (B, H, T_l, D), k and v (B, K, T_l, D), K dividing H (grouped-query attention): this rank's
 // tokens, in its chunk order. Differentiable; the backward crosses the cp ranks as the forward
-// did. Every rank of cp.comm calls it with the same shapes and exchange.
+// did. Every rank of cp.comm calls it with the same shapes and exchange. documents: packed
+// documents (B, T_l) int64 of this rank's tokens (the model's ForwardContext::documents), or
+// undefined; with them a query sees only keys of its own document.
 at::Tensor context_parallel_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                      double scale, const ContextParallel& cp);
+                                      double scale, const ContextParallel& cp,
+                                      const at::Tensor& documents = {});
 
 }  // namespace strata

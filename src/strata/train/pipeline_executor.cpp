@@ -59,7 +59,7 @@ void PipelineExecutor::forward(const Action& action, const MicrobatchSource& mic
   // What backward starts from: the loss (and MoE's auxiliary losses) as a share of the step's
   // mean, times the loss scale.
   const double gradient_scale = objective_scale_ * loss_scale_;
-  s.output = chunk.forward_stage(input, batch.targets, gradient_scale);
+  s.output = chunk.forward_stage(input, batch.targets, gradient_scale, batch.documents);
   if (chunk.stage().last) {
     stats.loss += s.output.item<double>() * objective_scale_;
     s.output = s.output * gradient_scale;

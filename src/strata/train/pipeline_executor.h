@@ -33,9 +33,11 @@ struct PipelineStepStats {
 };
 
 // One microbatch's tokens as this rank's chunks see them (micro_batch, tokens) int64 each:
-// the first stage's input ids and the last stage's targets.
+// the first stage's input ids and the last stage's targets, and for every stage the input
+// tokens' documents (data.document_mask; ForwardContext::documents), else undefined.
 struct Microbatch {
   at::Tensor input, targets;
+  at::Tensor documents;
 };
 using MicrobatchSource = std::function<Microbatch(int64_t microbatch)>;
 

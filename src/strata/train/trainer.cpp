@@ -58,7 +58,7 @@ double measure_matmul_peak_flops(at::ScalarType dtype) {
   return measured[dtype] = measure_matmul_peak(dtype);
 }
 
-Trainer::Trainer(const Config& config, Mesh& mesh)
+Trainer::Trainer(const Config& config, Mesh& mesh, std::shared_ptr<TokenDataset> dataset)
     : config_(config),
       mesh_(mesh),
       dtype_(compute_dtype(config.train.precision)),
@@ -89,7 +89,8 @@ Trainer::Trainer(const Config& config, Mesh& mesh)
     chunk->set_recompute(config_.train.recompute, config_.train.recompute_layers);
     for (auto& parameter : chunk->parameters()) parameters_.push_back(&parameter);
   }
-  dataset_ = TokenDataset::open(config_.data, model, config_.train.seed);
+  dataset_ =
+      dataset ? std::move(dataset) : TokenDataset::open(config_.data, model, config_.train.seed);
   rows_per_dp_rank_ = config_.train.global_batch / mesh_.shape().dp;
 
   const int64_t microbatches = rows_per_dp_rank_ / config_.parallel.micro_batch;
@@ -151,10 +152,16 @@ MicrobatchSource Trainer::microbatches_of(Split split, int64_t batch) const {
     const int64_t micro_batch = config_.parallel.micro_batch, T = config_.model.seq_len;
     const int64_t first_row = mesh_.coords().dp * rows_per_dp_rank_ + microbatch * micro_batch;
     const at::Tensor rows = dataset_->rows(split, batch, first_row, micro_batch, T);
-    Microbatch out{rows.narrow(1, 0, T), rows.narrow(1, 1, T)};
+    Microbatch out{rows.narrow(1, 0, T), rows.narrow(1, 1, T), {}};
+    if (config_.data.document_mask) {
+      out.documents = dataset_->documents(split, batch, first_row, micro_batch, T).narrow(1, 0, T);
+    }
     if (mesh_.shape().cp > 1) {
       out.input = context_shard(out.input, mesh_.coords().cp, mesh_.shape().cp);
       out.targets = context_shard(out.targets, mesh_.coords().cp, mesh_.shape().cp);
+      if (out.documents.defined()) {
+        out.documents = context_shard(out.documents, mesh_.coords().cp, mesh_.shape().cp);
+      }
     }
     return out;
   };

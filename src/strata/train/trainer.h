@@ -49,8 +49,9 @@ struct TrainResult {
 
 class Trainer {
  public:
-  // config must be validated for mesh.shape().world() ranks.
-  Trainer(const Config& config, Mesh& mesh);
+  // config must be validated for mesh.shape().world() ranks. dataset: the tokens to train on
+  // instead of those config.data names (tests build them in memory); nullptr = open config.data.
+  Trainer(const Config& config, Mesh& mesh, std::shared_ptr<TokenDataset> dataset = nullptr);
   ~Trainer();
 
   TrainResult run();
