@@ -41,6 +41,10 @@ struct ModelConfig {
   double init_std = 0.02;
   double norm_eps = 1e-5;
   double rope_theta = 10000.0;
+  // A Hugging Face model directory (config.json + safetensors) to start from: its
+  // architecture replaces the shape keys above (with_hf_model, hf/hf_config.h) and its weights
+  // the random initialization. Empty = strata's own model, randomly initialized.
+  std::string init;
   MoeConfig moe;
 
   bool is_moe_layer(int64_t layer) const {

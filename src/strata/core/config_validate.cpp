@@ -5,6 +5,7 @@
 // of `strata` reports all of them.
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <limits>
 #include <string>
 #include <type_traits>
@@ -104,6 +105,11 @@ void check_model(const ModelConfig& model, Problems& problems) {
                            ") must be divisible by model.n_kv_heads (", model.n_kv_heads, ")"));
   }
   check_moe(model, problems);
+  if (!model.init.empty() && !std::filesystem::is_regular_file(model.init + "/config.json")) {
+    problems.push_back(str(
+        "model.init (\"", model.init, "\") must be a Hugging Face model ", "directory: ",
+        std::filesystem::is_directory(model.init) ? "it has no config.json" : "no such directory"));
+  }
 }
 
 void check_train(const TrainConfig& train, Problems& problems) {
