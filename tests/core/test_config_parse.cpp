@@ -205,6 +205,7 @@ Config unusual_config() {
                   1e-300,
                   123456.789,
                   MoeConfig{9, 1, 3, 1.0 / 7.0, 0.0, 1e-3, Activation::swiglu}};
+  config.model_init = "models/with \"quotes\"";
   config.parallel.auto_layout = true;
   config.parallel.tp = 2;
   config.parallel.pp = 3;

@@ -38,6 +38,7 @@ struct Case {
 const std::vector<Case> kCases = {{"gpt2", ""},
                                   {"llama", "--variant gqa --variant llama3-rope"},
                                   {"llama", "--variant untied --dtype bf16 --shards 2"},
+                                  {"llama", "--variant attention-bias --variant mlp-bias"},
                                   {"qwen2", ""},
                                   {"mistral", ""},
                                   {"mixtral", ""}};

@@ -24,7 +24,7 @@ TEST(HfTrain, FineTuningOnDataAndPipelineParallelMatchesOneRank) {
     world.barrier();
     Config config = testing::tiny_training_run(3, 4, 1);
     config.data.source = DataSource::synthetic;
-    config.model.init = dir;
+    config.model_init = dir;
     config = with_hf_model(config);
 
     // One rank, checking first that the weights are the model's (the token embedding as

@@ -63,8 +63,10 @@ INSTANTIATE_TEST_SUITE_P(
     Architectures, HfRoundTrip,
     ::testing::Values(Case{"gpt2", "--variant mask-buffers"}, Case{"gpt2", ""},
                       Case{"llama", "--variant gqa --variant llama3-rope --dtype bf16"},
-                      Case{"llama", "--variant untied --shards 3"}, Case{"qwen2", "--dtype f16"},
-                      Case{"mistral", ""}, Case{"mixtral", "--dtype bf16"}),
+                      Case{"llama", "--variant untied --shards 3"},
+                      Case{"llama", "--variant attention-bias --variant mlp-bias"},
+                      Case{"qwen2", "--dtype f16"}, Case{"mistral", ""},
+                      Case{"mixtral", "--dtype bf16"}),
     [](const ::testing::TestParamInfo<Case>& info) {
       std::string name = info.param.arch + "_" + info.param.options;
       for (char& ch : name) {
@@ -151,7 +153,7 @@ TEST(HfExport, AStrataCheckpointReloadsWithTheSameLogits) {
         save_checkpoint(root.path(), 1, tensors, {{"config", to_toml(config)}}, group);
     Config loaded_config;
     auto loaded = load_model_from_checkpoint(checkpoint, &loaded_config, nullptr, Precision::fp32);
-    export_hf_model(*loaded, out.path() + "/model", {}, loaded_config.model.init);
+    export_hf_model(*loaded, out.path() + "/model", {}, loaded_config.model_init);
     EXPECT_EQ(read_hf_config(out.path() + "/model").architecture, native.expected) << native.name;
     auto reloaded =
         load_model_from_checkpoint(out.path() + "/model", nullptr, nullptr, Precision::fp32);

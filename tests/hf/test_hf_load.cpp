@@ -48,9 +48,10 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(Case{"gpt2", ""}, Case{"gpt2", "--variant no-prefix --variant no-lm-head"},
                       Case{"gpt2", "--variant mask-buffers"}, Case{"llama", ""},
                       Case{"llama", "--variant gqa"}, Case{"llama", "--variant llama3-rope"},
-                      Case{"llama", "--variant untied --variant gqa"}, Case{"qwen2", ""},
-                      Case{"qwen2", "--variant tied"}, Case{"mistral", ""}, Case{"mixtral", ""},
-                      Case{"llama", "--dtype bf16 --shards 3 --variant gqa"},
+                      Case{"llama", "--variant untied --variant gqa"},
+                      Case{"llama", "--variant attention-bias --variant mlp-bias --variant gqa"},
+                      Case{"qwen2", ""}, Case{"qwen2", "--variant tied"}, Case{"mistral", ""},
+                      Case{"mixtral", ""}, Case{"llama", "--dtype bf16 --shards 3 --variant gqa"},
                       Case{"qwen2", "--dtype f16 --shards 2"}),
     [](const ::testing::TestParamInfo<Case>& info) {
       std::string name = info.param.arch + "_" + info.param.options;
@@ -65,8 +66,6 @@ TEST(HfRefusals, NameTheKey) {
   const std::vector<std::pair<Case, std::string>> refusals = {
       {{"llama", "--variant rope-yarn"}, "rope_scaling"},
       {{"llama", "--variant head-dim"}, "head_dim"},
-      {{"llama", "--variant attention-bias"}, "attention_bias"},
-      {{"llama", "--variant mlp-bias"}, "mlp_bias"},
       {{"mistral", "--variant sliding-window"}, "sliding_window"},
       {{"mixtral", "--variant sliding-window"}, "sliding_window"},
       {{"qwen2", "--variant sliding-window"}, "use_sliding_window"},

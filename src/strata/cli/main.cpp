@@ -165,7 +165,7 @@ int run_export(const ExportFlags& flags) {
   if (!flags.dtype.empty()) options.torch_dtype = parse_torch_dtype(flags.dtype, "--dtype");
   Config config;
   auto model = load_model_from_checkpoint(flags.checkpoint, &config, nullptr, Precision::fp32);
-  export_hf_model(*model, flags.out, options, config.model.init);
+  export_hf_model(*model, flags.out, options, config.model_init);
   std::cout << "strata export: wrote " << flags.out << std::endl;
   return 0;
 }

@@ -41,10 +41,6 @@ struct ModelConfig {
   double init_std = 0.02;
   double norm_eps = 1e-5;
   double rope_theta = 10000.0;
-  // A Hugging Face model directory (config.json + safetensors) to start from: its
-  // architecture replaces the shape keys above (with_hf_model, hf/hf_config.h) and its weights
-  // the random initialization. Empty = strata's own model, randomly initialized.
-  std::string init;
   MoeConfig moe;
 
   bool is_moe_layer(int64_t layer) const {
@@ -163,6 +159,11 @@ struct Config {
   FaultConfig fault;
   LogConfig log;
   ServeConfig serve;
+  // Key model.init: a Hugging Face model directory (config.json + safetensors) to start from;
+  // its architecture replaces the [model] and [model.moe] shape keys (with_hf_model,
+  // hf/hf_config.h), its weights the random initialization. Empty = strata's own model. Kept
+  // out of ModelConfig, which is the architecture alone (what a GPT is built from).
+  std::string model_init;
 };
 
 // Reads a TOML file and applies "section.key=value" overrides (values parsed as TOML).

@@ -77,6 +77,15 @@ void check_moe(const ModelConfig& model, Problems& problems) {
   require_at_least(problems, "model.moe.z_loss_coef", moe.z_loss_coef, 0.0);
 }
 
+// model.init names a Hugging Face model directory (its contents are read by with_hf_model).
+void check_model_init(const std::string& init, Problems& problems) {
+  if (!init.empty() && !std::filesystem::is_regular_file(init + "/config.json")) {
+    problems.push_back(
+        str("model.init (\"", init, "\") must be a Hugging Face model directory: ",
+            std::filesystem::is_directory(init) ? "it has no config.json" : "no such directory"));
+  }
+}
+
 void check_model(const ModelConfig& model, Problems& problems) {
   require_at_least<int64_t>(problems, "model.vocab_size", model.vocab_size, 2);
   require_at_least<int64_t>(problems, "model.d_model", model.d_model, 1);
@@ -105,11 +114,6 @@ void check_model(const ModelConfig& model, Problems& problems) {
                            ") must be divisible by model.n_kv_heads (", model.n_kv_heads, ")"));
   }
   check_moe(model, problems);
-  if (!model.init.empty() && !std::filesystem::is_regular_file(model.init + "/config.json")) {
-    problems.push_back(str(
-        "model.init (\"", model.init, "\") must be a Hugging Face model ", "directory: ",
-        std::filesystem::is_directory(model.init) ? "it has no config.json" : "no such directory"));
-  }
 }
 
 void check_train(const TrainConfig& train, Problems& problems) {
@@ -363,6 +367,7 @@ Problems collect_consistency(Config& config, int64_t world_size) {
   STRATA_CHECK(world_size >= 1, "world_size = ", world_size);
   Problems problems;
   check_model(config.model, problems);
+  check_model_init(config.model_init, problems);
   check_train(config.train, problems);
   check_data(config, problems);
   check_checkpoint_fault_and_log(config, problems);
@@ -392,6 +397,7 @@ Config validate_serving_config(Config config, int64_t world_size) {
   STRATA_CHECK(world_size >= 1, "world_size = ", world_size);
   Problems problems;
   check_model(config.model, problems);
+  check_model_init(config.model_init, problems);
   check_serve(config.serve, problems);
   check_parallel_settings(config, problems);
   const std::vector<std::string> layout = serving_layout_problems(

@@ -171,12 +171,6 @@ HfModel llama_model(const ConfigReader& reader, HfArchitecture architecture) {
   if (reader.optional<std::string>("hidden_act", "silu") != "silu") {
     reader.refuse("hidden_act", "the gated MLP strata computes is SwiGLU (silu)");
   }
-  if (reader.optional<bool>("attention_bias", false)) {
-    reader.refuse("attention_bias", "Llama's attention biases are not implemented (Qwen2's are)");
-  }
-  if (reader.optional<bool>("mlp_bias", false)) {
-    reader.refuse("mlp_bias", "Llama's MLP biases are not implemented");
-  }
   // Qwen2 reads sliding_window only with use_sliding_window; Mistral and Mixtral whenever it
   // is set. A window at least the whole context changes nothing.
   const bool windowed = architecture == HfArchitecture::qwen2
@@ -194,8 +188,13 @@ HfModel llama_model(const ConfigReader& reader, HfArchitecture architecture) {
       "rope_theta", architecture == HfArchitecture::mixtral ? 1e6 : 10000.0);
   block.rope_scaling = rope_scaling_of(reader);
   block.activation = Activation::swiglu;
-  if (architecture == HfArchitecture::qwen2)
-    block.biases.q = block.biases.k = block.biases.v = true;
+  LinearBiases& biases = block.biases;
+  if (architecture == HfArchitecture::qwen2) biases.q = biases.k = biases.v = true;
+  if (architecture == HfArchitecture::llama) {
+    biases.q = biases.k = biases.v = biases.attention_out =
+        reader.optional<bool>("attention_bias", false);
+    biases.mlp_in = biases.mlp_out = reader.optional<bool>("mlp_bias", false);
+  }
   if (architecture == HfArchitecture::mixtral) {
     MoeConfig& moe = block.moe;
     moe.num_experts = reader.required<int64_t>("num_local_experts");
@@ -319,10 +318,11 @@ HfArchitecture hf_architecture_for(const ModelConfig& model, const BlockSpec& bl
   if (b.q && b.k && b.v && !b.attention_out && !b.mlp_in && !b.mlp_out) {
     return HfArchitecture::qwen2;
   }
-  if (any_bias) {
+  const bool attention_alike = b.q == b.k && b.k == b.v && b.v == b.attention_out;
+  if (!attention_alike || b.mlp_in != b.mlp_out) {
     throw UserError(
-        "this model's biases fit no Hugging Face architecture (Qwen2: q, k and v only; Llama: "
-        "none)");
+        "this model's biases fit no Hugging Face architecture (Qwen2: q, k and v; Llama: all "
+        "four attention projections or none, both MLP projections or none)");
   }
   return HfArchitecture::llama;
 }
@@ -372,8 +372,8 @@ nlohmann::json hf_config_json(HfArchitecture architecture, const ModelConfig& mo
     config["rope_scaling"] = nullptr;
   }
   if (architecture == HfArchitecture::llama) {
-    config["attention_bias"] = false;
-    config["mlp_bias"] = false;
+    config["attention_bias"] = block.biases.attention_out;
+    config["mlp_bias"] = block.biases.mlp_in;
   }
   if (architecture == HfArchitecture::mistral || architecture == HfArchitecture::mixtral) {
     config["sliding_window"] = nullptr;
@@ -387,16 +387,17 @@ nlohmann::json hf_config_json(HfArchitecture architecture, const ModelConfig& mo
   return config;
 }
 
-BlockSpec run_block_spec(const ModelConfig& model) {
-  if (model.init.empty()) return block_spec_of(model);
-  const HfModel hf = read_hf_config(model.init);
+BlockSpec run_block_spec(const Config& config) {
+  const ModelConfig& model = config.model;
+  if (config.model_init.empty()) return block_spec_of(model);
+  const HfModel hf = read_hf_config(config.model_init);
   const ModelConfig& expected = hf.model;
   STRATA_REQUIRE(model.vocab_size == expected.vocab_size && model.d_model == expected.d_model &&
                      model.n_layers == expected.n_layers && model.n_heads == expected.n_heads &&
                      model.kv_heads() == expected.kv_heads() &&
                      model.ff_dim() == expected.ff_dim() &&
                      model.tie_embeddings == expected.tie_embeddings,
-                 "the [model] table does not describe the model.init model ", model.init,
+                 "the [model] table does not describe the model.init model ", config.model_init,
                  " (its sizes come from its config.json: read the config through with_hf_model)");
   BlockSpec block = hf.block;
   // A fine-tune's MoE training settings are the run's.
@@ -406,18 +407,17 @@ BlockSpec run_block_spec(const ModelConfig& model) {
 }
 
 Config with_hf_model(Config config) {
+  if (config.model_init.empty()) return config;
   ModelConfig& model = config.model;
-  if (model.init.empty()) return config;
-  const HfModel hf = read_hf_config(model.init);
+  const HfModel hf = read_hf_config(config.model_init);
   ModelConfig resolved = hf.model;
-  resolved.init = model.init;
   resolved.attention = model.attention;
   resolved.init_std = model.init_std;
   resolved.moe.aux_loss_coef = model.moe.aux_loss_coef;
   resolved.moe.z_loss_coef = model.moe.z_loss_coef;
   if (hf.block.position == PositionEncoding::rope) {
     STRATA_REQUIRE(model.seq_len <= hf.model.seq_len, "model.seq_len (", model.seq_len,
-                   ") exceeds the context of the model.init model ", model.init, " (",
+                   ") exceeds the context of the model.init model ", config.model_init, " (",
                    hf.model.seq_len, ", max_position_embeddings in its config.json)");
     resolved.seq_len = model.seq_len;
   }

@@ -26,7 +26,7 @@ const char* hf_model_type(HfArchitecture architecture);          // "llama", ...
 struct HfModel {
   HfArchitecture architecture = HfArchitecture::llama;
   // The sizes; seq_len is the longest context the model was trained for
-  // (max_position_embeddings, GPT-2's n_positions). model.init is left empty.
+  // (max_position_embeddings, GPT-2's n_positions).
   ModelConfig model;
   BlockSpec block;
 };
@@ -53,9 +53,9 @@ nlohmann::json hf_config_json(HfArchitecture architecture, const ModelConfig& mo
 // when no architecture holds it (a mix of the families' conventions).
 HfArchitecture hf_architecture_for(const ModelConfig& model, const BlockSpec& block);
 
-// The block a run's [model] table builds: block_spec_of(model), or with model.init the
-// block of that Hugging Face model (whose sizes must be the table's: with_hf_model).
-BlockSpec run_block_spec(const ModelConfig& model);
+// The block a run's [model] table builds: block_spec_of(config.model), or with model.init
+// the block of that Hugging Face model (whose sizes must be the table's: with_hf_model).
+BlockSpec run_block_spec(const Config& config);
 
 // `config` with the [model] table of the Hugging Face model model.init names (no change when
 // it is empty): the sizes, norm, positions, activation, tie and experts come from its

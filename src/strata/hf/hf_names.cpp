@@ -88,6 +88,9 @@ HfTensorMap llama_map(const ModelConfig& model, const BlockSpec& block) {
     if (block.biases.k) table.whole(hf + "self_attn.k_proj.bias", {K * D}, ours + "attn.k.bias");
     if (block.biases.v) table.whole(hf + "self_attn.v_proj.bias", {K * D}, ours + "attn.v.bias");
     table.whole(hf + "self_attn.o_proj.weight", {C, H * D}, ours + "attn.out.weight");
+    if (block.biases.attention_out) {
+      table.whole(hf + "self_attn.o_proj.bias", {C}, ours + "attn.out.bias");
+    }
     table.whole(hf + "post_attention_layernorm.weight", {C}, ours + "norm2.weight");
     if (block.is_moe_layer(layer)) {
       const std::string moe = hf + "block_sparse_moe.";
@@ -102,6 +105,11 @@ HfTensorMap llama_map(const ModelConfig& model, const BlockSpec& block) {
       table.part(hf + "mlp.gate_proj.weight", {F, C}, ours + "mlp.fc.weight", 0, F, {0, 0});
       table.part(hf + "mlp.up_proj.weight", {F, C}, ours + "mlp.fc.weight", 0, F, {F, 0});
       table.whole(hf + "mlp.down_proj.weight", {C, F}, ours + "mlp.out.weight");
+      if (block.biases.mlp_in) {
+        table.part(hf + "mlp.gate_proj.bias", {F}, ours + "mlp.fc.bias", 0, F, {0});
+        table.part(hf + "mlp.up_proj.bias", {F}, ours + "mlp.fc.bias", 0, F, {F});
+      }
+      if (block.biases.mlp_out) table.whole(hf + "mlp.down_proj.bias", {C}, ours + "mlp.out.bias");
     }
     table.ignore(hf + "self_attn.rotary_emb.inv_freq");  // a buffer older versions saved
   }

@@ -15,7 +15,7 @@ namespace strata {
 Config checkpoint_run_config(const std::string& dir) {
   if (is_hf_directory(dir)) {
     Config config;
-    config.model.init = dir;
+    config.model_init = dir;
     config.model.seq_len = read_hf_config(dir).model.seq_len;
     return with_hf_model(config);
   }
@@ -34,7 +34,7 @@ std::unique_ptr<GPT> load_model_from_checkpoint(const std::string& dir, Config* 
 
 std::unique_ptr<GPT> load_stage_from_checkpoint(const std::string& dir, const Config& config,
                                                 Comm* tp, const StageSpec& stage) {
-  auto model = std::make_unique<GPT>(config.model, run_block_spec(config.model), config.train.seed,
+  auto model = std::make_unique<GPT>(config.model, run_block_spec(config), config.train.seed,
                                      compute_dtype(config.train.precision),
                                      TensorParallel{tp, false}, stage);
   if (is_hf_directory(dir)) {

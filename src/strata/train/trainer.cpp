@@ -79,7 +79,7 @@ Trainer::Trainer(const Config& config, Mesh& mesh)
   trace_ = std::make_unique<Trace>(config_.log.trace && !config_.log.dir.empty(), mesh_.rank());
   const TensorParallel tp{&mesh_.tp(), config_.parallel.sequence_parallel};
   const ContextParallel cp{&mesh_.cp(), config_.parallel.cp_comm, trace_.get()};
-  const BlockSpec block = run_block_spec(model);
+  const BlockSpec block = run_block_spec(config_);
   for (int64_t chunk = 0; chunk < v; ++chunk) {
     const int64_t virtual_stage = chunk * p + pp_rank;
     StageSpec stage{first_layer_of(layers, virtual_stage), layers[virtual_stage],
@@ -88,7 +88,7 @@ Trainer::Trainer(const Config& config, Mesh& mesh)
                                             &mesh_.ep(), cp));
     // Fine-tuning: the Hugging Face model's weights replace the random ones (a resumed
     // checkpoint replaces them in turn).
-    if (!model.init.empty()) load_hf_weights(model.init, *chunks_.back());
+    if (!config_.model_init.empty()) load_hf_weights(config_.model_init, *chunks_.back());
   }
   for (auto& chunk : chunks_) {
     chunk->set_recompute(config_.train.recompute, config_.train.recompute_layers);
