@@ -64,8 +64,7 @@ dir = ")" << dir.file("ckpt") << "\"\n";
   EXPECT_FALSE(at::equal(before, after));
 
   std::string from_checkpoint, from_export;
-  const std::string sample =
-      " --prompt 'The ' --max-new-tokens 12 --temperature 0 --precision bf16";
+  const std::string sample = " --prompt '0' --max-new-tokens 12 --temperature 0 --precision bf16";
   ASSERT_EQ(testing::run_command(kStrata + " generate --checkpoint " + checkpoint + sample,
                                  &from_checkpoint),
             0)

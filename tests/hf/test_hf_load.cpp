@@ -101,6 +101,22 @@ TEST(HfRefusals, AnUnknownTensor) {
   }
 }
 
+// A prompt from another model's tokenizer is refused before the embedding is indexed.
+TEST(HfRefusals, APromptOutsideTheVocabulary) {
+  TempDir dir("strata-hf");
+  make_hf_model("qwen2", dir.path());
+  auto model = load_model_from_checkpoint(dir.path(), nullptr, nullptr, Precision::fp32);
+  const int64_t vocab = model->config().vocab_size;
+  try {
+    generate(*model, {1, vocab}, SamplingOptions{});
+    ADD_FAILURE() << "generated";
+  } catch (const UserError& error) {
+    EXPECT_NE(std::string(error.what()).find("vocabulary of " + std::to_string(vocab)),
+              std::string::npos)
+        << error.what();
+  }
+}
+
 // The whole model loaded through a (mutated) table, its logits against the reference.
 std::string logits_through(const std::string& dir, const HfTensorMap& map) {
   const HfModel hf = read_hf_config(dir);

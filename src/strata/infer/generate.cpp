@@ -82,6 +82,11 @@ std::vector<int64_t> generate(GPT& model, const std::vector<int64_t>& prompt,
   const int64_t seq_len = model.config().seq_len;
   STRATA_REQUIRE(static_cast<int64_t>(prompt.size()) < seq_len, "the prompt (", prompt.size(),
                  " tokens) must be shorter than model.seq_len (", seq_len, ")");
+  for (int64_t token : prompt) {
+    STRATA_REQUIRE(token >= 0 && token < model.config().vocab_size, "the prompt's token ", token,
+                   " is outside the model's vocabulary of ", model.config().vocab_size,
+                   " (a tokenizer for another model?)");
+  }
   at::NoGradGuard no_grad;
   auto generator = at::make_generator<at::CPUGeneratorImpl>(options.seed);
   KVCache cache;
