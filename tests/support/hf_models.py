@@ -26,6 +26,7 @@ Commands (the C++ tests call them exactly so)
         gpt2     no-prefix (names without `transformer.`), no-lm-head (tied head omitted),
                  mask-buffers (h.N.attn.bias and h.N.attn.masked_bias present)
         llama    gqa, llama3-rope, head-dim, untied (default tied), attention-bias, mlp-bias,
+                 inv-freq-buffers (self_attn.rotary_emb.inv_freq, as older checkpoints carry),
                  rope-yarn (a rope type strata refuses)
         qwen2    tied (default untied), sliding-window
         mistral  head-dim, sliding-window
@@ -155,8 +156,8 @@ def write_model(out_dir, config, tensors, shards):
 
 VARIANTS = {
     "gpt2": {"no-prefix", "no-lm-head", "mask-buffers", "unknown-arch"},
-    "llama": {"gqa", "llama3-rope", "head-dim", "untied", "attention-bias", "mlp-bias", "rope-yarn",
-              "unknown-arch"},
+    "llama": {"gqa", "llama3-rope", "head-dim", "untied", "attention-bias", "mlp-bias", "inv-freq-buffers",
+              "rope-yarn", "unknown-arch"},
     "qwen2": {"tied", "sliding-window", "unknown-arch"},
     "mistral": {"head-dim", "sliding-window", "unknown-arch"},
     "mixtral": {"sliding-window", "unknown-arch"},
@@ -178,7 +179,7 @@ class WeightMaker:
         return values.to(self.dtype)
 
 
-def gpt2_config(variants, dtype):
+def gpt2_config(dtype):
     return {
         "activation_function": "gelu_new", "architectures": ["GPT2LMHeadModel"], "attn_pdrop": 0.1,
         "bos_token_id": 95, "embd_pdrop": 0.1, "eos_token_id": 95, "initializer_range": 0.02,
@@ -289,6 +290,9 @@ def llama_family_tensors(config, variants, maker):
         linear(tensors, block + "self_attn.k_proj", KV * D, C, attention_bias)
         linear(tensors, block + "self_attn.v_proj", KV * D, C, attention_bias)
         linear(tensors, block + "self_attn.o_proj", C, H * D, config.get("attention_bias", False))
+        if "inv-freq-buffers" in variants:
+            exponents = torch.arange(0, D, 2).to(torch.float32) / D
+            tensors[block + "self_attn.rotary_emb.inv_freq"] = 1.0 / config["rope_theta"] ** exponents
         tensors[block + "post_attention_layernorm.weight"] = maker.normal((C,), 0.1, 1.0)
         if config["model_type"] == "mixtral":
             moe = block + "block_sparse_moe."
@@ -314,7 +318,7 @@ def make_model(arch, out_dir, seed=0, dtype=torch.float32, shards=1, variants=()
         raise ValueError(f"unknown variant(s) {sorted(unknown)} for {arch}; known: {sorted(VARIANTS[arch])}")
     maker = WeightMaker(seed, dtype)
     if arch == "gpt2":
-        config = gpt2_config(variants, dtype)
+        config = gpt2_config(dtype)
         tensors = gpt2_tensors(config, variants, maker)
     else:
         config = llama_family_config(arch, variants, dtype)
@@ -491,7 +495,7 @@ def llama_family_logits(config, tensors, ids):
     eps = config["rms_norm_eps"]
     if config.get("hidden_act", "silu") != "silu":
         raise ValueError(f"hidden_act {config['hidden_act']} is not silu")
-    weights = Weights(tensors)
+    weights = Weights(tensors, ignored_suffixes=(".rotary_emb.inv_freq",))
     # Which projections have a bias: Llama's attention_bias (q, k, v and o) and mlp_bias;
     # Qwen2 always on q, k, v and never elsewhere; Mistral and Mixtral none.
     qkv_bias = config.get("attention_bias", False) or arch == "qwen2"
@@ -527,7 +531,8 @@ def llama_family_logits(config, tensors, ids):
         x = x + linear(heads, block + "self_attn.o_proj", C, H * D, output_bias)
         h = rms_norm(x, weights.take(block + "post_attention_layernorm.weight", [C]), eps)
         if arch == "mixtral":
-            x = x + mixtral_moe(h.reshape(B * T, C), weights, block + "block_sparse_moe.", config).view(B, T, C)
+            moe = mixtral_moe(h.reshape(B * T, C), weights, block + "block_sparse_moe.", config)
+            x = x + moe.view(B, T, C)
         else:
             I = config["intermediate_size"]
             x = x + silu_glu(h, lambda t: linear(t, block + "mlp.gate_proj", I, C, mlp_bias),
@@ -772,6 +777,10 @@ def self_test_models(test, work):
                    f"{arch}: sliding window 8 changes the logits after position 8")
 
     make_model("llama", os.path.join(work, "tied"), seed=6)
+    make_model("llama", os.path.join(work, "inv-freq"), seed=6, variants=["inv-freq-buffers"])
+    test.check(torch.equal(logits_of(os.path.join(work, "inv-freq"), ids),
+                           logits_of(os.path.join(work, "tied"), ids)),
+               "llama: stored rotary_emb.inv_freq buffers are ignored (same logits)")
     make_model("llama", os.path.join(work, "untied"), seed=6, variants=["untied"])
     tied = read_model_tensors(os.path.join(work, "tied"))
     untied = read_model_tensors(os.path.join(work, "untied"))
