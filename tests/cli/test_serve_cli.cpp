@@ -14,6 +14,8 @@
 #include <sstream>
 #include <thread>
 
+#include "../data/tiny_tokenizer.h"
+#include "expect_error.h"
 #include "test_support.h"
 
 extern char** environ;
@@ -180,6 +182,83 @@ dir = ")" + dir.file("ckpt") + "\"\n";
       EXPECT_EQ(status, 0) << read_file(dir.file("serve.log"));
     }
     EXPECT_NE(status, -1) << "SIGTERM did not stop the server";
+  }
+}
+
+// A Hugging Face model directory served as it is (issue 32), on one rank and split over two
+// tensor-parallel ranks (each reading its slices): the greedy completion is what `strata
+// generate` prints from the same directory.
+// A Hugging Face directory serves with its own tokenizer, or, without tokenizer files, on
+// token ids alone.
+TEST(ServeCli, ServesAHuggingFaceDirectoryWithOrWithoutItsTokenizer) {
+  testing::TempDir dir;
+  const std::string with = dir.file("llama"), without = dir.file("bare");
+  std::string output;
+  for (const std::string& model : {with, without}) {
+    // Vocabulary 262: the tiny tokenizer's (256 bytes and 6 merges).
+    ASSERT_EQ(
+        testing::run_command(std::string(STRATA_TORCH_PYTHON) + " " + STRATA_HF_MODELS_SCRIPT +
+                                 " make --arch llama --variant gqa --set vocab_size=262 " +
+                                 "--dtype bf16 --out " + model,
+                             &output),
+        0)
+        << output;
+  }
+  testing::write_json(with + "/tokenizer.json", testing::tiny_tokenizer_json());
+  const std::string generate = " --max-new-tokens 12 --temperature 0 --json";
+  ASSERT_EQ(
+      testing::run_command(
+          kStrata + " generate --checkpoint " + with + " --prompt 'hello '" + generate, &output),
+      0)
+      << output;
+  const nlohmann::json by_text = nlohmann::json::parse(output);
+  EXPECT_EQ(by_text["prompt_ids"], nlohmann::json({testing::kHello, ' '}))
+      << "the directory's tokenizer encodes the prompt";
+  ASSERT_EQ(testing::run_command(
+                kStrata + " generate --checkpoint " + without + " --prompt-ids 260,32" + generate,
+                &output),
+            0)
+      << output;
+  const nlohmann::json by_ids = nlohmann::json::parse(output);
+  EXPECT_EQ(by_ids["generated_ids"], by_text["generated_ids"]) << "the same weights";
+  EXPECT_EQ(by_ids["text"], "");
+  EXPECT_EQ(
+      testing::run_command(kStrata + " generate --checkpoint " + without + " --prompt hi", &output),
+      2);
+  EXPECT_CONTAINS(output, "holds no tokenizer files");
+  EXPECT_CONTAINS(output, "--prompt-ids");
+
+  for (const std::string& layout : {std::string(""), std::string(" --nproc 2")}) {
+    SCOPED_TRACE("strata serve" + layout);
+    for (const std::string& model : {with, without}) {
+      ServerProcess server(kStrata + " serve --checkpoint " + model + " --port 0" + layout,
+                           dir.file("serve.log"));
+      const int port = server.wait_until_ready();
+      ASSERT_NE(port, 0);
+      httplib::Client client("127.0.0.1", port);
+      auto post = [&](const nlohmann::json& body) {
+        return client.Post("/v1/completions", body.dump(), "application/json");
+      };
+      auto by_id = post({{"prompt", {260, 32}},
+                         {"max_tokens", 12},
+                         {"temperature", 0},
+                         {"return_token_ids", true}});
+      ASSERT_TRUE(by_id);
+      ASSERT_EQ(by_id->status, 200) << by_id->body;
+      const nlohmann::json choice = nlohmann::json::parse(by_id->body)["choices"][0];
+      EXPECT_EQ(choice["token_ids"], by_text["generated_ids"]);
+      auto by_words = post({{"prompt", "hello "}, {"max_tokens", 12}, {"temperature", 0}});
+      ASSERT_TRUE(by_words);
+      if (model == with) {
+        ASSERT_EQ(by_words->status, 200) << by_words->body;
+        EXPECT_EQ(nlohmann::json::parse(by_words->body)["choices"][0]["text"], by_text["text"]);
+        EXPECT_EQ(choice["text"], by_text["text"]);
+      } else {
+        EXPECT_EQ(by_words->status, 400) << by_words->body;
+        EXPECT_CONTAINS(by_words->body, "send the prompt as token ids");
+      }
+      EXPECT_NE(server.stop(), -1) << "SIGTERM did not stop the server";
+    }
   }
 }
 

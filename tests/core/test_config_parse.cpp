@@ -205,6 +205,7 @@ Config unusual_config() {
                   1e-300,
                   123456.789,
                   MoeConfig{9, 1, 3, 1.0 / 7.0, 0.0, 1e-3, Activation::swiglu}};
+  config.model_init = "models/with \"quotes\"";
   config.parallel.auto_layout = true;
   config.parallel.tp = 2;
   config.parallel.pp = 3;
@@ -318,7 +319,8 @@ TEST(ConfigParse, ToTomlPrintsEverySectionAndKeyInOrder) {
   EXPECT_CONTAINS(text, "\ndir = \"\"\n");
   const std::vector<std::string> keys = config_keys();
   EXPECT_CONTAINS(text, "[model.moe]\nnum_experts = 0\n");
-  EXPECT_EQ(keys.size(), 83u);
+  EXPECT_CONTAINS(text, "\ninit = \"\"\n");
+  EXPECT_EQ(keys.size(), 84u);
   EXPECT_EQ(keys.front(), "model.vocab_size");
   EXPECT_EQ(keys.back(), "serve.threads");
   EXPECT_CONTAINS(text, "[serve]\nhost = \"127.0.0.1\"\nport = 8000\n");

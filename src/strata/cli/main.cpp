@@ -30,6 +30,8 @@
 #include "strata/dist/launcher.h"
 #include "strata/dist/mesh.h"
 #include "strata/dist/runtime.h"
+#include "strata/hf/hf_config.h"
+#include "strata/hf/hf_export.h"
 #include "strata/infer/generate.h"
 #include "strata/plan/calibrate.h"
 #include "strata/plan/search.h"
@@ -91,7 +93,7 @@ int run_on_ranks(const std::function<void(int, int*)>& body) {
 
 int run_train(const std::string& config_path, const std::vector<std::string>& overrides, int nproc,
               const std::vector<std::string>& argv) {
-  Config config = load_config(config_path, overrides);
+  Config config = with_hf_model(load_config(config_path, overrides));
   if (nproc > 0 && !started_by_mpi_launcher()) {
     // Every config error before any rank starts (with parallel.auto, all but the layout's).
     const Config validated = validate_config(config, nproc);
@@ -121,9 +123,19 @@ int run_train(const std::string& config_path, const std::vector<std::string>& ov
 
 int run_config(const std::string& config_path, const std::vector<std::string>& overrides,
                int world_size) {
-  Config config = validate_config(load_config(config_path, overrides), world_size);
+  Config config = validate_config(with_hf_model(load_config(config_path, overrides)), world_size);
   std::cout << to_toml(config);
   return 0;
+}
+
+// The tokenizer a model's text goes through: a Hugging Face directory's own (nullptr when it
+// holds no tokenizer files: its prompts are then token ids), or the one a strata checkpoint
+// was trained with (data.tokenizer).
+std::unique_ptr<Tokenizer> model_tokenizer(const std::string& checkpoint, const Config& config) {
+  if (is_hf_directory(checkpoint)) {
+    return holds_tokenizer(checkpoint) ? load_tokenizer(checkpoint) : nullptr;
+  }
+  return make_tokenizer(config.data.tokenizer);
 }
 
 // The ids of --prompt-ids: integers separated by commas ("1,2,3").
@@ -170,27 +182,55 @@ int run_generate(const GenerateFlags& flags, const std::vector<std::string>& arg
                      ", got '", flags.precision, "'");
     }
     auto model = load_model_from_checkpoint(flags.checkpoint, &config, &world, compute);
-    auto tokenizer = make_tokenizer(config.data.tokenizer);
+    const auto tokenizer = model_tokenizer(flags.checkpoint, config);
     std::vector<int64_t> prompt_tokens;
     if (!flags.prompt_ids.empty()) {
       prompt_tokens = parse_prompt_ids(flags.prompt_ids);
     } else {
+      STRATA_REQUIRE(tokenizer, flags.checkpoint, " holds no tokenizer files (tokenizer.json, ",
+                     "vocab.json + merges.txt or tokenizer.model): give the prompt as token ids ",
+                     "with --prompt-ids");
       std::vector<int32_t> encoded = tokenizer->encode(flags.prompt);
       prompt_tokens.assign(encoded.begin(), encoded.end());
     }
     const Generated output = generate(*model, prompt_tokens, flags.sampling);
     if (*rank != 0) return;
+    // Without a tokenizer the ids are the output (--json; plain text shows them too).
+    auto text = [&](const std::vector<int64_t>& ids) {
+      if (tokenizer) return tokenizer->decode(ids);
+      std::string out;
+      for (const int64_t id : ids) out += str(out.empty() ? "" : " ", id);
+      return out;
+    };
     if (flags.json) {
       nlohmann::json line = {{"prompt_ids", prompt_tokens},
                              {"generated_ids", output.tokens},
                              {"logprobs", output.logprobs},
-                             {"text", tokenizer->decode(output.tokens)}};
+                             {"text", tokenizer ? text(output.tokens) : ""}};
       std::cout << line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << std::endl;
     } else {
-      std::cout << tokenizer->decode(prompt_tokens) << tokenizer->decode(output.tokens)
+      std::cout << text(prompt_tokens) << (tokenizer ? "" : " | ") << text(output.tokens)
                 << std::endl;
     }
   });
+}
+
+struct ExportFlags {
+  std::string checkpoint, out, shard_size, dtype;
+};
+
+// A checkpoint of any layout (or a Hugging Face directory) as a Hugging Face model directory,
+// on this process alone: the whole model is read into memory once.
+int run_export(const ExportFlags& flags) {
+  HfExportOptions options;
+  if (!flags.shard_size.empty())
+    options.shard_size = parse_byte_size(flags.shard_size, "--shard-size");
+  if (!flags.dtype.empty()) options.torch_dtype = parse_torch_dtype(flags.dtype, "--dtype");
+  Config config;
+  auto model = load_model_from_checkpoint(flags.checkpoint, &config, nullptr, Precision::fp32);
+  export_hf_model(*model, flags.out, options, config.model_init);
+  std::cout << "strata export: wrote " << flags.out << std::endl;
+  return 0;
 }
 
 struct ServeFlags {
@@ -207,9 +247,7 @@ int run_serve(const ServeFlags& flags, const std::vector<std::string>& argv) {
   std::vector<std::string> overrides = flags.overrides;
   if (!flags.host.empty()) overrides.push_back("serve.host=" + flags.host);
   if (flags.port >= 0) overrides.push_back("serve.port=" + std::to_string(flags.port));
-  const Config checkpoint_config =
-      parse_config(read_checkpoint_state(flags.checkpoint).at("config").get<std::string>(),
-                   flags.checkpoint + "/state.json");
+  const Config checkpoint_config = checkpoint_run_config(flags.checkpoint);
   if (flags.nproc > 0 && !started_by_mpi_launcher()) {
     serving_config(checkpoint_config, overrides, flags.nproc);  // every error before launching
     if (flags.nproc > 1) relaunch_under_mpirun(flags.nproc, argv);
@@ -227,7 +265,7 @@ int run_serve(const ServeFlags& flags, const std::vector<std::string>& argv) {
     *rank = world.rank();
     configure_rank_threads(static_cast<int>(config.serve.threads));
     Mesh mesh(world, mesh_shape_of(config.parallel));
-    auto tokenizer = make_tokenizer(config.data.tokenizer);
+    const auto tokenizer = model_tokenizer(flags.checkpoint, config);
     ServeSession session(
         mesh, config, flags.checkpoint, tokenizer.get(),
         [&](const StageSpec& stage, Comm* tp) {
@@ -292,7 +330,8 @@ int main(int argc, char** argv) {
   SamplingOptions& sampling = generate_flags.sampling;
   auto* generate_command = app.add_subcommand("generate", "Sample text from a checkpoint");
   generate_command
-      ->add_option("--checkpoint", generate_flags.checkpoint, "Checkpoint directory (step_*)")
+      ->add_option("--checkpoint", generate_flags.checkpoint,
+                   "Checkpoint directory (step_*) or Hugging Face model directory")
       ->required();
   auto* prompt_text = generate_command->add_option("--prompt", generate_flags.prompt,
                                                    "Text to continue (default: a newline)");
@@ -327,7 +366,9 @@ int main(int argc, char** argv) {
   ServeFlags serve_flags;
   auto* serve = app.add_subcommand(
       "serve", "Serve a checkpoint over HTTP (OpenAI completions API, continuous batching)");
-  serve->add_option("--checkpoint", serve_flags.checkpoint, "Checkpoint directory (step_*)")
+  serve
+      ->add_option("--checkpoint", serve_flags.checkpoint,
+                   "Checkpoint directory (step_*) or Hugging Face model directory")
       ->required();
   serve
       ->add_option("--nproc", serve_flags.nproc,
@@ -338,6 +379,20 @@ int main(int argc, char** argv) {
   serve->add_option("--host", serve_flags.host, "Address to bind (serve.host; 127.0.0.1)");
   serve->add_option("--port", serve_flags.port, "TCP port (serve.port; 0 = any free port)")
       ->check(CLI::Range(0, 65535));
+
+  ExportFlags export_flags;
+  auto* export_command = app.add_subcommand(
+      "export", "Write a checkpoint as a Hugging Face model directory (docs/models.md)");
+  export_command
+      ->add_option("--checkpoint", export_flags.checkpoint,
+                   "Checkpoint directory (step_*) or Hugging Face model directory")
+      ->required();
+  export_command->add_option("--out", export_flags.out, "New or empty output directory")
+      ->required();
+  export_command->add_option("--shard-size", export_flags.shard_size,
+                             "Largest safetensors file, e.g. 2GB (default: one file)");
+  export_command->add_option("--dtype", export_flags.dtype,
+                             "fp32, bf16 or fp16 (default: the source model's, else fp32)");
 
   std::vector<std::string> inputs;
   std::string out_dir;
@@ -370,6 +425,7 @@ int main(int argc, char** argv) {
     }
     if (*generate_command) return run_generate(generate_flags, args);
     if (*serve) return run_serve(serve_flags, args);
+    if (*export_command) return run_export(export_flags);
     if (*prepare) return run_data_prepare(inputs, out_dir);
   } catch (const UserError& error) {
     // Before MPI starts, under an external launcher every rank fails alike: rank 0 reports.

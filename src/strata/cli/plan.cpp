@@ -20,6 +20,7 @@
 #include "strata/dist/comm.h"
 #include "strata/dist/launcher.h"
 #include "strata/dist/runtime.h"
+#include "strata/hf/hf_config.h"
 #include "strata/plan/calibrate.h"
 #include "strata/plan/checkpoint_plan.h"
 #include "strata/plan/published_runs.h"
@@ -86,7 +87,8 @@ ConfigPlan load_model(const std::string& path) {
   STRATA_REQUIRE(
       std::filesystem::is_regular_file(path), "--model '", path,
       "' is not a readable file; give a training config or a file with a [model] section");
-  const Config config = load_config(path);
+  // A [model] init = DIR names its shape in DIR/config.json.
+  const Config config = with_hf_model(load_config(path));
   Config model_only;
   model_only.model = config.model;
   try {

@@ -162,6 +162,11 @@ struct Config {
   FaultConfig fault;
   LogConfig log;
   ServeConfig serve;
+  // Key model.init: a Hugging Face model directory (config.json + safetensors) to start from;
+  // its architecture replaces the [model] and [model.moe] shape keys (with_hf_model,
+  // hf/hf_config.h), its weights the random initialization. Empty = strata's own model. Kept
+  // out of ModelConfig, which is the architecture alone (what a GPT is built from).
+  std::string model_init;
 };
 
 // Reads a TOML file and applies "section.key=value" overrides (values parsed as TOML).

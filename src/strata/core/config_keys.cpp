@@ -42,6 +42,7 @@ const std::vector<Key>& keys() {
       STRATA_CONFIG_KEY(model, init_std),
       STRATA_CONFIG_KEY(model, norm_eps),
       STRATA_CONFIG_KEY(model, rope_theta),
+      Key{"model", "init", [](Config& config) -> FieldRef { return &config.model_init; }},
 
       STRATA_CONFIG_SUBKEY(model, moe, num_experts),
       STRATA_CONFIG_SUBKEY(model, moe, top_k),

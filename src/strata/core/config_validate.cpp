@@ -5,6 +5,7 @@
 // of `strata` reports all of them.
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <limits>
 #include <string>
 #include <type_traits>
@@ -74,6 +75,15 @@ void check_moe(const ModelConfig& model, Problems& problems) {
                    " (0 = dropless)");
   require_at_least(problems, "model.moe.aux_loss_coef", moe.aux_loss_coef, 0.0);
   require_at_least(problems, "model.moe.z_loss_coef", moe.z_loss_coef, 0.0);
+}
+
+// model.init names a Hugging Face model directory (its contents are read by with_hf_model).
+void check_model_init(const std::string& init, Problems& problems) {
+  if (!init.empty() && !std::filesystem::is_regular_file(init + "/config.json")) {
+    problems.push_back(
+        str("model.init (\"", init, "\") must be a Hugging Face model directory: ",
+            std::filesystem::is_directory(init) ? "it has no config.json" : "no such directory"));
+  }
 }
 
 void check_model(const ModelConfig& model, Problems& problems) {
@@ -362,6 +372,7 @@ Problems collect_consistency(Config& config, int64_t world_size) {
   STRATA_CHECK(world_size >= 1, "world_size = ", world_size);
   Problems problems;
   check_model(config.model, problems);
+  check_model_init(config.model_init, problems);
   check_train(config.train, problems);
   check_data(config, problems);
   check_checkpoint_fault_and_log(config, problems);
@@ -391,6 +402,7 @@ Config validate_serving_config(Config config, int64_t world_size) {
   STRATA_CHECK(world_size >= 1, "world_size = ", world_size);
   Problems problems;
   check_model(config.model, problems);
+  check_model_init(config.model_init, problems);
   check_serve(config.serve, problems);
   check_parallel_settings(config, problems);
   const std::vector<std::string> layout = serving_layout_problems(

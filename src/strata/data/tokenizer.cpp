@@ -78,6 +78,12 @@ std::unique_ptr<Tokenizer> make_tokenizer(const std::string& name) {
                       "tokenizer.model"));
 }
 
+bool holds_tokenizer(const std::string& dir) {
+  return is_file(dir + "/tokenizer.json") ||
+         (is_file(dir + "/vocab.json") && is_file(dir + "/merges.txt")) ||
+         is_file(dir + "/tokenizer.model");
+}
+
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& dir) {
   std::string json = dir + "/tokenizer.json", vocab = dir + "/vocab.json",
               merges = dir + "/merges.txt", model = dir + "/tokenizer.model",

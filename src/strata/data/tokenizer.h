@@ -67,6 +67,9 @@ std::unique_ptr<Tokenizer> make_tokenizer(const std::string& name);
 // Throws UserError naming the directory when it holds none, or the file that cannot be read.
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& dir);
 
+// Whether `dir` holds tokenizer files load_tokenizer() reads.
+bool holds_tokenizer(const std::string& dir);
+
 // Names make_tokenizer() accepts, in the order shown to users.
 std::vector<std::string> available_tokenizers();
 

@@ -1,4 +1,5 @@
-// Sampling with a KV cache: the prompt is run once, then each new token costs one position.
+// Loading a model (a strata checkpoint or a Hugging Face directory), and sampling with a KV
+// cache: the prompt is run once, then each new token costs one position.
 #include "strata/infer/generate.h"
 
 #include <ATen/CPUGeneratorImpl.h>
@@ -7,13 +8,24 @@
 #include "strata/ckpt/checkpoint.h"
 #include "strata/core/error.h"
 #include "strata/core/precision.h"
+#include "strata/hf/hf_load.h"
 
 namespace strata {
 
+Config checkpoint_run_config(const std::string& dir) {
+  if (is_hf_directory(dir)) {
+    Config config;
+    config.model_init = dir;
+    config.model.seq_len = read_hf_config(dir).model.seq_len;
+    return with_hf_model(config);
+  }
+  nlohmann::json state = read_checkpoint_state(dir);
+  return parse_config(state.at("config").get<std::string>(), dir + "/state.json");
+}
+
 std::unique_ptr<GPT> load_model_from_checkpoint(const std::string& dir, Config* config_out,
                                                 Comm* tp, std::optional<Precision> precision) {
-  nlohmann::json state = read_checkpoint_state(dir);
-  Config config = parse_config(state.at("config").get<std::string>(), dir + "/state.json");
+  Config config = checkpoint_run_config(dir);
   if (precision) config.train.precision = *precision;
   auto model = load_stage_from_checkpoint(dir, config, tp, StageSpec{});
   if (config_out) *config_out = config;
@@ -22,9 +34,13 @@ std::unique_ptr<GPT> load_model_from_checkpoint(const std::string& dir, Config* 
 
 std::unique_ptr<GPT> load_stage_from_checkpoint(const std::string& dir, const Config& config,
                                                 Comm* tp, const StageSpec& stage) {
-  auto model =
-      std::make_unique<GPT>(config.model, config.train.seed, compute_dtype(config.train.precision),
-                            TensorParallel{tp, false}, stage);
+  auto model = std::make_unique<GPT>(config.model, run_block_spec(config), config.train.seed,
+                                     compute_dtype(config.train.precision),
+                                     TensorParallel{tp, false}, stage);
+  if (is_hf_directory(dir)) {
+    load_hf_weights(dir, *model);
+    return model;
+  }
   std::vector<ShardedTensor> tensors;
   for (auto& parameter : model->parameters()) {
     for (auto& slice :

@@ -1,5 +1,6 @@
-// Text generation from a trained model: load a checkpoint of any layout into a model on this
-// process, then sample token by token with a KV cache (temperature, top-k).
+// Text generation from a trained model: load a checkpoint of any layout, or a Hugging Face
+// model directory, into a model on this process, then sample token by token with a KV cache
+// (temperature, top-k).
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -32,12 +33,17 @@ struct SamplingOptions {
 int64_t sample_token(const at::Tensor& logits, const SamplingOptions& options,
                      at::Generator& generator);
 
+// The run config a checkpoint was written with, or for a Hugging Face model directory
+// (hf/hf_config.h is_hf_directory) the defaults with model.init = dir and the model's sizes,
+// seq_len its whole context. Throws UserError if dir is neither.
+Config checkpoint_run_config(const std::string& dir);
+
 // Builds the model the checkpoint's config describes and loads its parameters (any layout
 // the checkpoint was written with). With a tp group, the model is split over it and every tp
 // rank must call generate() with the same arguments: each rank samples the same tokens.
 // The model computes in `precision` (default: the train.precision it was trained with); the
-// checkpoint's float32 values are rounded to it. Throws UserError if dir is not a complete
-// checkpoint.
+// checkpoint's values are rounded to it. Throws UserError if dir is neither a complete
+// checkpoint nor a Hugging Face model directory.
 std::unique_ptr<GPT> load_model_from_checkpoint(const std::string& dir, Config* config_out,
                                                 Comm* tp = nullptr,
                                                 std::optional<Precision> precision = {});

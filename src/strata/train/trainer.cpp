@@ -21,6 +21,7 @@
 #include "strata/data_parallel/data_parallel.h"
 #include "strata/dist/flight_record.h"
 #include "strata/dist/trace.h"
+#include "strata/hf/hf_load.h"
 #include "strata/kernels/matmul_peak.h"
 #include "strata/parallel/context_parallel.h"
 #include "strata/pipeline/generators.h"
@@ -78,12 +79,16 @@ Trainer::Trainer(const Config& config, Mesh& mesh, std::shared_ptr<TokenDataset>
   trace_ = std::make_unique<Trace>(config_.log.trace && !config_.log.dir.empty(), mesh_.rank());
   const TensorParallel tp{&mesh_.tp(), config_.parallel.sequence_parallel};
   const ContextParallel cp{&mesh_.cp(), config_.parallel.cp_comm, trace_.get()};
+  const BlockSpec block = run_block_spec(config_);
   for (int64_t chunk = 0; chunk < v; ++chunk) {
     const int64_t virtual_stage = chunk * p + pp_rank;
     StageSpec stage{first_layer_of(layers, virtual_stage), layers[virtual_stage],
                     virtual_stage == 0, virtual_stage == stages - 1};
-    chunks_.push_back(
-        std::make_unique<GPT>(model, config_.train.seed, dtype_, tp, stage, &mesh_.ep(), cp));
+    chunks_.push_back(std::make_unique<GPT>(model, block, config_.train.seed, dtype_, tp, stage,
+                                            &mesh_.ep(), cp));
+    // Fine-tuning: the Hugging Face model's weights replace the random ones (a resumed
+    // checkpoint replaces them in turn).
+    if (!config_.model_init.empty()) load_hf_weights(config_.model_init, *chunks_.back());
   }
   for (auto& chunk : chunks_) {
     chunk->set_recompute(config_.train.recompute, config_.train.recompute_layers);

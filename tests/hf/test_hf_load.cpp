@@ -1,0 +1,201 @@
+// Hugging Face model directories loaded into strata on one rank: per architecture and
+// variant, logits equal to the independent reference (tests/support/hf_models.py) within 1e-4
+// in fp32; refusals name the key; and the mutations a loader is prone to (a forgotten Conv1D
+// transpose, q/k rows permuted for another RoPE pairing, k and v from the wrong heads) make
+// the comparison fail.
+#include <gtest/gtest.h>
+
+#include "hf_test_models.h"
+#include "strata/core/error.h"
+#include "strata/hf/hf_load.h"
+#include "strata/infer/generate.h"
+
+namespace strata {
+namespace {
+
+using testing::compare_to_reference;
+using testing::hf_reference_logits;
+using testing::hf_test_ids;
+using testing::make_hf_model;
+using testing::TempDir;
+
+at::Tensor strata_logits(GPT& model, const std::vector<int64_t>& ids) {
+  at::NoGradGuard no_grad;
+  return model.logits(at::tensor(ids, at::kLong).view({1, -1})).select(0, 0);
+}
+
+struct Case {
+  std::string arch, options;
+  friend std::ostream& operator<<(std::ostream& out, const Case& c) {
+    return out << c.arch << " " << c.options;
+  }
+};
+
+class HfLogits : public ::testing::TestWithParam<Case> {};
+
+TEST_P(HfLogits, MatchTheReference) {
+  const Case& c = GetParam();
+  TempDir dir("strata-hf");
+  make_hf_model(c.arch, dir.path(), c.options);
+  auto model = load_model_from_checkpoint(dir.path(), nullptr, nullptr, Precision::fp32);
+  const auto ids = hf_test_ids();
+  EXPECT_EQ(compare_to_reference(strata_logits(*model, ids), hf_reference_logits(dir.path(), ids)),
+            "");
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Architectures, HfLogits,
+    ::testing::Values(Case{"gpt2", ""}, Case{"gpt2", "--variant no-prefix --variant no-lm-head"},
+                      Case{"gpt2", "--variant mask-buffers"}, Case{"llama", ""},
+                      Case{"llama", "--variant inv-freq-buffers"}, Case{"llama", "--variant gqa"},
+                      Case{"llama", "--variant llama3-rope"},
+                      Case{"llama", "--variant untied --variant gqa"},
+                      Case{"llama", "--variant attention-bias --variant mlp-bias --variant gqa"},
+                      Case{"qwen2", ""}, Case{"qwen2", "--variant tied"}, Case{"mistral", ""},
+                      Case{"mixtral", ""}, Case{"llama", "--dtype bf16 --shards 3 --variant gqa"},
+                      Case{"qwen2", "--dtype f16 --shards 2"}),
+    [](const ::testing::TestParamInfo<Case>& info) {
+      std::string name = info.param.arch + "_" + info.param.options;
+      for (char& ch : name) {
+        if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+      }
+      return name;
+    });
+
+// A config.json strata cannot run is refused before any weight is read, naming the key.
+TEST(HfRefusals, NameTheKey) {
+  const std::vector<std::pair<Case, std::string>> refusals = {
+      {{"llama", "--variant rope-yarn"}, "rope_scaling"},
+      {{"llama", "--variant head-dim"}, "head_dim"},
+      {{"mistral", "--variant sliding-window"}, "sliding_window"},
+      {{"mixtral", "--variant sliding-window"}, "sliding_window"},
+      {{"qwen2", "--variant sliding-window"}, "use_sliding_window"},
+      {{"llama", "--variant unknown-arch"}, "FooForCausalLM"},
+  };
+  for (const auto& [c, key] : refusals) {
+    TempDir dir("strata-hf");
+    make_hf_model(c.arch, dir.path(), c.options);
+    try {
+      load_model_from_checkpoint(dir.path(), nullptr, nullptr, Precision::fp32);
+      ADD_FAILURE() << c.arch << " " << c.options << " loaded";
+    } catch (const UserError& error) {
+      EXPECT_NE(std::string(error.what()).find(key), std::string::npos)
+          << c.options << ": " << error.what();
+    }
+  }
+}
+
+// A stored tensor the architecture has no place for is refused rather than dropped.
+TEST(HfRefusals, AnUnknownTensor) {
+  TempDir dir("strata-hf");
+  make_hf_model("llama", dir.path());
+  auto tensors = read_safetensors(dir.file("model.safetensors"));
+  tensors["model.layers.0.self_attn.o_proj.bias"] = at::zeros({64});
+  write_safetensors(dir.file("model.safetensors"), {tensors.begin(), tensors.end()});
+  try {
+    load_model_from_checkpoint(dir.path(), nullptr, nullptr, Precision::fp32);
+    ADD_FAILURE() << "loaded";
+  } catch (const UserError& error) {
+    EXPECT_NE(std::string(error.what()).find("model.layers.0.self_attn.o_proj.bias"),
+              std::string::npos)
+        << error.what();
+  }
+}
+
+// A prompt from another model's tokenizer is refused before the embedding is indexed.
+TEST(HfRefusals, APromptOutsideTheVocabulary) {
+  TempDir dir("strata-hf");
+  make_hf_model("qwen2", dir.path());
+  auto model = load_model_from_checkpoint(dir.path(), nullptr, nullptr, Precision::fp32);
+  const int64_t vocab = model->config().vocab_size;
+  try {
+    generate(*model, {1, vocab}, SamplingOptions{});
+    ADD_FAILURE() << "generated";
+  } catch (const UserError& error) {
+    EXPECT_NE(std::string(error.what()).find("vocabulary of " + std::to_string(vocab)),
+              std::string::npos)
+        << error.what();
+  }
+}
+
+// The whole model loaded through a (mutated) table, its logits against the reference.
+std::string logits_through(const std::string& dir, const HfTensorMap& map) {
+  const HfModel hf = read_hf_config(dir);
+  GPT model(hf.model, hf.block, 1, at::kFloat);
+  HfTensorFiles files(dir);
+  load_hf_parameters(model, files, map);
+  const auto ids = hf_test_ids();
+  return compare_to_reference(strata_logits(model, ids), hf_reference_logits(dir, ids));
+}
+
+HfTensorMap table_of(const std::string& dir) {
+  return hf_tensor_map_of(HfTensorFiles(dir), read_hf_config(dir));
+}
+
+TEST(HfMutations, ForgettingTheConv1DTransposeFails) {
+  TempDir dir("strata-hf");
+  make_hf_model("gpt2", dir.path());
+  HfTensorMap map = table_of(dir.path());
+  ASSERT_EQ(logits_through(dir.path(), map), "");
+  int mutated = 0;
+  for (HfPiece& piece : map.pieces) {
+    // The square Conv1D weights load either way round; only the transpose makes them right.
+    if (piece.transposed && piece.hf_shape[0] == piece.hf_shape[1]) {
+      piece.transposed = false;
+      ++mutated;
+    }
+  }
+  ASSERT_GT(mutated, 0);
+  EXPECT_NE(logits_through(dir.path(), map), "");
+}
+
+TEST(HfMutations, SwappingKeysAndValuesFails) {
+  TempDir dir("strata-hf");
+  make_hf_model("llama", dir.path(), "--variant gqa");
+  HfTensorMap map = table_of(dir.path());
+  const HfModel hf = read_hf_config(dir.path());
+  const int64_t kv_rows = hf.model.kv_heads() * hf.model.head_dim();
+  for (HfPiece& piece : map.pieces) {
+    if (piece.parameter.find("attn.kv.weight") == std::string::npos) continue;
+    piece.parameter_offsets[0] = piece.parameter_offsets[0] == 0 ? kv_rows : 0;
+  }
+  EXPECT_NE(logits_through(dir.path(), map), "");
+}
+
+// A table that splits k and v by the query head count (as if there were no grouped-query
+// heads) does not fit the stored tensors: the shapes are refused before anything is read.
+TEST(HfMutations, IgnoringTheKvHeadCountIsRefused) {
+  TempDir dir("strata-hf");
+  make_hf_model("llama", dir.path(), "--variant gqa");
+  HfModel hf = read_hf_config(dir.path());
+  ASSERT_LT(hf.model.kv_heads(), hf.model.n_heads);
+  hf.model.n_kv_heads = 0;
+  EXPECT_THROW(hf_tensor_map_of(HfTensorFiles(dir.path()), hf), UserError);
+}
+
+// HF's q and k rows are laid out for rotate-half RoPE, strata's own pairing: loading them as
+// they are matches the reference (above), and permuting them as a loader for interleaved
+// pairs would (Meta's original layout) breaks it.
+TEST(HfMutations, PermutingQueryAndKeyRowsFails) {
+  TempDir dir("strata-hf");
+  make_hf_model("llama", dir.path(), "--variant gqa");
+  const HfModel hf = read_hf_config(dir.path());
+  auto model = load_model_from_checkpoint(dir.path(), nullptr, nullptr, Precision::fp32);
+  const int64_t D = hf.model.head_dim(), C = hf.model.d_model;
+  at::NoGradGuard no_grad;
+  for (Parameter& parameter : model->parameters()) {
+    if (parameter.name.find("attn.q.weight") == std::string::npos &&
+        parameter.name.find("attn.kv.weight") == std::string::npos) {
+      continue;
+    }
+    // (heads, 2, D/2, C) -> (heads, D/2, 2, C): rotate-half rows to interleaved ones.
+    at::Tensor rows = parameter.value.detach();
+    rows.copy_(rows.view({-1, 2, D / 2, C}).transpose(1, 2).reshape(rows.sizes()));
+  }
+  const auto ids = hf_test_ids();
+  EXPECT_NE(compare_to_reference(strata_logits(*model, ids), hf_reference_logits(dir.path(), ids)),
+            "");
+}
+
+}  // namespace
+}  // namespace strata
