@@ -10,6 +10,7 @@ packages=(
   libopenmpi-dev openmpi-bin          # all communication, and the launcher
   libtomlplusplus-dev nlohmann-json3-dev libcli11-dev
   libcpp-httplib-dev                  # strata serve's HTTP server (and the tests' client)
+  zlib1g-dev libzstd-dev              # strata data prepare's .jsonl.gz and .jsonl.zst inputs
   libgtest-dev googletest
   fortunes                            # the demo's English text corpus
   libpcre2-dev                        # the tokenizers' split patterns (Unicode regexes, JIT)

@@ -48,6 +48,46 @@ TEST(Cli, ConfigErrorsNameTheKey) {
   EXPECT_NE(output.find("global_batch"), std::string::npos) << output;
 }
 
+// `strata data prepare` killed after 3 shards (STRATA_PREPARE_KILL_AFTER_SHARDS) leaves an
+// unfinished directory; the same command again finishes it, byte for byte as one run.
+TEST(Cli, DataPrepareResumesAnInterruptedRun) {
+  testing::TempDir dir;
+  std::string records;
+  for (int i = 0; i < 2000; ++i) {
+    records += "{\"prompt\": \"Q" + std::to_string(i) + "?\", \"completion\": \" A" +
+               std::to_string(i * i) + ".\"}\n";
+  }
+  testing::write_bytes(dir.file("sft.jsonl"), records);
+  const std::string command = kStrata + " data prepare " + dir.file("sft.jsonl") +
+                              " --prompt-completion --threads 2 --shard-mib 0.01 --out ";
+  std::string output;
+  ASSERT_EQ(testing::run_command(command + dir.file("whole"), &output), 0) << output;
+  EXPECT_NE(output.find("(2000 documents)"), std::string::npos) << output;
+  EXPECT_NE(output.find("data.loss_mask = \"completion\""), std::string::npos) << output;
+  EXPECT_EQ(testing::run_command(
+                "STRATA_PREPARE_KILL_AFTER_SHARDS=3 " + command + dir.file("resumed"), &output),
+            128 + 9)
+      << output;
+  EXPECT_TRUE(std::filesystem::exists(dir.file("resumed/progress.json")));
+  ASSERT_EQ(testing::run_command(command + dir.file("resumed"), &output), 0) << output;
+  int files = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir.file("whole"))) {
+    const std::string name = entry.path().filename().string();
+    EXPECT_EQ(testing::read_bytes(entry.path().string()),
+              testing::read_bytes(dir.file("resumed/" + name)))
+        << name;
+    ++files;
+  }
+  EXPECT_GT(files, 4);
+  EXPECT_FALSE(std::filesystem::exists(dir.file("resumed/progress.json")));
+  EXPECT_EQ(testing::run_command(kStrata + " data prepare " + dir.file("sft.jsonl") +
+                                     " --field body --out " + dir.file("bad"),
+                                 &output),
+            2);
+  EXPECT_NE(output.find(dir.file("sft.jsonl") + ":1 has no field \"body\""), std::string::npos)
+      << output;
+}
+
 TEST(Cli, ConfigPrintsEffectiveValues) {
   testing::TempDir dir;
   std::string output;

@@ -243,8 +243,12 @@ Config unusual_config() {
   config.train.recompute = Recompute::selective;
   config.train.recompute_layers = 3;
   config.train.threads = 17;
-  config.data = {DataSource::shards, "dir with \"quotes\"\\back\tslash\nline\x01 caf\xc3\xa9",
-                 "bpe", 0.25, true};
+  config.data = {DataSource::shards,
+                 "dir with \"quotes\"\\back\tslash\nline\x01 caf\xc3\xa9",
+                 "bpe",
+                 0.25,
+                 true,
+                 LossMask::completion};
   config.checkpoint = {"ckpt", 18, "none", 0, true};
   config.fault = {0, 2.5, 600.0};
   config.log = {"", true, ProgressDisplay::lines, 19};
@@ -320,7 +324,7 @@ TEST(ConfigParse, ToTomlPrintsEverySectionAndKeyInOrder) {
   const std::vector<std::string> keys = config_keys();
   EXPECT_CONTAINS(text, "[model.moe]\nnum_experts = 0\n");
   EXPECT_CONTAINS(text, "\ninit = \"\"\n");
-  EXPECT_EQ(keys.size(), 84u);
+  EXPECT_EQ(keys.size(), 85u);
   EXPECT_EQ(keys.front(), "model.vocab_size");
   EXPECT_EQ(keys.back(), "serve.threads");
   EXPECT_CONTAINS(text, "[serve]\nhost = \"127.0.0.1\"\nport = 8000\n");

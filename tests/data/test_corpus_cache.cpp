@@ -66,6 +66,33 @@ TEST(CorpusCache, KeyDependsOnTokenizerAndOnEachSourcesSizeAndTime) {
   EXPECT_NE(corpus_cache_key({sources[0]}, tokenizer), key);
 }
 
+// A tokenizer loaded from a directory is named by its path: the entry is still one
+// directory level under corpus/.
+class PathNamedTokenizer final : public Tokenizer {
+ public:
+  std::string name() const override { return "/models/some/long/path/to/a/tokenizer dir"; }
+  int64_t vocab_size() const override { return 256; }
+  std::vector<int32_t> encode(std::string_view text) const override {
+    return ByteTokenizer().encode(text);
+  }
+  std::string decode(const int64_t* ids, size_t count) const override {
+    return ByteTokenizer().decode(ids, count);
+  }
+  using Tokenizer::decode;
+};
+
+TEST(CorpusCache, TokenizersNamedByAPathGetAnEntryToo) {
+  TempDir dir, cache;
+  std::vector<TextSource> sources = two_sources(dir);
+  PathNamedTokenizer tokenizer;
+  const std::string key = corpus_cache_key(sources, tokenizer);
+  EXPECT_EQ(key.find('/'), std::string::npos) << key;
+  EXPECT_EQ(key.find(' '), std::string::npos) << key;
+  const std::string entry = cached_corpus_dir(sources, tokenizer, cache.path());
+  EXPECT_EQ(entry, cache.path() + "/corpus/" + key);
+  EXPECT_EQ(load_token_shards(entry).tokens.size(), 43u);
+}
+
 TEST(CorpusCache, BuildsOnceAndReusesTheEntry) {
   TempDir dir, cache;
   std::vector<TextSource> sources = two_sources(dir);
@@ -84,6 +111,19 @@ TEST(CorpusCache, BuildsOnceAndReusesTheEntry) {
   EXPECT_EQ(entries(cache.path() + "/corpus").size(), 1u);
   EXPECT_EQ(tokenizer.decode(load_token_shards(first).tokens),
             "The first document.\n\nThe second document.\n\n");
+}
+
+TEST(CorpusCache, EntriesKeepDocumentBoundariesOneFortuneADocument) {
+  TempDir dir, cache;
+  fs::create_directories(dir.file("fortunes"));
+  write_text(dir.file("fortunes/a"), "One.\n%\nTwo, longer.\n%\n");
+  write_text(dir.file("fortunes/b"), "Three.\n");
+  ByteTokenizer tokenizer;
+  const std::string entry =
+      cached_corpus_dir(fortune_sources(dir.file("fortunes")), tokenizer, cache.path());
+  TokenStream stream = load_token_shards(entry);
+  EXPECT_EQ(tokenizer.decode(stream.tokens), "One.\n\nTwo, longer.\n\nThree.\n\n");
+  EXPECT_EQ(stream.document_starts, (std::vector<int64_t>{0, 6, 20}));
 }
 
 TEST(CorpusCache, ConcurrentBuildersAllUseOneEntry) {

@@ -36,7 +36,7 @@ struct TextTree {
 TEST(TextSources, DirectoriesStandForTheirTxtFilesSorted) {
   TextTree tree;
   std::vector<TextSource> sources = text_sources({tree.dir.path()});
-  ASSERT_EQ(sources.size(), 3u);
+  ASSERT_EQ(sources.size(), 3u);  // notes.md is left out
   EXPECT_EQ(sources[0].path, tree.dir.file("a.txt"));
   EXPECT_EQ(sources[1].path, tree.dir.file("empty.txt"));
   EXPECT_EQ(sources[2].path, tree.dir.file("sub/b.txt"));
@@ -54,22 +54,8 @@ TEST(TextSources, MissingPathsAndDirectoriesWithoutTextAreRefused) {
   TempDir dir;
   expect_user_error([&] { text_sources({dir.file("nope")}); },
                     {dir.file("nope"), "does not exist"});
-  expect_user_error([&] { text_sources({dir.path()}); }, {dir.path(), "no .txt files"});
+  expect_user_error([&] { text_sources({dir.path()}); }, {dir.path(), "no .txt or .jsonl files"});
   expect_user_error([] { text_sources({}); }, {"no input"});
-}
-
-TEST(ReadSourceText, EndsEveryDocumentWithOneBlankLine) {
-  TextTree tree;
-  EXPECT_EQ(read_source_text({tree.dir.file("a.txt")}), "Alpha text.\n\n");
-  EXPECT_EQ(read_source_text({tree.dir.file("sub/b.txt")}), "B\xC3\xA9ta\n\n");
-  EXPECT_EQ(read_source_text({tree.dir.file("empty.txt")}), "");
-}
-
-TEST(ReadSourceText, FortuneSeparatorsBecomeBlankLinesAndOverstrikesAreRemoved) {
-  TempDir dir;
-  write_text(dir.file("f"), "First one.\n\t\t-- Someone\n%\nIt's *__\b\bUN*lucky.\n%\nLast\n%\n");
-  EXPECT_EQ(read_source_text({dir.file("f"), TextSource::Format::Fortune}),
-            "First one.\n\t\t-- Someone\n\nIt's *UN*lucky.\n\nLast\n\n");
 }
 
 TEST(FortuneSources, TakesTopLevelTextFilesOnly) {
@@ -126,6 +112,8 @@ TEST(PrepareCorpus, WritesShardsAndAManifestThatLoadBack) {
   TokenStream stream = load_token_shards(out_dir);
   EXPECT_EQ(stream.tokenizer, "byte");
   EXPECT_EQ(tokenizer.decode(stream.tokens), expected_text);
+  EXPECT_EQ(stream.document_starts, (std::vector<int64_t>{0, 13}));  // each file is a document
+  EXPECT_TRUE(stream.loss_mask.empty());
 }
 
 TEST(PrepareCorpus, DefaultShardsHoldUpTo64MiBOfTokens) {
@@ -227,7 +215,8 @@ TEST(RunDataPrepare, PreparesAndReturnsZero) {
   int status = run_data_prepare({tree.dir.file("a.txt"), tree.dir.file("sub")}, out.file("p"));
   std::string printed = ::testing::internal::GetCapturedStdout();
   EXPECT_EQ(status, 0);
-  EXPECT_NE(printed.find("prepared 20 tokens from 2 file(s) into 1 shard(s)"), std::string::npos)
+  EXPECT_NE(printed.find("prepared 20 tokens (2 documents) from 2 file(s) into 1 shard(s)"),
+            std::string::npos)
       << printed;
   EXPECT_EQ(load_token_shards(out.file("p")).tokens.size(), 20u);
   expect_user_error([&] { run_data_prepare({tree.dir.path()}, out.file("q"), "bpe"); },

@@ -30,9 +30,9 @@ TEST(TokenShard, HeaderAndPayloadAreLaidOutAsDocumented) {
   std::string path = dir.file("a.tok");
   write_token_shard(path, std::vector<int32_t>{1, 258, 65535}, "byte", 65536);
   std::string bytes = read_bytes(path);
-  ASSERT_EQ(bytes.size(), kShardHeaderBytes + 3 * 2);
+  ASSERT_EQ(bytes.size(), kShardHeaderBytes + 3 * 2 + 8);
   EXPECT_EQ(bytes.substr(0, 8), std::string("STRATOK\0", 8));
-  EXPECT_EQ(little_endian(bytes, 8, 4), 1u);   // version
+  EXPECT_EQ(little_endian(bytes, 8, 4), 2u);   // version
   EXPECT_EQ(little_endian(bytes, 12, 4), 1u);  // dtype: uint16
   EXPECT_EQ(little_endian(bytes, 16, 8), 3u);  // token count
   EXPECT_EQ(bytes.substr(24, 5), std::string("byte\0", 5));
@@ -40,6 +40,59 @@ TEST(TokenShard, HeaderAndPayloadAreLaidOutAsDocumented) {
   EXPECT_EQ(little_endian(bytes, 64, 2), 1u);
   EXPECT_EQ(little_endian(bytes, 66, 2), 258u);
   EXPECT_EQ(little_endian(bytes, 68, 2), 65535u);
+  EXPECT_EQ(little_endian(bytes, 70, 8), 0u);  // no document starts
+}
+
+TEST(TokenShard, DocumentStartsAndTheLossMaskFollowTheIds) {
+  TempDir dir;
+  std::string path = dir.file("a.tok");
+  const std::vector<int32_t> tokens = {7, 8, 9, 10, 11};
+  const std::vector<int64_t> starts = {1, 4};
+  const std::vector<uint8_t> mask = {0, 0, 1, 1, 0};
+  write_token_shard(path, ShardContents{tokens.data(), 5, starts.data(), 2, mask.data()}, "byte",
+                    256);
+  std::string bytes = read_bytes(path);
+  ASSERT_EQ(bytes.size(), kShardHeaderBytes + 5 * 2 + 8 + 2 * 8 + 5);
+  EXPECT_EQ(little_endian(bytes, 56, 4), 1u);  // flags: a loss mask follows
+  EXPECT_EQ(little_endian(bytes, 74, 8), 2u);  // two document starts
+  EXPECT_EQ(little_endian(bytes, 82, 8), 1u);
+  EXPECT_EQ(little_endian(bytes, 90, 8), 4u);
+  EXPECT_EQ(bytes.substr(98), std::string("\0\0\1\1\0", 5));
+  TokenShard shard = read_token_shard(path);
+  EXPECT_EQ(shard.version, 2u);
+  EXPECT_EQ(shard.tokens, tokens);
+  EXPECT_EQ(shard.document_starts, starts);
+  EXPECT_EQ(shard.loss_mask, mask);
+}
+
+TEST(TokenShard, LongTokenizerNamesAreStoredAsAHash) {
+  TempDir dir;
+  const std::string long_name = "/models/some/rather/long/path/to/gpt2";
+  EXPECT_EQ(shard_tokenizer_label("byte"), "byte");
+  const std::string label = shard_tokenizer_label(long_name);
+  EXPECT_EQ(label.size(), 17u);
+  EXPECT_EQ(label[0], '#');
+  EXPECT_NE(label, shard_tokenizer_label(long_name + "2"));
+  EXPECT_EQ(shard_tokenizer_label(label), label);
+  write_token_shard(dir.file("s.tok"), std::vector<int32_t>{1}, long_name, 50257);
+  EXPECT_EQ(read_token_shard(dir.file("s.tok")).tokenizer, label);
+}
+
+TEST(TokenShard, ReadsVersionOneShardsWithoutBoundaries) {
+  TempDir dir;
+  std::string bytes(kShardHeaderBytes, '\0');
+  bytes.replace(0, 8, std::string("STRATOK\0", 8));
+  bytes[8] = 1;   // version 1
+  bytes[12] = 1;  // uint16
+  bytes[16] = 2;  // two tokens
+  bytes.replace(24, 4, "byte");
+  bytes += std::string("\x05\0\x06\0", 4);
+  write_text(dir.file("v1.tok"), bytes);
+  TokenShard shard = read_token_shard(dir.file("v1.tok"));
+  EXPECT_EQ(shard.version, 1u);
+  EXPECT_EQ(shard.tokens, (std::vector<int32_t>{5, 6}));
+  EXPECT_TRUE(shard.document_starts.empty());
+  EXPECT_TRUE(shard.loss_mask.empty());
 }
 
 TEST(TokenShard, RoundTripsUint16) {
@@ -60,7 +113,7 @@ TEST(TokenShard, RoundTripsUint32ForLargeVocabularies) {
   TempDir dir;
   std::vector<int32_t> tokens = {0, 65535, 65536, 99999, 7};
   write_token_shard(dir.file("s.tok"), tokens, "wide", 100000);
-  EXPECT_EQ(read_bytes(dir.file("s.tok")).size(), kShardHeaderBytes + 5 * 4);
+  EXPECT_EQ(read_bytes(dir.file("s.tok")).size(), kShardHeaderBytes + 5 * 4 + 8);
   TokenShard shard = read_token_shard(dir.file("s.tok"));
   EXPECT_EQ(shard.dtype, ShardDtype::UInt32);
   EXPECT_EQ(shard.tokenizer, "wide");
@@ -93,8 +146,8 @@ TEST(TokenShard, WriteIntoAMissingDirectoryIsAUserError) {
       {"no/such/s.tok"});
 }
 
-// One kind of damage done to the bytes of a valid 4-token shard, and the words the refusal
-// must contain besides the file's path.
+// One kind of damage done to the bytes of a valid 4-token shard (no document starts), and the words
+// the refusal must contain besides the file's path.
 struct Corruption {
   const char* name;
   std::function<void(std::string&)> corrupt;
@@ -105,14 +158,32 @@ TEST(TokenShard, EveryKindOfCorruptionIsRefusedNamingTheFileAndTheDefect) {
   const std::vector<Corruption> corruptions = {
       {"short header", [](std::string& b) { b.resize(10); }, "is truncated: 10 bytes"},
       {"bad magic", [](std::string& b) { b[0] = 'X'; }, "bad magic"},
-      {"unknown version", [](std::string& b) { b[8] = 2; }, "format version 2"},
+      {"unknown version", [](std::string& b) { b[8] = 3; }, "format version 3"},
+      {"unknown flags", [](std::string& b) { b[56] = 6; }, "unknown header flags 6"},
       {"unknown dtype", [](std::string& b) { b[12] = 7; }, "unknown dtype code 7"},
       {"unterminated name", [](std::string& b) { std::fill(b.begin() + 24, b.begin() + 56, 'z'); },
        "tokenizer name"},
       {"empty name", [](std::string& b) { std::fill(b.begin() + 24, b.begin() + 56, '\0'); },
        "tokenizer name"},
-      {"truncated payload", [](std::string& b) { b.resize(b.size() - 1); },
+      {"truncated ids", [](std::string& b) { b.resize(kShardHeaderBytes + 7); },
        "is truncated: the header says 4 tokens"},
+      {"missing index", [](std::string& b) { b.resize(b.size() - 1); },
+       "its document index is missing"},
+      {"huge index", [](std::string& b) { b[kShardHeaderBytes + 8] = 3; },
+       "lists 3 document starts"},
+      {"start outside",
+       [](std::string& b) {
+         b += std::string("\x09\0\0\0\0\0\0\0", 8);
+         b[kShardHeaderBytes + 8] = 1;
+       },
+       "document start 9"},
+      {"mask flag without mask", [](std::string& b) { b[56] = 1; }, "is truncated: 16 bytes"},
+      {"mask entry 2",
+       [](std::string& b) {
+         b[56] = 1;
+         b += std::string("\0\2\0\0", 4);
+       },
+       "loss mask entry 2 at position 1"},
       {"huge token count", [](std::string& b) { b[23] = '\x7f'; }, "is truncated"},
       {"trailing bytes", [](std::string& b) { b += "xyz"; }, "3 unexpected bytes"},
   };

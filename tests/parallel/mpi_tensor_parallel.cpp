@@ -123,6 +123,36 @@ TEST(VocabParallelCrossEntropy, EqualsFullCrossEntropyWithPadding) {
   }
 }
 
+// Targets of GPT::kIgnoredTarget (a loss mask) carry no loss and no gradient; the sum of the
+// others is still divided by all rows, as the unsharded head computes it.
+TEST(VocabParallelCrossEntropy, IgnoredTargetsCarryNoLossAndNoGradient) {
+  Comm tp = Comm::world(60);
+  const int64_t n = tp.size(), r = tp.rank();
+  const int64_t V = 4 * n + 1;
+  const int64_t per_rank = (V + n - 1) / n;
+  at::Tensor full = shared_randn({7, V}, 6);
+  at::Tensor targets = at::arange(7, at::kLong).mul(5).remainder(V);
+  targets[1] = GPT::kIgnoredTarget;
+  targets[4] = GPT::kIgnoredTarget;
+  at::Tensor full_leaf = full.clone().set_requires_grad(true);
+  at::Tensor expected =
+      at::cross_entropy_loss(full_leaf, targets, {}, at::Reduction::Sum, GPT::kIgnoredTarget) / 7.0;
+  expected.backward();
+
+  at::Tensor local = at::zeros({7, per_rank}, at::kDouble);
+  const int64_t valid = std::min(per_rank, V - r * per_rank);
+  local.narrow(1, 0, valid).copy_(full.narrow(1, r * per_rank, valid));
+  local.set_requires_grad(true);
+  at::Tensor loss = vocab_parallel_cross_entropy(local, targets, r * per_rank, V, tp);
+  EXPECT_NEAR(loss.item<double>(), expected.item<double>(), 1e-12);
+  loss.backward();
+  EXPECT_EQ(testing::compare_tensors(local.grad().narrow(1, 0, valid),
+                                     full_leaf.grad().narrow(1, r * per_rank, valid), 1e-10, 1e-14),
+            "");
+  EXPECT_EQ(local.grad()[1].abs().max().item<double>(), 0.0);
+  EXPECT_EQ(local.grad()[4].abs().max().item<double>(), 0.0);
+}
+
 struct Variant {
   PositionEncoding pos;
   Activation activation;

@@ -3,6 +3,7 @@
 // leaving the other ranks waiting; `train --nproc N` supervises its job and restarts it.
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <functional>
@@ -395,12 +396,25 @@ int main(int argc, char** argv) {
                              "fp32, bf16 or fp16 (default: the source model's, else fp32)");
 
   std::vector<std::string> inputs;
-  std::string out_dir;
+  std::string out_dir, tokenizer_name = "byte";
+  PrepareOptions prepare_options;
+  prepare_options.progress_bar = true;
   auto* data = app.add_subcommand("data", "Data preparation");
   data->require_subcommand(1);
-  auto* prepare = data->add_subcommand("prepare", "Tokenize text files into token shards");
-  prepare->add_option("inputs", inputs, "Text files or directories")->required();
+  auto* prepare = data->add_subcommand("prepare", "Tokenize text or JSONL files into token shards");
+  prepare->add_option("inputs", inputs, "Text or .jsonl(.gz/.zst) files, or directories")
+      ->required();
   prepare->add_option("--out", out_dir, "Output directory")->required();
+  prepare->add_option("--tokenizer", tokenizer_name, "Tokenizer (data.tokenizer; default byte)");
+  prepare->add_option("--field", prepare_options.field, "JSON field holding the text (text)");
+  prepare->add_flag("--prompt-completion", prepare_options.prompt_completion,
+                    "JSONL records of \"prompt\" and \"completion\": store a loss mask so "
+                    "only completion tokens carry loss (data.loss_mask = \"completion\")");
+  prepare->add_option("--threads", prepare_options.threads, "Tokenizer threads (0 = every core)")
+      ->check(CLI::NonNegativeNumber);
+  double shard_mib = 64;
+  prepare->add_option("--shard-mib", shard_mib, "Token bytes per shard file, MiB (64)")
+      ->check(CLI::PositiveNumber);
 
   add_simulate_command(app);
   add_plan_command(app);
@@ -426,7 +440,11 @@ int main(int argc, char** argv) {
     if (*generate_command) return run_generate(generate_flags, args);
     if (*serve) return run_serve(serve_flags, args);
     if (*export_command) return run_export(export_flags);
-    if (*prepare) return run_data_prepare(inputs, out_dir);
+    if (*prepare) {
+      prepare_options.max_shard_bytes =
+          std::max<int64_t>(1, static_cast<int64_t>(shard_mib * (1 << 20)));
+      return run_data_prepare(inputs, out_dir, tokenizer_name, prepare_options);
+    }
   } catch (const UserError& error) {
     // Before MPI starts, under an external launcher every rank fails alike: rank 0 reports.
     if (launcher_rank() <= 0) std::cerr << "strata: error: " << error.what() << std::endl;

@@ -116,6 +116,9 @@ struct DataConfig {
   // Rows are packed from consecutive documents; with the mask a token attends only to its own
   // document and positions restart at each document start (docs/data.md).
   bool document_mask = false;
+  // "completion": only the tokens the shards' loss mask marks (prompt/completion data made
+  // by `strata data prepare --prompt-completion`) carry loss; "none": every token does.
+  LossMask loss_mask = LossMask::none;
 };
 
 struct CheckpointConfig {

@@ -29,6 +29,7 @@ enum class GradientCompression { none, bf16, powersgd, onebit };
 // compression.zero_gather: what ZeRO-3's parameter all-gathers send.
 enum class GatherCompression { none, bf16, int8 };
 enum class DataSource { corpus, synthetic, shards };  // data.source
+enum class LossMask { none, completion };             // data.loss_mask
 enum class ProgressDisplay {
   automatic,
   bar,
@@ -113,6 +114,11 @@ struct Spellings<DataSource> {
   static constexpr std::array<Spelling<DataSource>, 3> table{{{DataSource::corpus, "corpus"},
                                                               {DataSource::synthetic, "synthetic"},
                                                               {DataSource::shards, "shards"}}};
+};
+template <>
+struct Spellings<LossMask> {
+  static constexpr std::array<Spelling<LossMask>, 2> table{
+      {{LossMask::none, "none"}, {LossMask::completion, "completion"}}};
 };
 
 template <>

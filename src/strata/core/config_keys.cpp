@@ -100,6 +100,7 @@ const std::vector<Key>& keys() {
       STRATA_CONFIG_KEY(data, tokenizer),
       STRATA_CONFIG_KEY(data, eval_fraction),
       STRATA_CONFIG_KEY(data, document_mask),
+      STRATA_CONFIG_KEY(data, loss_mask),
 
       STRATA_CONFIG_KEY(checkpoint, dir),
       STRATA_CONFIG_KEY(checkpoint, every),

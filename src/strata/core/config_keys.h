@@ -17,7 +17,7 @@ using FieldRef =
     std::variant<int64_t*, uint64_t*, double*, bool*, std::string*, std::vector<int64_t>*,
                  PositionEncoding*, Norm*, Activation*, AttentionKernel*, PipelineSchedule*,
                  ContextParallelComm*, Recompute*, Precision*, GradientCompression*,
-                 GatherCompression*, DataSource*, ProgressDisplay*>;
+                 GatherCompression*, DataSource*, LossMask*, ProgressDisplay*>;
 
 struct Key {
   const char* section;

@@ -3,6 +3,7 @@
 
 #include <sys/stat.h>
 
+#include <cctype>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -20,8 +21,9 @@ namespace strata {
 namespace {
 
 // Bumped whenever text normalization or the shard layout changes, so old entries are not
-// reused for a different token stream.
-constexpr int kCacheFormatVersion = 1;
+// reused for a different token stream. 2: each fortune is a document, shards keep document
+// boundaries.
+constexpr int kCacheFormatVersion = 2;
 
 // FNV-1a, 64 bit: stable across builds and hosts (std::hash is not), ample for a cache key.
 uint64_t fnv1a(const std::string& text) {
@@ -36,6 +38,17 @@ uint64_t fnv1a(const std::string& text) {
 std::string non_empty_env(const char* name) {
   const char* value = std::getenv(name);
   return value != nullptr ? value : "";
+}
+
+// A tokenizer's name as part of a file name: a tokenizer loaded from a directory is named by
+// its path, so '/' and other bytes outside [A-Za-z0-9._-] become '_', and only the last 32
+// bytes are kept (the hash in the key covers the whole name).
+std::string file_name_part(const std::string& name) {
+  std::string part = name.size() > 32 ? name.substr(name.size() - 32) : name;
+  for (char& c : part) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '-') c = '_';
+  }
+  return part;
 }
 
 bool is_prepared(const std::string& dir) {
@@ -67,7 +80,7 @@ std::string corpus_cache_key(const std::vector<TextSource>& sources, const Token
   }
   char hex[17];
   std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(fnv1a(description)));
-  return tokenizer.name() + "-" + hex;
+  return file_name_part(tokenizer.name()) + "-" + hex;
 }
 
 std::string cached_corpus_dir(const std::vector<TextSource>& sources, const Tokenizer& tokenizer,

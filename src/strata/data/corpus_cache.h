@@ -14,7 +14,8 @@ namespace strata {
 // UserError when none of these variables is set.
 std::string default_cache_dir();
 
-// "<tokenizer>-<16 hex digits>": a hash of the cache format version, the tokenizer name and
+// "<tokenizer>-<16 hex digits>" (the tokenizer's name made safe for a file name: a directory
+// path's '/' become '_'): a hash of the cache format version, the tokenizer name and
 // every source's path, format, size and modification time, so editing a file or changing
 // the preprocessing makes a new entry instead of reusing a stale one.
 std::string corpus_cache_key(const std::vector<TextSource>& sources, const Tokenizer& tokenizer);

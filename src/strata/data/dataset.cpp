@@ -12,6 +12,7 @@
 #include "strata/data/sampler.h"
 #include "strata/data/synthetic.h"
 #include "strata/data/text_source.h"
+#include "strata/data/token_shard.h"
 #include "strata/data/tokenizer.h"
 
 namespace strata {
@@ -46,9 +47,10 @@ TokenStream load_shards(const DataConfig& data, std::string* origin) {
                  "data.source = \"shards\" needs data.path: a directory "
                  "made by `strata data prepare` or a single shard file");
   TokenStream stream = load_token_shards(data.path);
-  STRATA_REQUIRE(stream.tokenizer == data.tokenizer, "the shards in ", data.path,
-                 " were made by tokenizer \"", stream.tokenizer, "\" but data.tokenizer = \"",
-                 data.tokenizer, "\"; set data.tokenizer = \"", stream.tokenizer, "\"");
+  STRATA_REQUIRE(shard_tokenizer_label(stream.tokenizer) == shard_tokenizer_label(data.tokenizer),
+                 "the shards in ", data.path, " were made by tokenizer \"", stream.tokenizer,
+                 "\" but data.tokenizer = \"", data.tokenizer, "\"; set data.tokenizer = \"",
+                 stream.tokenizer, "\"");
   *origin = str("shards ", data.path, " (tokenizer ", stream.tokenizer, ")");
   return stream;
 }
@@ -58,29 +60,32 @@ TokenStream load_shards(const DataConfig& data, std::string* origin) {
 std::shared_ptr<TokenDataset> TokenDataset::open(const DataConfig& data, const ModelConfig& model,
                                                  uint64_t seed) {
   std::string origin;
-  std::vector<int32_t> tokens;
-  std::vector<int64_t> document_starts;
+  TokenStream stream;
   switch (data.source) {
-    case DataSource::corpus: {
-      TokenStream stream = load_corpus(data, &origin);
-      tokens = std::move(stream.tokens);
-      document_starts = std::move(stream.document_starts);
+    case DataSource::corpus:
+      stream = load_corpus(data, &origin);
       break;
-    }
-    case DataSource::shards: {
-      TokenStream stream = load_shards(data, &origin);
-      tokens = std::move(stream.tokens);
-      document_starts = std::move(stream.document_starts);
+    case DataSource::shards:
+      stream = load_shards(data, &origin);
       break;
-    }
     case DataSource::synthetic:
       STRATA_REQUIRE(model.vocab_size >= 1, "model.vocab_size (", model.vocab_size,
                      ") must be at least 1");
-      tokens = synthetic_tokens(seed, model.vocab_size);
+      stream.tokens = synthetic_tokens(seed, model.vocab_size);
       origin = str("synthetic motifs (seed ", seed, ")");
       break;
   }
-  return from_tokens(std::move(tokens), data, model, seed, origin, std::move(document_starts));
+  if (data.loss_mask == LossMask::none) {
+    stream.loss_mask.clear();  // every target carries loss
+  } else {
+    STRATA_REQUIRE(!stream.loss_mask.empty(), "data.loss_mask = \"completion\" needs shards that ",
+                   "carry a loss mask, but ", origin,
+                   " has none: prepare prompt/completion JSONL with `strata data prepare "
+                   "--prompt-completion` and set data.source = \"shards\", or set "
+                   "data.loss_mask = \"none\"");
+  }
+  return from_tokens(std::move(stream.tokens), data, model, seed, origin,
+                     std::move(stream.document_starts), std::move(stream.loss_mask));
 }
 
 namespace {
@@ -103,7 +108,10 @@ std::shared_ptr<TokenDataset> TokenDataset::from_tokens(std::vector<int32_t> tok
                                                         const DataConfig& data,
                                                         const ModelConfig& model, uint64_t seed,
                                                         const std::string& origin,
-                                                        std::vector<int64_t> document_starts) {
+                                                        std::vector<int64_t> document_starts,
+                                                        std::vector<uint8_t> loss_mask) {
+  STRATA_CHECK(loss_mask.empty() || loss_mask.size() == tokens.size(), loss_mask.size(),
+               " loss mask entries for ", tokens.size(), " tokens");
   STRATA_REQUIRE(data.eval_fraction >= 0.0 && data.eval_fraction < 1.0, "data.eval_fraction (",
                  data.eval_fraction, ") must be in [0, 1)");
   STRATA_REQUIRE(model.seq_len >= 1, "model.seq_len (", model.seq_len, ") must be at least 1");
@@ -143,6 +151,11 @@ std::shared_ptr<TokenDataset> TokenDataset::from_tokens(std::vector<int32_t> tok
   dataset->eval_.assign(tokens.begin() + train_count, tokens.end());
   tokens.resize(static_cast<size_t>(train_count));
   dataset->train_ = std::move(tokens);
+  if (!loss_mask.empty()) {
+    dataset->eval_mask_.assign(loss_mask.begin() + train_count, loss_mask.end());
+    loss_mask.resize(static_cast<size_t>(train_count));
+    dataset->train_mask_ = std::move(loss_mask);
+  }
   dataset->description_ =
       str(origin, ": ", total, " tokens, train ", train_count, ", eval ", eval_count);
   return dataset;
@@ -197,6 +210,27 @@ at::Tensor TokenDataset::documents(Split split, int64_t step, int64_t first_row,
     }
   }
   return out;
+}
+
+at::Tensor TokenDataset::loss_mask_rows(Split split, int64_t step, int64_t first_row, int64_t count,
+                                        int64_t seq_len) const {
+  STRATA_CHECK(has_loss_mask(), "loss_mask_rows of a dataset without a loss mask");
+  const std::vector<uint8_t>& mask = split == Split::Train ? train_mask_ : eval_mask_;
+  const int64_t available = static_cast<int64_t>(mask.size());
+  STRATA_CHECK(available >= seq_len + 1, available, " mask entries for seq_len ", seq_len);
+  at::Tensor out = at::empty({count, seq_len}, at::kByte);  // (count, seq_len)
+  uint8_t* out_data = out.data_ptr<uint8_t>();
+  for (int64_t r = 0; r < count; ++r) {
+    // The row's targets are tokens start + 1 .. start + seq_len.
+    const int64_t start = row_start(seed_, split, step, first_row + r, available - seq_len);
+    std::copy(mask.begin() + start + 1, mask.begin() + start + 1 + seq_len, out_data + r * seq_len);
+  }
+  return out;
+}
+
+int64_t TokenDataset::loss_tokens(Split split, int64_t step, int64_t count, int64_t seq_len) const {
+  if (!has_loss_mask()) return count * seq_len;
+  return loss_mask_rows(split, step, 0, count, seq_len).sum().item<int64_t>();
 }
 
 }  // namespace strata

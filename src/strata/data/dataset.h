@@ -26,17 +26,20 @@ class TokenDataset {
   //   data.source = "shards":    data.path is a directory made by `strata data prepare`, or
   //                              one shard file
   //   data.source = "synthetic": kSyntheticTokens motif tokens drawn from `seed`
+  // data.loss_mask = "completion" needs shards that carry a loss mask (UserError otherwise).
   static std::shared_ptr<TokenDataset> open(const DataConfig& data, const ModelConfig& model,
                                             uint64_t seed);
 
   // A dataset over tokens already in memory, split and checked exactly as open() does.
   // `origin` names them in error messages and description(). document_starts: where each
   // document begins (TokenStream::document_starts: ascending offsets, the first 0; empty =
-  // one document).
+  // one document). loss_mask: empty, or one entry per token (1: carries loss as a target),
+  // split with the tokens.
   static std::shared_ptr<TokenDataset> from_tokens(std::vector<int32_t> tokens,
                                                    const DataConfig& data, const ModelConfig& model,
                                                    uint64_t seed, const std::string& origin,
-                                                   std::vector<int64_t> document_starts = {});
+                                                   std::vector<int64_t> document_starts = {},
+                                                   std::vector<uint8_t> loss_mask = {});
 
   int64_t num_tokens(Split split) const;
 
@@ -54,6 +57,19 @@ class TokenDataset {
   // All zeros where the stream keeps no document boundaries.
   at::Tensor documents(Split split, int64_t step, int64_t first_row, int64_t count,
                        int64_t seq_len) const;
+
+  // Whether only some targets carry loss (data.loss_mask = "completion").
+  bool has_loss_mask() const { return !train_mask_.empty(); }
+
+  // Which targets of rows(split, step, first_row, count, seq_len) carry loss: a uint8 tensor
+  // (count, seq_len), 1 where the target (column j is the target of input column j) does.
+  // Needs has_loss_mask().
+  at::Tensor loss_mask_rows(Split split, int64_t step, int64_t first_row, int64_t count,
+                            int64_t seq_len) const;
+
+  // How many targets of rows [0, count) of the global batch of `step` carry loss:
+  // count * seq_len without a mask. Every rank computes it alike, with no communication.
+  int64_t loss_tokens(Split split, int64_t step, int64_t count, int64_t seq_len) const;
 
   // One line for logs: where the tokens came from and the split sizes.
   const std::string& description() const { return description_; }
@@ -73,6 +89,7 @@ class TokenDataset {
   // Where each document of a split begins, offsets into its tokens (the first 0; empty = one
   // document).
   std::vector<int64_t> train_document_starts_, eval_document_starts_;
+  std::vector<uint8_t> train_mask_, eval_mask_;  // loss mask per token; empty: all carry loss
   std::string description_;
 };
 

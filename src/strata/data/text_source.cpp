@@ -1,12 +1,8 @@
-// Finding text files and normalizing their contents before tokenization.
+// Finding text files and telling their formats apart.
 #include "strata/data/text_source.h"
 
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "strata/core/error.h"
 
@@ -25,66 +21,51 @@ bool has_suffix(const std::string& text, const std::string& suffix) {
          text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-std::string read_file_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw UserError(str("cannot read text file ", path, ": ", std::strerror(errno)));
-  std::ostringstream buffer;
-  buffer << in.rdbuf();
-  return buffer.str();
+// The source a file name stands for: JSON lines by suffix (compressed or not), else text.
+TextSource source_for(const fs::path& path) {
+  const std::string name = path.filename().string();
+  TextSource source{absolute_path(path)};
+  if (has_suffix(name, ".jsonl")) {
+    source.format = TextSource::Format::Jsonl;
+  } else if (has_suffix(name, ".jsonl.gz")) {
+    source = {source.path, TextSource::Format::Jsonl, TextSource::Compression::Gzip};
+  } else if (has_suffix(name, ".jsonl.zst")) {
+    source = {source.path, TextSource::Format::Jsonl, TextSource::Compression::Zstd};
+  }
+  return source;
 }
 
-// Fortune files mark entries off with lines holding a single "%"; those become blank lines.
-// A few entries underline or embolden words with terminal overstrikes ("_\bA" or "__\b\bUN");
-// a backspace erases the byte before it, leaving the visible text.
-std::string fortune_to_text(const std::string& bytes) {
-  std::string text;
-  text.reserve(bytes.size());
-  size_t line_start = 0;
-  while (line_start < bytes.size()) {
-    size_t line_end = bytes.find('\n', line_start);
-    if (line_end == std::string::npos) line_end = bytes.size();
-    std::string_view line(bytes.data() + line_start, line_end - line_start);
-    if (line == "%" || line == "%\r") {
-      text.push_back('\n');
-    } else {
-      size_t kept_from = text.size();
-      for (char c : line) {
-        if (c == '\b') {
-          if (text.size() > kept_from) text.pop_back();
-        } else {
-          text.push_back(c);
-        }
-      }
-      text.push_back('\n');
-    }
-    line_start = line_end + 1;
-  }
-  return text;
+bool is_listed_in_directories(const fs::path& path) {
+  const std::string name = path.filename().string();
+  return path.extension() == ".txt" || has_suffix(name, ".jsonl") ||
+         has_suffix(name, ".jsonl.gz") || has_suffix(name, ".jsonl.zst");
 }
 
 }  // namespace
 
 std::vector<TextSource> text_sources(const std::vector<std::string>& inputs) {
-  STRATA_REQUIRE(!inputs.empty(), "no input given: name text files or directories of .txt files");
+  STRATA_REQUIRE(!inputs.empty(),
+                 "no input given: name text or .jsonl files, or directories holding them");
   std::vector<TextSource> sources;
   for (const auto& input : inputs) {
     std::error_code error;
     fs::file_status status = fs::status(input, error);
     if (fs::is_regular_file(status)) {
-      sources.push_back({absolute_path(input), TextSource::Format::Text});
+      sources.push_back(source_for(input));
     } else if (fs::is_directory(status)) {
       std::vector<TextSource> found;
       try {
         for (const auto& entry : fs::recursive_directory_iterator(input)) {
-          if (entry.is_regular_file() && entry.path().extension() == ".txt") {
-            found.push_back({absolute_path(entry.path()), TextSource::Format::Text});
+          if (entry.is_regular_file() && is_listed_in_directories(entry.path())) {
+            found.push_back(source_for(entry.path()));
           }
         }
       } catch (const fs::filesystem_error& failure) {
         throw UserError(str("cannot list directory ", input, ": ", failure.what()));
       }
       STRATA_REQUIRE(!found.empty(), "directory ", input,
-                     " has no .txt files; name text files directly or put .txt files in it");
+                     " has no .txt or .jsonl files; name text files directly or put .txt or "
+                     ".jsonl files in it");
       std::sort(found.begin(), found.end(),
                 [](const TextSource& a, const TextSource& b) { return a.path < b.path; });
       sources.insert(sources.end(), found.begin(), found.end());
@@ -115,17 +96,6 @@ std::vector<TextSource> fortune_sources(const std::string& dir) {
   std::sort(sources.begin(), sources.end(),
             [](const TextSource& a, const TextSource& b) { return a.path < b.path; });
   return sources;
-}
-
-std::string read_source_text(const TextSource& source) {
-  std::string bytes = read_file_bytes(source.path);
-  std::string text =
-      source.format == TextSource::Format::Fortune ? fortune_to_text(bytes) : std::move(bytes);
-  size_t end = text.find_last_not_of('\n');
-  if (end == std::string::npos) return "";
-  text.resize(end + 1);
-  text.append("\n\n");
-  return text;
 }
 
 }  // namespace strata

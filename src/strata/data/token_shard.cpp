@@ -3,6 +3,7 @@
 #include "strata/data/token_shard.h"
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -39,25 +40,54 @@ const char* shard_dtype_name(ShardDtype dtype) {
   return dtype == ShardDtype::UInt16 ? "uint16" : "uint32";
 }
 
-void write_token_shard(const std::string& path, const int32_t* tokens, size_t count,
-                       const std::string& tokenizer, int64_t vocab_size) {
-  STRATA_CHECK(!tokenizer.empty() && tokenizer.size() < kShardNameBytes, "tokenizer name '",
-               tokenizer, "' must have 1..", kShardNameBytes - 1, " chars");
+std::string shard_tokenizer_label(const std::string& name) {
+  if (name.size() < kShardNameBytes) return name;
+  uint64_t hash = 0xcbf29ce484222325ull;
+  for (unsigned char byte : name) {
+    hash ^= byte;
+    hash *= 0x100000001b3ull;
+  }
+  char label[18];
+  std::snprintf(label, sizeof(label), "#%016llx", static_cast<unsigned long long>(hash));
+  return label;
+}
+
+void write_token_shard(const std::string& path, const ShardContents& contents,
+                       const std::string& tokenizer_name, int64_t vocab_size) {
+  const std::string tokenizer = shard_tokenizer_label(tokenizer_name);
+  STRATA_CHECK(!tokenizer.empty(), "empty tokenizer name");
   ShardDtype dtype = shard_dtype_for_vocab(vocab_size);
   size_t width = shard_dtype_bytes(dtype);
+  const size_t count = contents.count;
+  const size_t starts = contents.document_start_count;
+  const bool masked = contents.loss_mask != nullptr;
 
-  std::vector<unsigned char> bytes(kShardHeaderBytes + count * width, 0);
+  std::vector<unsigned char> bytes(
+      kShardHeaderBytes + count * width + 8 + starts * 8 + (masked ? count : 0), 0);
   std::memcpy(bytes.data(), kShardMagic, sizeof(kShardMagic));
   put_le(bytes.data() + 8, kShardVersion, 4);
   put_le(bytes.data() + 12, static_cast<uint32_t>(dtype), 4);
   put_le(bytes.data() + 16, count, 8);
   std::memcpy(bytes.data() + 24, tokenizer.data(), tokenizer.size());
+  put_le(bytes.data() + 56, masked ? kShardFlagLossMask : 0, 4);
   unsigned char* out = bytes.data() + kShardHeaderBytes;
   for (size_t i = 0; i < count; ++i) {
-    STRATA_CHECK(tokens[i] >= 0 && tokens[i] < vocab_size, "token ", tokens[i], " at ", i,
-                 " outside vocab of ", vocab_size);
-    put_le(out + i * width, static_cast<uint32_t>(tokens[i]), width);
+    STRATA_CHECK(contents.tokens[i] >= 0 && contents.tokens[i] < vocab_size, "token ",
+                 contents.tokens[i], " at ", i, " outside vocab of ", vocab_size);
+    put_le(out + i * width, static_cast<uint32_t>(contents.tokens[i]), width);
   }
+  out += count * width;
+  put_le(out, starts, 8);
+  out += 8;
+  for (size_t i = 0; i < starts; ++i) {
+    const int64_t start = contents.document_starts[i];
+    STRATA_CHECK(start >= 0 && static_cast<size_t>(start) < count &&
+                     (i == 0 || start > contents.document_starts[i - 1]),
+                 "document start ", start, " at ", i, " of a shard of ", count, " tokens");
+    put_le(out + i * 8, static_cast<uint64_t>(start), 8);
+  }
+  out += starts * 8;
+  if (masked) std::memcpy(out, contents.loss_mask, count);
 
   write_file_atomically(path, bytes.data(), bytes.size());
 }
@@ -88,8 +118,9 @@ TokenShard read_token_shard(const std::string& path) {
         "`strata data prepare`");
   }
   uint64_t version = get_le(bytes.data() + 8, 4);
-  if (version != kShardVersion) {
-    throw fail(str("has format version ", version, "; this build reads version ", kShardVersion));
+  if (version != 1 && version != kShardVersion) {
+    throw fail(
+        str("has format version ", version, "; this build reads versions 1 and ", kShardVersion));
   }
   uint64_t dtype_code = get_le(bytes.data() + 12, 4);
   if (dtype_code != static_cast<uint32_t>(ShardDtype::UInt16) &&
@@ -97,6 +128,7 @@ TokenShard read_token_shard(const std::string& path) {
     throw fail(str("has unknown dtype code ", dtype_code, " (allowed: 1 = uint16, 2 = uint32)"));
   }
   TokenShard shard;
+  shard.version = static_cast<uint32_t>(version);
   shard.dtype = static_cast<ShardDtype>(dtype_code);
   uint64_t count = get_le(bytes.data() + 16, 8);
   const char* name = reinterpret_cast<const char*>(bytes.data() + 24);
@@ -105,19 +137,38 @@ TokenShard read_token_shard(const std::string& path) {
     throw fail("has a corrupt header: the tokenizer name is empty or not NUL-terminated");
   }
   shard.tokenizer.assign(name, name_length);
+  const uint64_t flags = version == 1 ? 0 : get_le(bytes.data() + 56, 4);
+  if ((flags & ~uint64_t{kShardFlagLossMask}) != 0) {
+    throw fail(str("has unknown header flags ", flags, " (allowed: 1 = loss mask)"));
+  }
 
   size_t width = shard_dtype_bytes(shard.dtype);
+  const unsigned char* data = bytes.data() + kShardHeaderBytes;
   uint64_t payload = bytes.size() - kShardHeaderBytes;
   if (count > payload / width) {
     throw fail(str("is truncated: the header says ", count, " tokens of ", width,
                    " bytes but only ", payload, " bytes follow it"));
   }
-  if (payload != count * width) {
-    throw fail(
-        str("has ", payload - count * width, " unexpected bytes after its ", count, " tokens"));
+  // Version 2 follows the ids with the document starts (a count, then the offsets) and,
+  // when flagged, one mask byte per token.
+  uint64_t start_count = 0;
+  uint64_t expected = count * width;
+  if (version >= 2) {
+    if (payload < expected + 8) throw fail("is truncated: its document index is missing");
+    start_count = get_le(data + expected, 8);
+    if (start_count > count || start_count > (payload - expected - 8) / 8) {
+      throw fail(str("is truncated: its index lists ", start_count, " document starts but only ",
+                     payload - expected - 8, " bytes follow the ids"));
+    }
+    expected += 8 + start_count * 8 + ((flags & kShardFlagLossMask) != 0 ? count : 0);
+  }
+  if (payload < expected) {
+    throw fail(str("is truncated: ", payload, " bytes follow the header, ", expected, " expected"));
+  }
+  if (payload != expected) {
+    throw fail(str("has ", payload - expected, " unexpected bytes after its contents"));
   }
   shard.tokens.resize(count);
-  const unsigned char* data = bytes.data() + kShardHeaderBytes;
   for (uint64_t i = 0; i < count; ++i) {
     uint64_t id = get_le(data + i * width, width);
     if (id > static_cast<uint64_t>(INT32_MAX)) {
@@ -125,6 +176,27 @@ TokenShard read_token_shard(const std::string& path) {
                      INT32_MAX, " strata supports"));
     }
     shard.tokens[i] = static_cast<int32_t>(id);
+  }
+  if (version < 2) return shard;
+  const unsigned char* index = data + count * width + 8;
+  shard.document_starts.resize(start_count);
+  for (uint64_t i = 0; i < start_count; ++i) {
+    const uint64_t start = get_le(index + i * 8, 8);
+    if (start >= count || (i > 0 && start <= static_cast<uint64_t>(shard.document_starts[i - 1]))) {
+      throw fail(str("has document start ", start, " at index ", i,
+                     ": starts must ascend and lie inside its ", count, " tokens"));
+    }
+    shard.document_starts[i] = static_cast<int64_t>(start);
+  }
+  if ((flags & kShardFlagLossMask) != 0) {
+    const unsigned char* mask = index + start_count * 8;
+    shard.loss_mask.assign(mask, mask + count);
+    for (uint64_t i = 0; i < count; ++i) {
+      if (mask[i] > 1) {
+        throw fail(
+            str("has loss mask entry ", int{mask[i]}, " at position ", i, "; entries are 0 or 1"));
+      }
+    }
   }
   return shard;
 }

@@ -34,9 +34,11 @@ std::unique_ptr<GPT> load_model_from_checkpoint(const std::string& dir, Config* 
 
 std::unique_ptr<GPT> load_stage_from_checkpoint(const std::string& dir, const Config& config,
                                                 Comm* tp, const StageSpec& stage) {
-  auto model = std::make_unique<GPT>(config.model, run_block_spec(config), config.train.seed,
-                                     compute_dtype(config.train.precision),
-                                     TensorParallel{tp, false}, stage);
+  // Every value is loaded next: nothing is drawn.
+  auto model =
+      std::make_unique<GPT>(config.model, run_block_spec(config), config.train.seed,
+                            compute_dtype(config.train.precision), TensorParallel{tp, false}, stage,
+                            nullptr, ContextParallel{}, ParameterInit::loaded);
   if (is_hf_directory(dir)) {
     load_hf_weights(dir, *model);
     return model;

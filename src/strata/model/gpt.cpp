@@ -20,10 +20,11 @@ GPT::GPT(const ModelConfig& config, uint64_t seed, at::ScalarType dtype, TensorP
     : GPT(config, block_spec_of(config), seed, dtype, tp, stage, ep, cp) {}
 
 GPT::GPT(const ModelConfig& config, const BlockSpec& block, uint64_t seed, at::ScalarType dtype,
-         TensorParallel tp, StageSpec stage, Comm* ep, ContextParallel cp)
+         TensorParallel tp, StageSpec stage, Comm* ep, ContextParallel cp, ParameterInit init)
     : config_(config_with_block(config, block)),
       block_(block),
       seed_(seed),
+      init_(init),
       dtype_(dtype),
       tp_comm_(tp.comm && tp.comm->size() > 1 ? tp.comm : nullptr),
       sequence_parallel_(tp.sequence_parallel && tp_comm_ != nullptr),
@@ -180,7 +181,9 @@ size_t GPT::add_replicated(const std::string& name, std::vector<int64_t> shape, 
 
 size_t GPT::add_parameter(const std::string& name, const ShardSpec& spec, InitKind kind, double std,
                           bool weight_decay) {
-  parameters_.push_back(make_parameter(name, spec, kind, std, seed_, dtype_, weight_decay));
+  parameters_.push_back(make_parameter(name, spec,
+                                       init_ == ParameterInit::random ? kind : InitKind::Loaded,
+                                       std, seed_, dtype_, weight_decay));
   parameter_units_.push_back(adding_unit_);  // the layer unit being built
   return parameters_.size() - 1;
 }
@@ -282,7 +285,10 @@ at::Tensor GPT::head_loss(const at::Tensor& last_hidden, const at::Tensor& targe
   at::Tensor local_logits = strata::linear(x, weight(head_weight_));  // (B, T, V_l)
   local_logits = local_logits.to(at::promote_types(local_logits.scalar_type(), at::kFloat));
   if (!tp_comm_) {
-    return at::cross_entropy_loss(local_logits.view({-1, config_.vocab_size}), targets.reshape(-1));
+    // A sum divided by the count, not a mean over the targets not ignored (see loss()).
+    return at::cross_entropy_loss(local_logits.view({-1, config_.vocab_size}), targets.reshape(-1),
+                                  {}, at::Reduction::Sum, kIgnoredTarget) /
+           static_cast<double>(targets.numel());
   }
   return vocab_parallel_cross_entropy(local_logits.view({-1, vocab_per_rank_}), targets.reshape(-1),
                                       tp_rank_ * vocab_per_rank_, config_.vocab_size, *tp_comm_);

@@ -90,8 +90,12 @@ class GPT {
   // With an explicit block (another model family): config gives the sizes, block says what a
   // block is made of; config's norm, pos, activation, norm_eps, rope_theta and moe give way to
   // block's, and config() reports them so.
+  // init = loaded: the parameters are allocated (zeros, in dtype, this rank's shards only) and
+  // not drawn, for a caller that loads every value (a checkpoint, a Hugging Face model): no
+  // whole float32 tensor is drawn, which would cost the time and memory of the full model.
   GPT(const ModelConfig& config, const BlockSpec& block, uint64_t seed, at::ScalarType dtype,
-      TensorParallel tp = {}, StageSpec stage = {}, Comm* ep = nullptr, ContextParallel cp = {});
+      TensorParallel tp = {}, StageSpec stage = {}, Comm* ep = nullptr, ContextParallel cp = {},
+      ParameterInit init = ParameterInit::random);
 
   const ModelConfig& config() const { return config_; }
   const BlockSpec& block() const { return block_; }
@@ -105,7 +109,11 @@ class GPT {
   // one, `documents` (B, T) may pack documents into the rows (ForwardContext::documents).
   at::Tensor logits(const at::Tensor& tokens, KVCache* cache = nullptr,
                     const at::Tensor& documents = {});
-  // Mean cross-entropy of targets (B, T) given tokens (B, T); vocab-parallel under tp.
+  // Mean cross-entropy of targets (B, T) given tokens (B, T); vocab-parallel under tp. A
+  // target of kIgnoredTarget carries no loss: it adds zero to the sum, which is still
+  // divided by B * T, so the caller rescales to a mean over the tokens that carry loss
+  // (the trainer does so over the whole global batch).
+  static constexpr int64_t kIgnoredTarget = -1;
   at::Tensor loss(const at::Tensor& tokens, const at::Tensor& targets,
                   const at::Tensor& documents = {});
 
@@ -242,6 +250,7 @@ class GPT {
   ModelConfig config_;
   BlockSpec block_;
   uint64_t seed_;
+  ParameterInit init_ = ParameterInit::random;
   at::ScalarType dtype_;
   Comm* tp_comm_;           // nullptr when there is no tensor parallelism
   bool sequence_parallel_;  // of the training forward (forward_stage)

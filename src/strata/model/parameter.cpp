@@ -93,6 +93,8 @@ at::Tensor init_global_tensor(const std::string& name, const std::vector<int64_t
       return at::zeros(global_shape, at::kFloat);
     case InitKind::Ones:
       return at::ones(global_shape, at::kFloat);
+    case InitKind::Loaded:  // nothing to draw: make_parameter allocates the shard
+      break;
     case InitKind::Normal: {
       auto generator = at::make_generator<at::CPUGeneratorImpl>(hash_name(seed, name));
       // Drawn in float32 whatever the training dtype, so float64 tests start from the same
@@ -100,11 +102,19 @@ at::Tensor init_global_tensor(const std::string& name, const std::vector<int64_t
       return at::normal(0.0, std, global_shape, generator, at::TensorOptions(at::kFloat));
     }
   }
-  STRATA_CHECK(false, "unknown init kind");
+  STRATA_CHECK(false, "no global tensor to draw for this init kind");
 }
 
 Parameter make_parameter(const std::string& name, const ShardSpec& spec, InitKind kind, double std,
                          uint64_t seed, at::ScalarType dtype, bool weight_decay) {
+  Parameter parameter;
+  parameter.name = name;
+  parameter.spec = spec;
+  parameter.weight_decay = weight_decay;
+  if (kind == InitKind::Loaded) {
+    parameter.value = at::zeros(spec.local_shape(), dtype).set_requires_grad(true);
+    return parameter;
+  }
   at::Tensor global = init_global_tensor(name, spec.global_shape, kind, std, seed);
   at::Tensor local = at::zeros(spec.local_shape(), global.options());  // padding stays zero
   for (const auto& slice : spec.local_slices()) {
@@ -116,11 +126,7 @@ Parameter make_parameter(const std::string& name, const ShardSpec& spec, InitKin
     const int64_t split_dim = std::max<int64_t>(0, spec.split_dim);
     local.narrow(split_dim, slice.local_start, slice.shape[split_dim]).copy_(source);
   }
-  Parameter parameter;
-  parameter.name = name;
   parameter.value = local.to(dtype).contiguous().set_requires_grad(true);
-  parameter.spec = spec;
-  parameter.weight_decay = weight_decay;
   return parameter;
 }
 

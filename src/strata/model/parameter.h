@@ -58,7 +58,10 @@ struct Parameter {
 // Deterministic initialization from (seed, name) alone: the global tensor is drawn from a
 // generator seeded by a hash of both, then this rank's piece is cut out -- so every layout
 // starts from the same model.
-enum class InitKind { Normal, Zeros, Ones };
+// Loaded: zeros in the parameter's dtype, this rank's shard only, for a value loaded next.
+enum class InitKind { Normal, Zeros, Ones, Loaded };
+// How a model's parameters start: drawn (InitKind per parameter), or left for loading.
+enum class ParameterInit { random, loaded };
 at::Tensor init_global_tensor(const std::string& name, const std::vector<int64_t>& global_shape,
                               InitKind kind, double std, uint64_t seed);
 Parameter make_parameter(const std::string& name, const ShardSpec& spec, InitKind kind, double std,

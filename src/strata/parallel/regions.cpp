@@ -121,6 +121,8 @@ struct GatherSequenceToReplica : torch::autograd::Function<GatherSequenceToRepli
 // Forward: loss_i = log(sum_v exp(z_iv - m_i)) - (z_i,target - m_i), with m_i the global row
 // max; each rank contributes its columns' partial sums and (if it owns the target) the target
 // logit. Backward: dz_iv = (softmax_iv - [v == target_i]) * dloss / N on the local columns.
+// A negative target (GPT::kIgnoredTarget) carries no loss: its row's loss and gradient are
+// zero, and the mean still divides by all N rows.
 struct VocabParallelCrossEntropy : torch::autograd::Function<VocabParallelCrossEntropy> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& logits,
                             const at::Tensor& targets, int64_t vocab_start, int64_t vocab_size,
@@ -148,8 +150,11 @@ struct VocabParallelCrossEntropy : torch::autograd::Function<VocabParallelCrossE
     target_logit = target_logit.contiguous();
     comm->all_reduce(target_logit, ReduceOp::Sum);
 
-    at::Tensor loss = (sum_exp.log() - target_logit).mean();
-    ctx->save_for_backward({exp / sum_exp.unsqueeze(1), safe_target, owned});
+    // Negative targets carry no loss: their rows add zero, the divisor stays N.
+    at::Tensor ignored = targets < 0;
+    at::Tensor loss = (sum_exp.log() - target_logit).masked_fill(ignored, 0).sum() /
+                      static_cast<double>(targets.numel());
+    ctx->save_for_backward({exp / sum_exp.unsqueeze(1), safe_target, owned, ignored});
     return loss;
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
@@ -158,6 +163,7 @@ struct VocabParallelCrossEntropy : torch::autograd::Function<VocabParallelCrossE
     const at::Tensor& safe_target = saved[1];
     const at::Tensor& owned = saved[2];
     grad.scatter_add_(1, safe_target.unsqueeze(1), -owned.to(grad.scalar_type()).unsqueeze(1));
+    grad.masked_fill_(saved[3].unsqueeze(1), 0);
     grad.mul_(grads[0] / static_cast<double>(grad.size(0)));
     return {grad, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }

@@ -31,7 +31,8 @@ at::Tensor gather_sequence_to_replica(const at::Tensor& x, Comm& tp);
 
 // Vocab-parallel cross-entropy (Megatron): logits (N, V_local) hold this rank's contiguous
 // vocabulary range [vocab_start, vocab_start + V_local); entries at global index >= vocab_size
-// are padding and never count. Returns the mean loss over N rows; no rank ever holds the full
+// are padding and never count. Returns the loss summed over the N rows whose target is not
+// negative (a negative target carries no loss), divided by N; no rank ever holds the full
 // V-wide logits: only per-row max, sum of exponentials and the target logit cross ranks.
 at::Tensor vocab_parallel_cross_entropy(const at::Tensor& logits, const at::Tensor& targets,
                                         int64_t vocab_start, int64_t vocab_size, Comm& tp);

@@ -22,6 +22,7 @@ nlohmann::json to_json(const StepMetrics& metrics) {
                          {"mfu", metrics.mfu},
                          {"bubble_fraction", metrics.bubble_fraction},
                          {"tokens", metrics.tokens},
+                         {"loss_tokens", metrics.loss_tokens},
                          {"mem",
                           {{"params", metrics.mem.params},
                            {"grads", metrics.mem.grads},

@@ -21,6 +21,7 @@ struct StepMetrics {
   double loss = 0, lr = 0, grad_norm = 0, step_time_s = 0, tokens_per_s = 0, mfu = 0;
   double bubble_fraction = 0;  // largest share of the step a pipeline stage waited to receive
   int64_t tokens = 0;          // tokens trained on so far
+  int64_t loss_tokens = 0;     // targets of this step's global batch that carried loss
   MemoryBytes mem;             // this rank (rank 0)
   int64_t dp_buckets = 0;      // gradient buckets of this rank
   int64_t dp_buckets_overlapped = 0;  // of them, reduction started during the last backward

@@ -61,8 +61,8 @@ void PipelineExecutor::forward(const Action& action, const MicrobatchSource& mic
   const double gradient_scale = objective_scale_ * loss_scale_;
   s.output = chunk.forward_stage(input, batch.targets, gradient_scale, batch.documents);
   if (chunk.stage().last) {
-    stats.loss += s.output.item<double>() * objective_scale_;
-    s.output = s.output * gradient_scale;
+    stats.loss += s.output.item<double>() * objective_scale_ * loss_weight_;
+    s.output = s.output * (gradient_scale * loss_weight_);
   }
   s.holds_activations = true;
   stats.peak_inflight = std::max(stats.peak_inflight, ++inflight_);

@@ -59,6 +59,11 @@ class PipelineExecutor {
   // Backward starts from the loss times `scale` (fp16's loss scale; the gradients come out
   // multiplied by it). The reported loss is not scaled.
   void set_loss_scale(double scale) { loss_scale_ = scale; }
+  // The language-model loss (not the MoE auxiliary losses) enters the backward and the
+  // reported loss times `weight`: with a loss mask, the step's target tokens / the tokens of
+  // them that carry loss, which turns the loss's mean over all targets into the mean over
+  // those that carry loss (GPT::kIgnoredTarget). 1 without a mask.
+  void set_loss_weight(double weight) { loss_weight_ = weight; }
 
  private:
   // What one microbatch holds on one chunk between its forward and its backward.
@@ -85,6 +90,7 @@ class PipelineExecutor {
   BackwardListener* listener_ = nullptr;
   double objective_scale_;  // 1 / microbatches
   double loss_scale_ = 1.0;
+  double loss_weight_ = 1.0;
   bool forward_only_;
   int rank_;
   std::map<std::pair<int, int>, MicrobatchState> states_;

@@ -84,8 +84,9 @@ Trainer::Trainer(const Config& config, Mesh& mesh, std::shared_ptr<TokenDataset>
     const int64_t virtual_stage = chunk * p + pp_rank;
     StageSpec stage{first_layer_of(layers, virtual_stage), layers[virtual_stage],
                     virtual_stage == 0, virtual_stage == stages - 1};
-    chunks_.push_back(std::make_unique<GPT>(model, block, config_.train.seed, dtype_, tp, stage,
-                                            &mesh_.ep(), cp));
+    chunks_.push_back(std::make_unique<GPT>(
+        model, block, config_.train.seed, dtype_, tp, stage, &mesh_.ep(), cp,
+        config_.model_init.empty() ? ParameterInit::random : ParameterInit::loaded));
     // Fine-tuning: the Hugging Face model's weights replace the random ones (a resumed
     // checkpoint replaces them in turn).
     if (!config_.model_init.empty()) load_hf_weights(config_.model_init, *chunks_.back());
@@ -161,6 +162,11 @@ MicrobatchSource Trainer::microbatches_of(Split split, int64_t batch) const {
     if (config_.data.document_mask) {
       out.documents = dataset_->documents(split, batch, first_row, micro_batch, T).narrow(1, 0, T);
     }
+    if (dataset_->has_loss_mask()) {
+      const at::Tensor carries_loss =
+          dataset_->loss_mask_rows(split, batch, first_row, micro_batch, T);
+      out.targets = out.targets.masked_fill(carries_loss.eq(0), GPT::kIgnoredTarget);
+    }
     if (mesh_.shape().cp > 1) {
       out.input = context_shard(out.input, mesh_.coords().cp, mesh_.shape().cp);
       out.targets = context_shard(out.targets, mesh_.coords().cp, mesh_.shape().cp);
@@ -170,6 +176,18 @@ MicrobatchSource Trainer::microbatches_of(Split split, int64_t batch) const {
     }
     return out;
   };
+}
+
+double Trainer::loss_weight(Split split, int64_t batch, int64_t* loss_tokens) const {
+  // The model's loss is a sum over the targets that carry loss divided by all targets; the
+  // weight makes it the mean over those that carry loss, in the whole global batch (every
+  // rank counts the same rows), so every layout trains on the same objective. A batch
+  // without any such token has no loss and no gradient.
+  const int64_t rows = config_.train.global_batch, T = config_.model.seq_len;
+  *loss_tokens = dataset_->loss_tokens(split, batch, rows, T);
+  if (!dataset_->has_loss_mask()) return 1.0;
+  return *loss_tokens == 0 ? 0.0
+                           : static_cast<double>(rows * T) / static_cast<double>(*loss_tokens);
 }
 
 double Trainer::global_mean_loss(double last_stage_mean) {
@@ -186,6 +204,7 @@ Trainer::StepResult Trainer::train_step(int64_t step) {
   StepResult result;
   result.loss_scale = loss_scaler_.scale();
   executor_->set_loss_scale(result.loss_scale);
+  executor_->set_loss_weight(loss_weight(Split::Train, step, &result.loss_tokens));
   data_parallel_->begin_step(step);
   for (auto& chunk : chunks_) chunk->take_moe_stats();  // drop evaluation's
   const PipelineStepStats pipeline = executor_->run(microbatches_of(Split::Train, step), step);
@@ -272,6 +291,8 @@ double Trainer::evaluate() {
   at::NoGradGuard no_grad;
   double loss = 0;
   for (int64_t batch = 0; batch < config_.train.eval_batches; ++batch) {
+    int64_t loss_tokens = 0;
+    eval_executor_->set_loss_weight(loss_weight(Split::Eval, batch, &loss_tokens));
     loss += eval_executor_->run(microbatches_of(Split::Eval, batch), batch).loss;
   }
   for (auto& chunk : chunks_) chunk->take_moe_stats();  // training steps report MoE stats
@@ -398,6 +419,7 @@ StepMetrics Trainer::step_metrics(int64_t step, const StepResult& result, double
   m.tokens_per_s = tokens_per_step / step_time_s;
   m.mfu = flops_per_step / step_time_s / peak_total;
   m.tokens = tokens_per_step * m.step;
+  m.loss_tokens = result.loss_tokens;
   m.bubble_fraction = result.receive_wait_s / step_time_s;
   m.mem = {data_parallel_->parameter_bytes(), data_parallel_->gradient_bytes(),
            data_parallel_->optimizer_bytes(), tracked_bytes_peak() - live_bytes_before,

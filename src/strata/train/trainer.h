@@ -78,6 +78,7 @@ class Trainer {
     double loss_scale = 1.0;    // what the backward's loss was multiplied by
     bool skipped = false;       // fp16: the gradients overflowed, the update was skipped
     double lr = 0;              // the learning rate the update used
+    int64_t loss_tokens = 0;    // targets of the global batch that carried loss
     double receive_wait_s = 0;  // longest time a pipeline stage blocked in receives: the bubble
     int64_t peak_inflight = 0;  // most microbatch activations this rank held at once
     MoeStepStats moe;
@@ -88,6 +89,9 @@ class Trainer {
   StepMetrics step_metrics(int64_t step, const StepResult& result, double step_time_s,
                            int64_t live_bytes_before) const;
   double global_mean_loss(double last_stage_mean);  // collective over pp and dp
+  // The executor's loss weight for global batch `batch` of `split` (see its definition);
+  // sets *loss_tokens to the targets of that batch that carry loss.
+  double loss_weight(Split split, int64_t batch, int64_t* loss_tokens) const;
   MicrobatchSource microbatches_of(Split split, int64_t batch) const;
   double evaluate();
   MoeStepStats collect_moe_stats();  // collective over dp and pp
