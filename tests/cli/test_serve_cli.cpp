@@ -8,6 +8,7 @@
 #include <spawn.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -16,6 +17,7 @@
 
 #include "../data/tiny_tokenizer.h"
 #include "expect_error.h"
+#include "strata/data/tokenizer.h"
 #include "test_support.h"
 
 extern char** environ;
@@ -160,20 +162,31 @@ dir = ")" + dir.file("ckpt") + "\"\n";
     EXPECT_EQ(output.find("strata: error"), output.rfind("strata: error")) << output;
   }
 
-  for (const std::string& layout :
-       {std::string(""), std::string(" --nproc 2 --set parallel.pp=2")}) {
-    SCOPED_TRACE("strata serve" + layout);
-    ServerProcess server(kStrata + " serve --checkpoint " + checkpoint + " --port 0" + layout,
-                         dir.file("serve.log"));
+  // With an API key from the environment (1 rank) or from --api-key (2 ranks: it reaches
+  // rank 0 through mpirun's environment).
+  struct Run {
+    std::string env, layout, key;
+  };
+  for (const Run& run :
+       {Run{"env STRATA_API_KEY=from-env ", "", "from-env"},
+        Run{"", " --nproc 2 --set parallel.pp=2 --api-key from-flag", "from-flag"}}) {
+    SCOPED_TRACE("strata serve" + run.layout);
+    const std::string& layout = run.layout;
+    ServerProcess server(
+        run.env + kStrata + " serve --checkpoint " + checkpoint + " --port 0" + layout,
+        dir.file("serve.log"));
     const int port = server.wait_until_ready();
     ASSERT_NE(port, 0);
     httplib::Client client("127.0.0.1", port);
-    auto result = client.Post(
-        "/v1/completions",
+    const std::string body =
         nlohmann::json(
             {{"model", checkpoint}, {"prompt", "The "}, {"max_tokens", 20}, {"temperature", 0}})
-            .dump(),
-        "application/json");
+            .dump();
+    auto refused = client.Post("/v1/completions", body, "application/json");
+    ASSERT_TRUE(refused);
+    EXPECT_EQ(refused->status, 401) << refused->body;
+    auto result = client.Post("/v1/completions", {{"Authorization", "Bearer " + run.key}}, body,
+                              "application/json");
     ASSERT_TRUE(result);
     ASSERT_EQ(result->status, 200) << result->body;
     EXPECT_EQ(nlohmann::json::parse(result->body)["choices"][0]["text"], expected);
@@ -205,7 +218,9 @@ TEST(ServeCli, ServesAHuggingFaceDirectoryWithOrWithoutItsTokenizer) {
         << output;
   }
   testing::write_json(with + "/tokenizer.json", testing::tiny_tokenizer_json());
-  const std::string generate = " --max-new-tokens 12 --temperature 0 --json";
+  // Until the end-of-text test below, a fixed length: config.json's eos_token_id (2) could end
+  // a completion of the random model anywhere.
+  const std::string generate = " --max-new-tokens 12 --temperature 0 --json --ignore-eos";
   ASSERT_EQ(
       testing::run_command(
           kStrata + " generate --checkpoint " + with + " --prompt 'hello '" + generate, &output),
@@ -242,12 +257,14 @@ TEST(ServeCli, ServesAHuggingFaceDirectoryWithOrWithoutItsTokenizer) {
       auto by_id = post({{"prompt", {260, 32}},
                          {"max_tokens", 12},
                          {"temperature", 0},
-                         {"return_token_ids", true}});
+                         {"return_token_ids", true},
+                         {"ignore_eos", true}});
       ASSERT_TRUE(by_id);
       ASSERT_EQ(by_id->status, 200) << by_id->body;
       const nlohmann::json choice = nlohmann::json::parse(by_id->body)["choices"][0];
       EXPECT_EQ(choice["token_ids"], by_text["generated_ids"]);
-      auto by_words = post({{"prompt", "hello "}, {"max_tokens", 12}, {"temperature", 0}});
+      auto by_words = post(
+          {{"prompt", "hello "}, {"max_tokens", 12}, {"temperature", 0}, {"ignore_eos", true}});
       ASSERT_TRUE(by_words);
       if (model == with) {
         ASSERT_EQ(by_words->status, 200) << by_words->body;
@@ -260,6 +277,63 @@ TEST(ServeCli, ServesAHuggingFaceDirectoryWithOrWithoutItsTokenizer) {
       EXPECT_NE(server.stop(), -1) << "SIGTERM did not stop the server";
     }
   }
+
+  // generation_config.json's eos_token_id ends a completion: make the 5th greedy token the end
+  // of text, and generation stops at its first occurrence, keeping it in the ids and out of
+  // the text; ignore_eos (--ignore-eos) generates on.
+  const auto greedy = by_text["generated_ids"].get<std::vector<int64_t>>();
+  ASSERT_EQ(greedy.size(), 12u);
+  const int64_t eos = greedy[4];
+  const auto stop_at = std::find(greedy.begin(), greedy.end(), eos) - greedy.begin();
+  const std::vector<int64_t> until_eos(greedy.begin(), greedy.begin() + stop_at + 1);
+  const std::string text_before_eos =
+      load_tokenizer(with)->decode(std::vector<int64_t>(greedy.begin(), greedy.begin() + stop_at));
+  testing::write_json(with + "/generation_config.json",
+                      {{"eos_token_id", {100000, eos}}, {"bos_token_id", 1}});
+  const std::string until_end = " --max-new-tokens 12 --temperature 0 --json";
+  ASSERT_EQ(
+      testing::run_command(
+          kStrata + " generate --checkpoint " + with + " --prompt 'hello '" + until_end, &output),
+      0)
+      << output;
+  EXPECT_EQ(nlohmann::json::parse(output)["generated_ids"], until_eos);
+  EXPECT_EQ(nlohmann::json::parse(output)["text"], text_before_eos);
+  ASSERT_EQ(testing::run_command(kStrata + " generate --checkpoint " + with + " --prompt 'hello '" +
+                                     until_end + " --ignore-eos",
+                                 &output),
+            0)
+      << output;
+  EXPECT_EQ(nlohmann::json::parse(output)["generated_ids"], by_text["generated_ids"]);
+  ServerProcess server(kStrata + " serve --checkpoint " + with + " --port 0 --nproc 2",
+                       dir.file("serve.log"));
+  const int port = server.wait_until_ready();
+  ASSERT_NE(port, 0);
+  httplib::Client client("127.0.0.1", port);
+  for (const bool ignore_eos : {false, true}) {
+    SCOPED_TRACE(ignore_eos ? "ignore_eos" : "stopping at the end of text");
+    auto result = client.Post("/v1/completions",
+                              nlohmann::json({{"prompt", "hello "},
+                                              {"max_tokens", 12},
+                                              {"temperature", 0},
+                                              {"return_token_ids", true},
+                                              {"ignore_eos", ignore_eos}})
+                                  .dump(),
+                              "application/json");
+    ASSERT_TRUE(result);
+    ASSERT_EQ(result->status, 200) << result->body;
+    const nlohmann::json body = nlohmann::json::parse(result->body);
+    const nlohmann::json& choice = body["choices"][0];
+    if (ignore_eos) {
+      EXPECT_EQ(choice["token_ids"], by_text["generated_ids"]);
+      EXPECT_EQ(choice["finish_reason"], "length");
+    } else {
+      EXPECT_EQ(choice["token_ids"], until_eos);
+      EXPECT_EQ(choice["text"], text_before_eos);
+      EXPECT_EQ(choice["finish_reason"], "stop");
+      EXPECT_EQ(body["usage"]["completion_tokens"], until_eos.size());
+    }
+  }
+  EXPECT_NE(server.stop(), -1) << "SIGTERM did not stop the server";
 }
 
 }  // namespace

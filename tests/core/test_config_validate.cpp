@@ -286,6 +286,7 @@ TEST(ConfigValidate, SizesAndRanges) {
       {"serve.max_batch_tokens=0", "serve.max_batch_tokens (0) must be >= 1"},
       {"serve.max_queue=0", "serve.max_queue (0) must be >= 1"},
       {"serve.request_timeout_s=0", "serve.request_timeout_s (0.0) must be > 0"},
+      {"serve.max_request_mb=0", "serve.max_request_mb (0.0) must be > 0"},
   };
   for (const Case& c : cases) EXPECT_CONTAINS(validate_error({c.setting}), c.expected);
 }

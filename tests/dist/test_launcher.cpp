@@ -47,6 +47,20 @@ TEST(Launcher, CommandOversubscribedAsRoot) {
   EXPECT_EQ(std::count(exact.begin(), exact.end(), "--oversubscribe"), 0);
 }
 
+TEST(Launcher, ForwardsTheApiKeyByNameOnly) {
+  ScopedEnv key("STRATA_API_KEY", "secret-key");
+  const auto command = mpirun_command(2, {"strata", "serve"}, 2, false);
+  EXPECT_EQ(std::count(command.begin(), command.end(), "STRATA_API_KEY"), 1);
+  for (const auto& arg : command) EXPECT_EQ(arg.find("secret-key"), std::string::npos) << arg;
+}
+
+TEST(Launcher, WithoutOptionDropsTheOptionAndItsValue) {
+  const std::vector<std::string> args = {"strata", "serve",        "--api-key",    "k1", "--port",
+                                         "0",      "--api-key=k2", "--checkpoint", "c"};
+  EXPECT_EQ(without_option(args, "--api-key"),
+            (std::vector<std::string>{"strata", "serve", "--port", "0", "--checkpoint", "c"}));
+}
+
 TEST(Launcher, CommandRejectsBadRankCounts) {
   EXPECT_THROW(mpirun_command(0, {"strata"}, 4, false), UserError);
   EXPECT_THROW(relaunch_under_mpirun(-1, {"strata"}), UserError);

@@ -5,8 +5,11 @@
 // the comparison fail.
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include "hf_test_models.h"
+
 #include "strata/core/error.h"
+#include "strata/hf/hf_config.h"
 #include "strata/hf/hf_load.h"
 #include "strata/infer/generate.h"
 
@@ -85,6 +88,33 @@ TEST(HfRefusals, NameTheKey) {
   }
 }
 
+// generation_config.json's eos_token_id (else config.json's): one id, a list, absent, or wrong
+// (named).
+TEST(HfGenerationConfig, EosTokenIds) {
+  TempDir dir("strata-hf");
+  EXPECT_TRUE(hf_eos_token_ids(dir.path()).empty()) << "no file";
+  std::ofstream(dir.file("config.json")) << R"({"eos_token_id": 5})";
+  EXPECT_EQ(hf_eos_token_ids(dir.path()), (std::vector<int64_t>{5})) << "config.json's";
+  const std::string path = dir.file("generation_config.json");
+  auto write = [&](const std::string& text) { std::ofstream(path) << text; };
+  write(R"({"bos_token_id": 1, "eos_token_id": 2})");
+  EXPECT_EQ(hf_eos_token_ids(dir.path()), (std::vector<int64_t>{2}));
+  write(R"({"eos_token_id": [128001, 128008, 128009]})");
+  EXPECT_EQ(hf_eos_token_ids(dir.path()), (std::vector<int64_t>{128001, 128008, 128009}));
+  write(R"({"do_sample": true})");
+  EXPECT_TRUE(hf_eos_token_ids(dir.path()).empty()) << "generation_config.json decides";
+  for (const char* bad : {R"({"eos_token_id": "2"})", R"({"eos_token_id": [-1]})", "{"}) {
+    write(bad);
+    try {
+      hf_eos_token_ids(dir.path());
+      ADD_FAILURE() << bad << " was accepted";
+    } catch (const UserError& error) {
+      EXPECT_NE(std::string(error.what()).find("generation_config.json"), std::string::npos)
+          << error.what();
+    }
+  }
+}
+
 // A stored tensor the architecture has no place for is refused rather than dropped.
 TEST(HfRefusals, AnUnknownTensor) {
   TempDir dir("strata-hf");
@@ -112,7 +142,7 @@ TEST(HfRefusals, APromptOutsideTheVocabulary) {
     generate(*model, {1, vocab}, SamplingOptions{});
     ADD_FAILURE() << "generated";
   } catch (const UserError& error) {
-    EXPECT_NE(std::string(error.what()).find("vocabulary of " + std::to_string(vocab)),
+    EXPECT_NE(std::string(error.what()).find("vocabulary [0, " + std::to_string(vocab) + ")"),
               std::string::npos)
         << error.what();
   }

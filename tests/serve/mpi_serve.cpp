@@ -138,17 +138,18 @@ void with_server(const Config& config, const Layout& layout,
   Mesh mesh(world, mesh_shape_of(serving.parallel));
   ByteTokenizer tokenizer;
   int port = 0;
-  ServeSession session(
-      mesh, serving, "tiny", &tokenizer,
-      [&](const StageSpec& stage, Comm* tp) {
-        if (mesh.rank() == 0) {
-          httplib::Client client("127.0.0.1", port);
-          auto health = client.Get("/health");
-          EXPECT_TRUE(health && health->status == 503) << "/health while loading";
-        }
-        return build_stage(serving, stage, tp);
-      },
-      [&](int bound) { port = bound; });
+  ServeOptions options;
+  options.model_name = "tiny";
+  options.tokenizer = &tokenizer;
+  options.on_listening = [&](int bound) { port = bound; };
+  ServeSession session(mesh, serving, options, [&](const StageSpec& stage, Comm* tp) {
+    if (mesh.rank() == 0) {
+      httplib::Client client("127.0.0.1", port);
+      auto health = client.Get("/health");
+      EXPECT_TRUE(health && health->status == 503) << "/health while loading";
+    }
+    return build_stage(serving, stage, tp);
+  });
   if (mesh.rank() != 0) return session.run();
   std::thread client_thread([&] {
     httplib::Client client("127.0.0.1", port);
@@ -254,6 +255,10 @@ TEST(Serve, SeededSamplingStreamingStopAndCancellation) {
   sampled.max_new_tokens = kMaxTokens;
   const std::string expected_sample = reference(config, kPrompts[0], sampled);
   const std::string expected_greedy = reference(config, kPrompts[2], greedy());
+  SamplingOptions penalized = greedy();
+  penalized.frequency_penalty = 1.5;
+  penalized.presence_penalty = 0.5;
+  const std::string expected_penalized = reference(config, kPrompts[2], penalized);
   for (const Layout& layout : layouts_for(world)) {
     SCOPED_TRACE("tp " + std::to_string(layout.tp) + " pp " + std::to_string(layout.pp));
     with_server(config, layout, [&](httplib::Client& client, int port) {
@@ -264,19 +269,45 @@ TEST(Serve, SeededSamplingStreamingStopAndCancellation) {
       EXPECT_EQ(first["choices"][0]["text"], expected_sample) << "seeded: as generate() draws";
       EXPECT_EQ(second["choices"][0]["text"], expected_sample) << "seeded: the same again";
 
+      // n choices per prompt: the first draws from the seed as above, the others differ from
+      // it and from each other, and come back the same on every request; the prompt counts
+      // once in usage.
+      Json three = seeded;
+      three["n"] = 3;
+      const Json one_go = completion(client, three), again = completion(client, three);
+      ASSERT_EQ(one_go["choices"].size(), 3u) << one_go.dump();
+      EXPECT_EQ(one_go["choices"][0]["text"], expected_sample);
+      EXPECT_NE(one_go["choices"][1]["text"], one_go["choices"][0]["text"]);
+      EXPECT_NE(one_go["choices"][2]["text"], one_go["choices"][1]["text"]);
+      for (int i = 0; i < 3; ++i) {
+        EXPECT_EQ(one_go["choices"][i]["index"], i);
+        EXPECT_EQ(again["choices"][i]["text"], one_go["choices"][i]["text"]);
+      }
+      EXPECT_EQ(one_go["usage"]["prompt_tokens"], kPrompts[0].size());
+      EXPECT_EQ(one_go["usage"]["completion_tokens"], 3 * kMaxTokens);
+
+      // Presence and frequency penalties: what generate() draws with them.
+      const Json penalties = completion(client, {{"prompt", kPrompts[2]},
+                                                 {"max_tokens", kMaxTokens},
+                                                 {"temperature", 0},
+                                                 {"frequency_penalty", 1.5},
+                                                 {"presence_penalty", 0.5}});
+      EXPECT_EQ(penalties["choices"][0]["text"], expected_penalized);
+
       // Streaming: the deltas add up to the completion; the last event has its finish_reason.
       auto streamed = client.Post("/v1/completions",
                                   Json({{"prompt", kPrompts[2]},
                                         {"max_tokens", kMaxTokens},
                                         {"temperature", 0},
-                                        {"stream", true}})
+                                        {"stream", true},
+                                        {"stream_options", {{"include_usage", true}}}})
                                       .dump(),
                                   "application/json");
       ASSERT_TRUE(streamed);
       EXPECT_EQ(streamed->status, 200);
       EXPECT_EQ(streamed->get_header_value("Content-Type"), "text/event-stream");
       std::string text, last_reason;
-      int events = 0;
+      int events = 0, usage_events = 0;
       bool done = false;
       std::istringstream lines(streamed->body);
       for (std::string line; std::getline(lines, line);) {
@@ -288,6 +319,16 @@ TEST(Serve, SeededSamplingStreamingStopAndCancellation) {
           continue;
         }
         Json event = Json::parse(line.substr(6));
+        // stream_options.include_usage: "usage" is null until an event without choices.
+        ASSERT_TRUE(event.contains("usage")) << line;
+        if (event["choices"].empty()) {
+          EXPECT_EQ(event["usage"]["completion_tokens"], kMaxTokens);
+          EXPECT_EQ(event["usage"]["prompt_tokens"], kPrompts[2].size());
+          usage_events += 1;
+          continue;
+        }
+        EXPECT_TRUE(event["usage"].is_null()) << line;
+        EXPECT_EQ(usage_events, 0) << "an event after the usage";
         text += event["choices"][0]["text"].get<std::string>();
         if (!event["choices"][0]["finish_reason"].is_null()) {
           last_reason = event["choices"][0]["finish_reason"];
@@ -295,6 +336,7 @@ TEST(Serve, SeededSamplingStreamingStopAndCancellation) {
         ++events;
       }
       EXPECT_TRUE(done);
+      EXPECT_EQ(usage_events, 1);
       EXPECT_GT(events, 1);
       EXPECT_EQ(text, expected_greedy);
       EXPECT_EQ(last_reason, "length");
@@ -539,7 +581,7 @@ TEST(Serve, BadRequestsAreRefusedAndTheServerKeepsAnswering) {
       const std::vector<Case> cases = {
           {"{\"prompt\": \"a\",", 400, "not valid JSON"},
           {"[1, 2]", 400, "must be a JSON object"},
-          {"{\"prompt\": \"a\", \"n\": 2}", 400, "unknown field 'n'"},
+          {"{\"prompt\": \"a\", \"best_of\": 2}", 400, "unknown field 'best_of'"},
           {"{\"max_tokens\": 4}", 400, "'prompt' is required"},
           {"{\"prompt\": 5}", 400,
            "'prompt' must be a string, an array of strings, an array of token ids or an array of "

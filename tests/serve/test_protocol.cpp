@@ -1,5 +1,6 @@
 // The HTTP side's pure parts: reading completion requests, what streaming holds back, and the
 // Prometheus histogram.
+#include <ATen/CPUGeneratorImpl.h>
 #include <gtest/gtest.h>
 
 #include "expect_error.h"
@@ -15,7 +16,7 @@ const ByteTokenizer kBytes;
 
 CompletionRequest parse(const std::string& body, int64_t seq_len = 32,
                         const Tokenizer* tokenizer = &kBytes) {
-  return parse_completion_request(body, ServedModel{"m", seq_len, 300, tokenizer});
+  return parse_completion_request(body, ServedModel{"m", seq_len, 300, tokenizer, {}});
 }
 
 ApiError error_of(const std::string& body, const Tokenizer* tokenizer = &kBytes) {
@@ -54,6 +55,64 @@ TEST(CompletionRequest, DefaultsAreOpenAIsCutToTheContext) {
   EXPECT_FALSE(request.stream);
   EXPECT_EQ(parse(R"({"prompt": "abc"})", 10).sampling.max_new_tokens, 7);
   EXPECT_EQ(parse(R"({"prompt": "abc", "max_tokens": 29})").sampling.max_new_tokens, 29);
+}
+
+TEST(CompletionRequest, TheModelsEndOfTextEndsItUnlessIgnoreEos) {
+  const ServedModel model{"m", 32, 300, &kBytes, {7, 299}};
+  EXPECT_EQ(parse_completion_request(R"({"prompt": "abc"})", model).sampling.stop_token_ids,
+            (std::vector<int64_t>{7, 299}));
+  EXPECT_EQ(parse_completion_request(R"({"prompt": "abc", "ignore_eos": false})", model)
+                .sampling.stop_token_ids,
+            (std::vector<int64_t>{7, 299}));
+  EXPECT_TRUE(parse_completion_request(R"({"prompt": "abc", "ignore_eos": true})", model)
+                  .sampling.stop_token_ids.empty());
+  EXPECT_TRUE(model.stop_token_ids.size() == 2 && SamplingOptions{}.stop_token_ids.empty());
+  EXPECT_EQ(error_of(R"({"prompt": "abc", "ignore_eos": 1})").param, "ignore_eos");
+}
+
+TEST(CompletionRequest, ChoicesPenaltiesAndStreamOptions) {
+  CompletionRequest request = parse(
+      R"({"prompt": "a", "n": 3, "presence_penalty": -0.5, "frequency_penalty": 2,
+          "stream": true, "stream_options": {"include_usage": true}})");
+  EXPECT_EQ(request.n, 3);
+  EXPECT_EQ(request.sampling.presence_penalty, -0.5);
+  EXPECT_EQ(request.sampling.frequency_penalty, 2.0);
+  EXPECT_TRUE(request.include_usage);
+  EXPECT_EQ(parse(R"({"prompt": "a"})").n, 1);
+  EXPECT_FALSE(parse(R"({"prompt": "a", "stream": true, "stream_options": null})").include_usage);
+  for (const auto& [body, param] : std::vector<std::pair<std::string, std::string>>{
+           {R"({"prompt": "a", "n": 0})", "n"},
+           {R"({"prompt": "a", "n": 129})", "n"},
+           {R"({"prompt": "a", "n": 1.5})", "n"},
+           {R"({"prompt": "a", "presence_penalty": 2.5})", "presence_penalty"},
+           {R"({"prompt": "a", "frequency_penalty": "1"})", "frequency_penalty"},
+           {R"({"prompt": "a", "stream_options": {"include_usage": true}})", "stream_options"},
+           {R"({"prompt": "a", "stream": true, "stream_options": {"x": true}})", "stream_options"},
+           {R"({"prompt": "a", "stream": true, "stream_options": {"include_usage": 1}})",
+            "stream_options"},
+       }) {
+    const ApiError error = error_of(body);
+    EXPECT_EQ(error.status, 400) << body;
+    EXPECT_EQ(error.param, param) << body;
+  }
+}
+
+TEST(Sampling, PenaltiesLowerTheLogitsOfGeneratedTokens) {
+  const at::Tensor logits = at::zeros({5});
+  SamplingOptions options;
+  const std::vector<int64_t> generated = {1, 3, 3, 3};
+  EXPECT_TRUE(penalized_logits(logits, options, generated.data(), 4).equal(logits));
+  options.frequency_penalty = 0.5;
+  options.presence_penalty = 1.0;
+  const at::Tensor out = penalized_logits(logits, options, generated.data(), 4);
+  EXPECT_TRUE(out.equal(at::tensor({0.0f, -1.5f, 0.0f, -2.5f, 0.0f}))) << out;
+  // Greedy follows the penalties: token 3 would win, it is pushed below the untouched ones.
+  at::Tensor favours_3 = at::tensor({0.0f, 0.0f, 0.0f, 2.0f, 0.0f});
+  options.temperature = 0;
+  at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(1);
+  EXPECT_EQ(
+      sample_token(penalized_logits(favours_3, options, generated.data(), 4), options, generator),
+      0);
 }
 
 TEST(CompletionRequest, ErrorsNameTheFieldAndStatus) {

@@ -139,6 +139,22 @@ std::unique_ptr<Tokenizer> model_tokenizer(const std::string& checkpoint, const 
   return make_tokenizer(config.data.tokenizer);
 }
 
+// The tokens that end a completion: the tokenizer's end of text and, for a Hugging Face
+// directory or a checkpoint fine-tuned from one (model.init), the model's eos_token_id
+// (generation_config.json, else config.json); each once.
+std::vector<int64_t> model_stop_token_ids(const std::string& checkpoint, const Config& config,
+                                          const Tokenizer* tokenizer) {
+  std::vector<int64_t> ids;
+  if (tokenizer && tokenizer->end_of_text_id()) ids.push_back(*tokenizer->end_of_text_id());
+  const std::string hf_dir = is_hf_directory(checkpoint) ? checkpoint : config.model_init;
+  if (!hf_dir.empty() && is_hf_directory(hf_dir)) {
+    for (const int64_t id : hf_eos_token_ids(hf_dir)) {
+      if (std::find(ids.begin(), ids.end(), id) == ids.end()) ids.push_back(id);
+    }
+  }
+  return ids;
+}
+
 // The ids of --prompt-ids: integers separated by commas ("1,2,3").
 std::vector<int64_t> parse_prompt_ids(const std::string& text) {
   std::vector<int64_t> ids;
@@ -164,6 +180,7 @@ struct GenerateFlags {
   std::string checkpoint, prompt = "\n", prompt_ids, precision;
   SamplingOptions sampling;
   bool json = false;  // one JSON object: the ids and the log-probability of each new token
+  bool ignore_eos = false;
   int nproc = 0;
 };
 
@@ -194,8 +211,15 @@ int run_generate(const GenerateFlags& flags, const std::vector<std::string>& arg
       std::vector<int32_t> encoded = tokenizer->encode(flags.prompt);
       prompt_tokens.assign(encoded.begin(), encoded.end());
     }
-    const Generated output = generate(*model, prompt_tokens, flags.sampling);
+    SamplingOptions sampling = flags.sampling;
+    if (!flags.ignore_eos) {
+      sampling.stop_token_ids = model_stop_token_ids(flags.checkpoint, config, tokenizer.get());
+    }
+    const Generated output = generate(*model, prompt_tokens, sampling);
     if (*rank != 0) return;
+    // A final end-of-text token is in the ids, not in the text.
+    std::vector<int64_t> new_text = output.tokens;
+    if (!new_text.empty() && sampling.ends_generation(new_text.back())) new_text.pop_back();
     // Without a tokenizer the ids are the output (--json; plain text shows them too).
     auto text = [&](const std::vector<int64_t>& ids) {
       if (tokenizer) return tokenizer->decode(ids);
@@ -207,11 +231,11 @@ int run_generate(const GenerateFlags& flags, const std::vector<std::string>& arg
       nlohmann::json line = {{"prompt_ids", prompt_tokens},
                              {"generated_ids", output.tokens},
                              {"logprobs", output.logprobs},
-                             {"text", tokenizer ? text(output.tokens) : ""}};
+                             {"text", tokenizer ? text(new_text) : ""}};
       std::cout << line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << std::endl;
     } else {
-      std::cout << text(prompt_tokens) << (tokenizer ? "" : " | ") << text(output.tokens)
-                << std::endl;
+      std::cout << text(prompt_tokens) << (tokenizer ? "" : " | ")
+                << text(tokenizer ? new_text : output.tokens) << std::endl;
     }
   });
 }
@@ -235,7 +259,7 @@ int run_export(const ExportFlags& flags) {
 }
 
 struct ServeFlags {
-  std::string checkpoint, host;
+  std::string checkpoint, host, api_key;
   std::vector<std::string> overrides;
   int port = -1;  // -1 = serve.port
   int nproc = 0;
@@ -251,7 +275,12 @@ int run_serve(const ServeFlags& flags, const std::vector<std::string>& argv) {
   const Config checkpoint_config = checkpoint_run_config(flags.checkpoint);
   if (flags.nproc > 0 && !started_by_mpi_launcher()) {
     serving_config(checkpoint_config, overrides, flags.nproc);  // every error before launching
-    if (flags.nproc > 1) relaunch_under_mpirun(flags.nproc, argv);
+    if (flags.nproc > 1) {
+      // The ranks read the key from the environment (mpirun forwards it): it never shows in
+      // their command lines.
+      if (!flags.api_key.empty()) setenv("STRATA_API_KEY", flags.api_key.c_str(), 1);
+      relaunch_under_mpirun(flags.nproc, without_option(argv, "--api-key"));
+    }
   }
   // The signals go to a thread of their own that stops the engine; every other thread has
   // them blocked (set before any thread starts).
@@ -267,15 +296,24 @@ int run_serve(const ServeFlags& flags, const std::vector<std::string>& argv) {
     configure_rank_threads(static_cast<int>(config.serve.threads));
     Mesh mesh(world, mesh_shape_of(config.parallel));
     const auto tokenizer = model_tokenizer(flags.checkpoint, config);
-    ServeSession session(
-        mesh, config, flags.checkpoint, tokenizer.get(),
-        [&](const StageSpec& stage, Comm* tp) {
-          return load_stage_from_checkpoint(flags.checkpoint, config, tp, stage);
-        },
-        [&](int port) {
-          std::cout << "strata serve: listening on http://" << config.serve.host << ":" << port
-                    << " (loading " << flags.checkpoint << ")" << std::endl;
-        });
+    ServeOptions options;
+    options.model_name = flags.checkpoint;
+    options.tokenizer = tokenizer.get();
+    options.stop_token_ids = model_stop_token_ids(flags.checkpoint, config, tokenizer.get());
+    options.api_key = flags.api_key;
+    options.on_listening = [&](int port) {
+      std::cout << "strata serve: listening on http://" << config.serve.host << ":" << port
+                << " (loading " << flags.checkpoint << ")" << std::endl;
+      if (flags.api_key.empty() && !is_loopback(config.serve.host)) {
+        std::cerr << "strata serve: warning: " << config.serve.host
+                  << " is reachable from other machines and there is no API key: anyone who can "
+                     "reach port "
+                  << port << " can use the model (set --api-key or STRATA_API_KEY)" << std::endl;
+      }
+    };
+    ServeSession session(mesh, config, options, [&](const StageSpec& stage, Comm* tp) {
+      return load_stage_from_checkpoint(flags.checkpoint, config, tp, stage);
+    });
     if (*rank == 0) {
       std::cout << "strata serve: ready: " << mesh.to_string() << ", " << session.num_blocks()
                 << " KV cache blocks of " << kBlockTokens << " tokens" << std::endl;
@@ -356,6 +394,8 @@ int main(int argc, char** argv) {
       "--json", generate_flags.json,
       "Print one JSON object: prompt_ids, generated_ids, logprobs (of each generated token "
       "under the model's distribution) and text");
+  generate_command->add_flag("--ignore-eos", generate_flags.ignore_eos,
+                             "Generate --max-new-tokens tokens even past the model's end of text");
   generate_command->add_option("--precision", generate_flags.precision,
                                "Compute in " + spellings_joined<Precision>(", ") +
                                    " (default: the precision it was trained in)");
@@ -380,6 +420,10 @@ int main(int argc, char** argv) {
   serve->add_option("--host", serve_flags.host, "Address to bind (serve.host; 127.0.0.1)");
   serve->add_option("--port", serve_flags.port, "TCP port (serve.port; 0 = any free port)")
       ->check(CLI::Range(0, 65535));
+  serve
+      ->add_option("--api-key", serve_flags.api_key,
+                   "Require `Authorization: Bearer KEY` on every /v1/ request (401 otherwise)")
+      ->envname("STRATA_API_KEY");
 
   ExportFlags export_flags;
   auto* export_command = app.add_subcommand(

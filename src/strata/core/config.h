@@ -152,6 +152,7 @@ struct ServeConfig {
   int64_t max_batch_tokens = 256;  // tokens one engine step runs: prefill chunks + decodes
   int64_t max_queue = 64;  // sequences (a request's prompts) waiting; a request past it gets 429
   double request_timeout_s = 600.0;  // a sequence not finished this long after arrival is cancelled
+  double max_request_mb = 16.0;      // a request body over this many MiB gets 413
   int64_t threads = 0;               // intra-op threads per rank; 0 = max(1, cores / local ranks)
 };
 

@@ -199,6 +199,7 @@ void check_serve(const ServeConfig& serve, Problems& problems) {
   require_at_least<int64_t>(problems, "serve.max_batch_tokens", serve.max_batch_tokens, 1);
   require_at_least<int64_t>(problems, "serve.max_queue", serve.max_queue, 1);
   require_positive(problems, "serve.request_timeout_s", serve.request_timeout_s);
+  require_positive(problems, "serve.max_request_mb", serve.max_request_mb);
   require_at_least<int64_t>(problems, "serve.threads", serve.threads, 0,
                             " (0 = cores / ranks on this machine)");
 }

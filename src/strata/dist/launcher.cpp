@@ -100,8 +100,25 @@ std::vector<std::string> mpirun_command(int nproc, const std::vector<std::string
     command.push_back("-x");
     command.push_back(std::string(variable) + "=" + threads);
   }
+  if (std::getenv("STRATA_API_KEY")) {
+    command.push_back("-x");
+    command.push_back("STRATA_API_KEY");
+  }
   command.insert(command.end(), program_args.begin(), program_args.end());
   return command;
+}
+
+std::vector<std::string> without_option(const std::vector<std::string>& args,
+                                        const std::string& name) {
+  std::vector<std::string> kept;
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == name) {
+      ++i;  // and its value
+    } else if (args[i].rfind(name + "=", 0) != 0) {
+      kept.push_back(args[i]);
+    }
+  }
+  return kept;
 }
 
 void relaunch_under_mpirun(int nproc, const std::vector<std::string>& program_args) {

@@ -29,11 +29,17 @@ int threads_per_rank(int cores, int local_ranks);
 //   mpirun -np N [--oversubscribe] [--allow-run-as-root] -x OMP_NUM_THREADS=t
 //          -x OPENBLAS_NUM_THREADS=t -x STRATA_THREADS=t <program_args...>
 // with t = threads_per_rank(cores, N), --oversubscribe when N > cores and
-// --allow-run-as-root when the effective user is root. Throws UserError if nproc < 1.
+// --allow-run-as-root when the effective user is root, and `-x STRATA_API_KEY` (the name only:
+// the value stays out of every command line) when that variable is set. Throws UserError if
+// nproc < 1.
 std::vector<std::string> mpirun_command(int nproc, const std::vector<std::string>& program_args);
 // The same for a given core count and user (for tests and dry runs).
 std::vector<std::string> mpirun_command(int nproc, const std::vector<std::string>& program_args,
                                         int cores, bool as_root);
+
+// `args` without the option `name` and its value (`name VALUE` or `name=VALUE`).
+std::vector<std::string> without_option(const std::vector<std::string>& args,
+                                        const std::string& name);
 
 // Replaces this process with mpirun running program_args (execvp); returns only by throwing
 // UserError if mpirun cannot be started.

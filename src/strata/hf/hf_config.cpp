@@ -286,6 +286,32 @@ HfModel read_hf_config(const std::string& dir) {
   return hf_model_from_json(config, path);
 }
 
+std::vector<int64_t> hf_eos_token_ids(const std::string& dir) {
+  // As Hugging Face's GenerationConfig: its own file, else the model's config.json.
+  std::string path = dir + "/generation_config.json";
+  if (!std::filesystem::exists(path)) path = dir + "/config.json";
+  std::ifstream in(path);
+  if (!in) return {};
+  nlohmann::json config;
+  try {
+    config = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& error) {
+    throw UserError(str(path, " is not JSON (", error.what(), ")"));
+  }
+  if (!config.is_object() || !config.contains("eos_token_id") || config["eos_token_id"].is_null()) {
+    return {};
+  }
+  const nlohmann::json& eos = config["eos_token_id"];
+  const nlohmann::json ids = eos.is_array() ? eos : nlohmann::json::array({eos});
+  std::vector<int64_t> out;
+  for (const auto& id : ids) {
+    STRATA_REQUIRE(id.is_number_integer() && id.get<int64_t>() >= 0, path,
+                   ": eos_token_id must be a token id or a list of them, not ", eos.dump());
+    out.push_back(id.get<int64_t>());
+  }
+  return out;
+}
+
 HfArchitecture hf_architecture_for(const ModelConfig& model, const BlockSpec& block) {
   const LinearBiases& b = block.biases;
   const bool any_bias = b.q || b.k || b.v || b.attention_out || b.mlp_in || b.mlp_out;

@@ -34,6 +34,12 @@ struct HfModel {
 // True when `dir` holds a config.json and no strata state.json: a Hugging Face model.
 bool is_hf_directory(const std::string& dir);
 
+// The ids generation_config.json names as eos_token_id (one id or a list; Llama 3 Instruct
+// ends a turn with either of two), or config.json when there is no generation_config.json (as
+// Hugging Face's GenerationConfig reads them); empty when the key is absent. UserError naming
+// the file for anything else.
+std::vector<int64_t> hf_eos_token_ids(const std::string& dir);
+
 // Reads dir/config.json. UserError naming the file and key for a missing file, a missing or
 // ill-typed key, an architecture strata does not run, or an option it cannot express.
 HfModel read_hf_config(const std::string& dir);

@@ -78,6 +78,18 @@ int64_t sample_token(const at::Tensor& logits, const SamplingOptions& options,
   return at::multinomial(probabilities, 1, false, generator).item<int64_t>();
 }
 
+at::Tensor penalized_logits(const at::Tensor& logits, const SamplingOptions& options,
+                            const int64_t* generated, int64_t count) {
+  if ((options.presence_penalty == 0 && options.frequency_penalty == 0) || count == 0) {
+    return logits;
+  }
+  const at::Tensor ids = at::from_blob(const_cast<int64_t*>(generated), {count}, at::kLong);
+  const at::Tensor counts =
+      at::zeros({logits.size(0)}, at::kFloat).index_add_(0, ids, at::ones({count}, at::kFloat));
+  return logits.to(at::kFloat) - options.frequency_penalty * counts -
+         options.presence_penalty * counts.gt(0).to(at::kFloat);
+}
+
 TokenLogprob token_logprob(const at::Tensor& logits, int64_t token, int64_t top) {
   const at::Tensor logprobs = at::log_softmax(logits.to(at::kFloat), 0);
   TokenLogprob out;
@@ -110,9 +122,13 @@ Generated generate(GPT& model, const std::vector<int64_t>& prompt, const Samplin
          cache.length + input.size(1) <= seq_len) {
     at::Tensor logits =
         model.logits(input, &cache).select(1, -1).select(0, 0).to(at::kFloat);  // (V)
-    const int64_t next = sample_token(logits, options, generator);
+    const int64_t next = sample_token(
+        penalized_logits(logits, options, output.tokens.data(),
+                         static_cast<int64_t>(output.tokens.size())),
+        options, generator);
     output.tokens.push_back(next);
     output.logprobs.push_back(token_logprob(logits, next).logprob);
+    if (options.ends_generation(next)) break;
     input = at::full({1, 1}, next, at::kLong);
   }
   return output;

@@ -2,6 +2,7 @@
 // model directory, into a model on this process, then sample token by token with a KV cache
 // (temperature, top-k).
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -24,6 +25,17 @@ struct SamplingOptions {
   int64_t top_k = 40;        // 0 = whole vocabulary
   double top_p = 1.0;        // nucleus: the likeliest tokens whose probability reaches top_p
   uint64_t seed = 0;
+  // OpenAI's penalties, in [-2, 2]: a token's logit is lowered by frequency_penalty for each
+  // time it was generated so far and by presence_penalty once if it was (penalized_logits).
+  double presence_penalty = 0;
+  double frequency_penalty = 0;
+  // Generation ends after one of these (the model's end-of-text tokens); the token is kept in
+  // the ids, not in the text.
+  std::vector<int64_t> stop_token_ids;
+
+  bool ends_generation(int64_t token) const {
+    return std::find(stop_token_ids.begin(), stop_token_ids.end(), token) != stop_token_ids.end();
+  }
 };
 
 // One token drawn from logits (V) float: the argmax when temperature is 0, else a draw from
@@ -32,6 +44,12 @@ struct SamplingOptions {
 // `strata serve` both sample here, so a seed gives the same tokens in both.
 int64_t sample_token(const at::Tensor& logits, const SamplingOptions& options,
                      at::Generator& generator);
+
+// `logits` (V) with options' presence and frequency penalties applied for the `count` tokens
+// generated so far at `generated`; `logits` itself when both penalties are 0. What is sampled
+// from; log-probabilities stay those of the model's own distribution.
+at::Tensor penalized_logits(const at::Tensor& logits, const SamplingOptions& options,
+                            const int64_t* generated, int64_t count);
 
 // The run config a checkpoint was written with, or for a Hugging Face model directory
 // (hf/hf_config.h is_hf_directory) the defaults with model.init = dir and the model's sizes,
@@ -67,7 +85,8 @@ struct Generated {
   std::vector<double> logprobs;  // of each new token, as token_logprob computes it
 };
 
-// Continues `prompt` (token ids) and returns only the new tokens. Stops early at seq_len.
+// Continues `prompt` (token ids) and returns only the new tokens. Stops early at seq_len, and
+// after a token options.ends_generation names.
 Generated generate(GPT& model, const std::vector<int64_t>& prompt, const SamplingOptions& options);
 
 }  // namespace strata

@@ -11,9 +11,23 @@ namespace strata {
 namespace {
 
 const std::vector<std::string>& allowed_fields() {
-  static const std::vector<std::string> fields = {
-      "model", "prompt", "max_tokens", "temperature", "top_p", "top_k",
-      "seed",  "stop",   "stream",     "logprobs",    "echo",  "return_token_ids"};
+  static const std::vector<std::string> fields = {"model",
+                                                  "prompt",
+                                                  "max_tokens",
+                                                  "temperature",
+                                                  "top_p",
+                                                  "top_k",
+                                                  "seed",
+                                                  "stop",
+                                                  "stream",
+                                                  "stream_options",
+                                                  "logprobs",
+                                                  "echo",
+                                                  "n",
+                                                  "presence_penalty",
+                                                  "frequency_penalty",
+                                                  "return_token_ids",
+                                                  "ignore_eos"};
   return fields;
 }
 
@@ -138,8 +152,12 @@ void read_prompts(const nlohmann::json& prompt, const ServedModel& model,
 }  // namespace
 
 nlohmann::json error_body(const ApiError& error) {
-  nlohmann::json inner = {{"message", error.what()}, {"type", error.type}, {"code", nullptr}};
-  inner["param"] = error.param.empty() ? nlohmann::json(nullptr) : nlohmann::json(error.param);
+  auto or_null = [](const std::string& text) {
+    return text.empty() ? nlohmann::json(nullptr) : nlohmann::json(text);
+  };
+  nlohmann::json inner = {{"message", error.what()}, {"type", error.type}};
+  inner["param"] = or_null(error.param);
+  inner["code"] = or_null(error.code);
   return {{"error", inner}};
 }
 
@@ -205,7 +223,46 @@ CompletionRequest parse_completion_request(const std::string& text, const Served
       if (word.empty()) invalid("stop", "'stop' strings must not be empty");
     }
   }
+  // The model's end-of-text tokens end a completion unless `ignore_eos` (vLLM's extension, for
+  // benchmarks that need a fixed output length).
+  if (!(body.contains("ignore_eos") && bool_field(body, "ignore_eos"))) {
+    request.sampling.stop_token_ids = model.stop_token_ids;
+  }
   if (body.contains("stream")) request.stream = bool_field(body, "stream");
+  if (body.contains("stream_options") && !body["stream_options"].is_null()) {
+    const nlohmann::json& options = body["stream_options"];
+    if (!request.stream) invalid("stream_options", "'stream_options' needs 'stream': true");
+    if (!options.is_object()) {
+      invalid("stream_options", str("'stream_options' must be an object, got ", type_of(options)));
+    }
+    for (const auto& [name, value] : options.items()) {
+      if (name != "include_usage") {
+        invalid("stream_options",
+                str("unknown field 'stream_options.", name, "'; allowed: include_usage"));
+      }
+      if (!value.is_boolean()) {
+        invalid("stream_options",
+                str("'stream_options.include_usage' must be a boolean, got ", type_of(value)));
+      }
+      request.include_usage = value.get<bool>();
+    }
+  }
+  if (body.contains("n")) {
+    request.n = integer_field(body, "n");
+    if (request.n < 1 || request.n > kMaxChoices) {
+      invalid("n", str("'n' (", request.n, ") must be in [1, ", kMaxChoices,
+                       "]: the completions to generate per prompt"));
+    }
+  }
+  for (const char* name : {"presence_penalty", "frequency_penalty"}) {
+    if (!body.contains(name)) continue;
+    const double penalty = number_field(body, name);
+    if (!(penalty >= -2 && penalty <= 2)) {
+      invalid(name, str("'", name, "' (", penalty, ") must be in [-2, 2]"));
+    }
+    (std::string(name) == "presence_penalty" ? request.sampling.presence_penalty
+                                             : request.sampling.frequency_penalty) = penalty;
+  }
   if (body.contains("echo")) request.echo = bool_field(body, "echo");
   if (body.contains("return_token_ids")) {
     request.return_token_ids = bool_field(body, "return_token_ids");

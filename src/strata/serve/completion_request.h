@@ -23,6 +23,7 @@ struct ApiError : std::runtime_error {
   int status;
   std::string type;   // "invalid_request_error", "rate_limit_error", ...
   std::string param;  // the request field at fault; empty when none
+  std::string code;   // OpenAI's machine-readable code (e.g. "invalid_api_key"); empty when none
 };
 
 // {"error": {"message", "type", "param", "code"}} (param and code null when they do not apply).
@@ -36,6 +37,9 @@ struct ServedModel {
   // nullptr: the model came without tokenizer files, so prompts must be token ids and
   // completions carry no text (their ids: `return_token_ids`; their tokens' logprobs).
   const Tokenizer* tokenizer = nullptr;
+  // A completion ends after one of these (the tokenizer's end of text, generation_config.json's
+  // eos_token_id), unless the request sets `ignore_eos`.
+  std::vector<int64_t> stop_token_ids;
 };
 
 struct CompletionRequest {
@@ -45,6 +49,8 @@ struct CompletionRequest {
   bool seeded = false;                           // `seed` given: every choice samples from it
   std::vector<std::string> stop;
   bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage: a last event with `usage`
+  int64_t n = 1;               // choices per prompt: choice i * n + j is prompt i's j-th
   // `logprobs`: the log-probability of each generated token and of its `logprobs` likeliest
   // alternatives; -1 when not asked. With `echo`, the prompt's tokens are scored too.
   int64_t logprobs = -1;
@@ -56,6 +62,8 @@ struct CompletionRequest {
 constexpr int64_t kDefaultMaxTokens = 16;
 // The most alternatives `logprobs` may ask for per token.
 constexpr int64_t kMaxLogprobs = 20;
+// The most choices `n` may ask for per prompt.
+constexpr int64_t kMaxChoices = 128;
 
 // Throws ApiError 400 for malformed JSON, a body that is not an object, unknown fields, wrong
 // types or values out of range, an empty prompt, a token id outside the vocabulary, a text

@@ -118,14 +118,20 @@ void Engine::retire_expired(ServeClock::time_point now) {
 
 void Engine::publish(Sequence& sequence) {
   const int64_t generated = sequence.generated();
+  // An end-of-text token ends the completion; it counts as generated but has no text.
+  const bool ended = generated > 0 && sequence.sampling.ends_generation(sequence.tokens.back());
   // Without a tokenizer a completion has no text, only ids (and their logprobs).
-  std::string text =
-      tokenizer_ ? tokenizer_->decode(sequence.tokens.data() + sequence.prompt_tokens, generated)
-                 : std::string();
+  std::string text = tokenizer_
+                         ? tokenizer_->decode(sequence.tokens.data() + sequence.prompt_tokens,
+                                              generated - (ended ? 1 : 0))
+                         : std::string();
   size_t cut = std::string::npos;
   for (const std::string& word : sequence.stop) cut = std::min(cut, text.find(word));
   sequence.completion_tokens = generated;
-  if (cut != std::string::npos) {
+  if (ended && cut == std::string::npos) {
+    sequence.text = std::move(text);
+    sequence.finish = FinishReason::stop;
+  } else if (cut != std::string::npos) {
     text.resize(cut);
     sequence.text = std::move(text);
     sequence.finish = FinishReason::stop;
@@ -166,7 +172,10 @@ void Engine::apply(const std::vector<StepEntry>& step, const at::Tensor& logits)
       finished.push_back(entry.sequence);
       continue;
     }
-    const int64_t token = sample_token(sampled, sequence.sampling, sequence.generator);
+    const int64_t token = sample_token(
+        penalized_logits(sampled, sequence.sampling,
+                         sequence.tokens.data() + sequence.prompt_tokens, sequence.generated()),
+        sequence.sampling, sequence.generator);
     sequence.tokens.push_back(token);
     if (sequence.logprobs >= 0) {
       sequence.generated_logprobs.push_back(token_logprob(sampled, token, sequence.logprobs));

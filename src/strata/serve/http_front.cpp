@@ -43,6 +43,8 @@ struct Completion {
   std::vector<std::shared_ptr<Sequence>> sequences;
   std::vector<std::string> prompts;  // each sequence's prompt text (echo)
   bool echo = false, return_token_ids = false;
+  bool include_usage = false;        // streaming: every event has "usage" (null until the last)
+  size_t n = 1;                      // choices per prompt
   std::vector<size_t> sent;          // bytes of each sequence's text already streamed
   std::vector<int64_t> sent_tokens;  // generated tokens of each sequence already streamed
   std::vector<bool> closed;          // each sequence's last event sent
@@ -163,7 +165,17 @@ struct Verdict {
   }
 };
 
-// The request's prompts as sequences for the engine, one per choice.
+// The seed of a request's j-th choice of a prompt: the request's own for the first, a mix
+// of it and j (splitmix64's finalizer) for the others.
+uint64_t choice_seed(uint64_t seed, int64_t j) {
+  if (j == 0) return seed;
+  uint64_t z = seed + static_cast<uint64_t>(j) * 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+// The request's prompts as sequences for the engine, n per prompt, one per choice.
 std::shared_ptr<Completion> make_completion(const CompletionRequest& request,
                                             const httplib::Request& http_request, double timeout_s,
                                             std::atomic<int64_t>& next_id) {
@@ -179,24 +191,30 @@ std::shared_ptr<Completion> make_completion(const CompletionRequest& request,
       std::make_shared<ClientConnection>(http_request.local_addr, http_request.local_port,
                                          http_request.remote_addr, http_request.remote_port);
   for (size_t i = 0; i < request.prompts.size(); ++i) {
-    auto sequence = std::make_shared<Sequence>();
-    sequence->id = next_id++;
-    sequence->prompt_tokens = static_cast<int64_t>(request.prompt_ids[i].size());
-    sequence->tokens = request.prompt_ids[i];
-    sequence->sampling = request.sampling;
-    sequence->stop = request.stop;
-    sequence->logprobs = request.logprobs;
-    sequence->echo = request.echo;
-    const uint64_t seed = request.seeded ? request.sampling.seed : std::random_device{}();
-    sequence->generator = at::make_generator<at::CPUGeneratorImpl>(seed);
-    sequence->arrival = now;
-    sequence->deadline = now + timeout;
-    sequence->client_gone = [connection] { return connection->closed(); };
-    completion->sequences.push_back(std::move(sequence));
+    for (int64_t j = 0; j < request.n; ++j) {  // choice i * n + j
+      auto sequence = std::make_shared<Sequence>();
+      sequence->id = next_id++;
+      sequence->prompt_tokens = static_cast<int64_t>(request.prompt_ids[i].size());
+      sequence->tokens = request.prompt_ids[i];
+      sequence->sampling = request.sampling;
+      sequence->stop = request.stop;
+      sequence->logprobs = request.logprobs;
+      sequence->echo = request.echo;
+      // A seed makes the request reproducible; its n choices still differ from each other.
+      const uint64_t seed =
+          request.seeded ? choice_seed(request.sampling.seed, j) : std::random_device{}();
+      sequence->generator = at::make_generator<at::CPUGeneratorImpl>(seed);
+      sequence->arrival = now;
+      sequence->deadline = now + timeout;
+      sequence->client_gone = [connection] { return connection->closed(); };
+      completion->sequences.push_back(std::move(sequence));
+      completion->prompts.push_back(request.prompts[i]);
+    }
   }
-  completion->prompts = request.prompts;
   completion->echo = request.echo;
   completion->return_token_ids = request.return_token_ids;
+  completion->include_usage = request.include_usage;
+  completion->n = static_cast<size_t>(request.n);
   completion->sent.assign(completion->sequences.size(), 0);
   completion->sent_tokens.assign(completion->sequences.size(), 0);
   completion->closed.assign(completion->sequences.size(), false);
@@ -211,11 +229,24 @@ Json completion_object(const Completion& completion, const std::string& model, J
           {"choices", std::move(choices)}};
 }
 
+// The request's token counts (under the engine's lock). A prompt counts once however many
+// choices continue it (OpenAI's accounting for `n`).
+Json usage_of(const Completion& completion) {
+  int64_t prompt_tokens = 0, completion_tokens = 0;
+  for (size_t i = 0; i < completion.sequences.size(); ++i) {
+    const Sequence& sequence = *completion.sequences[i];
+    if (i % completion.n == 0) prompt_tokens += sequence.prompt_tokens;
+    completion_tokens += sequence.completion_tokens;
+  }
+  return {{"prompt_tokens", prompt_tokens},
+          {"completion_tokens", completion_tokens},
+          {"total_tokens", prompt_tokens + completion_tokens}};
+}
+
 // The response of a finished request that does not stream (under the engine's lock).
 Json whole_body(const Completion& completion, const std::string& model, const Tokenizer* tokenizer,
                 Verdict& verdict) {
   Json choices = Json::array();
-  int64_t prompt_tokens = 0, completion_tokens = 0;
   for (size_t i = 0; i < completion.sequences.size(); ++i) {
     const Sequence& sequence = *completion.sequences[i];
     verdict.see(sequence);
@@ -224,13 +255,9 @@ Json whole_body(const Completion& completion, const std::string& model, const To
     choices.push_back(choice(completion, i, text, first,
                              static_cast<int64_t>(sequence.tokens.size()), true,
                              finish_reason_name(sequence.finish), tokenizer));
-    prompt_tokens += sequence.prompt_tokens;
-    completion_tokens += sequence.completion_tokens;
   }
   Json body = completion_object(completion, model, std::move(choices));
-  body["usage"] = {{"prompt_tokens", prompt_tokens},
-                   {"completion_tokens", completion_tokens},
-                   {"total_tokens", prompt_tokens + completion_tokens}};
+  body["usage"] = usage_of(completion);
   return body;
 }
 
@@ -263,17 +290,44 @@ std::string next_events(Completion& completion, const std::string& model,
       const Json reason = last ? Json(finish_reason_name(sequence.finish)) : Json(nullptr);
       const Json choices =
           Json::array({choice(completion, i, delta, first, end, opening, reason, tokenizer)});
-      events += "data: " + dump(completion_object(completion, model, choices)) + "\n\n";
+      Json event = completion_object(completion, model, choices);
+      if (completion.include_usage) event["usage"] = nullptr;
+      events += "data: " + dump(event) + "\n\n";
     }
     all_closed = all_closed && completion.closed[i];
+  }
+  // stream_options.include_usage: after the last choice's event, one with no choices and the
+  // request's usage (OpenAI's form).
+  if (all_closed && completion.include_usage && !verdict.failed()) {
+    Json event = completion_object(completion, model, Json::array());
+    event["usage"] = usage_of(completion);
+    events += "data: " + dump(event) + "\n\n";
   }
   return events;
 }
 
+// Whether `given` equals `key`, in a time that depends on the key's length only: how much of
+// a guess matched must not show in how long the answer takes.
+bool same_key(const std::string& given, const std::string& key) {
+  unsigned difference = given.size() != key.size();
+  for (size_t i = 0; i < key.size(); ++i) {
+    difference |= static_cast<unsigned char>(key[i]) ^
+                  static_cast<unsigned char>(i < given.size() ? given[i] : 0);
+  }
+  return difference == 0;
+}
+
 }  // namespace
 
-HttpFront::HttpFront(const ServeConfig& config, ServedModel model)
-    : config_(config), model_(std::move(model)), server_(std::make_unique<httplib::Server>()) {
+bool is_loopback(const std::string& host) {
+  return host == "localhost" || host == "::1" || host == "[::1]" || host.rfind("127.", 0) == 0;
+}
+
+HttpFront::HttpFront(const ServeConfig& config, ServedModel model, std::string api_key)
+    : config_(config),
+      model_(std::move(model)),
+      api_key_(std::move(api_key)),
+      server_(std::make_unique<httplib::Server>()) {
   // A thread per request that can be waiting or running at once.
   const auto threads = static_cast<size_t>(config_.max_queue + config_.max_batch_tokens);
   server_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
@@ -287,6 +341,22 @@ HttpFront::HttpFront(const ServeConfig& config, ServedModel model)
     httplib::default_socket_options(socket);
     listen_socket_ = socket;
   });
+
+  // Checked before a body is read, so an unauthorized client cannot make the server hold one.
+  server_->set_pre_routing_handler([this](const httplib::Request& request,
+                                          httplib::Response& response) {
+    if (request.path.rfind("/v1/", 0) != 0 || authorized(request)) {
+      return httplib::Server::HandlerResponse::Unhandled;
+    }
+    ApiError error(401, "invalid_request_error",
+                   "this server needs an API key: send the header `Authorization: Bearer KEY` "
+                   "with the key `strata serve` was started with (--api-key or STRATA_API_KEY)");
+    error.code = "invalid_api_key";
+    count(401);
+    send_json(response, 401, error_body(error));
+    return httplib::Server::HandlerResponse::Handled;
+  });
+  server_->set_payload_max_length(static_cast<size_t>(config_.max_request_mb * 1024 * 1024));
 
   server_->Get("/health", [this](const httplib::Request&, httplib::Response& response) {
     if (!engine_.load()) {
@@ -310,12 +380,17 @@ HttpFront::HttpFront(const ServeConfig& config, ServedModel model)
                 });
   server_->Get("/metrics",
                [this](const httplib::Request&, httplib::Response& response) { metrics(response); });
-  // Unknown paths and wrong methods: OpenAI's error object instead of an empty body.
-  server_->set_error_handler([](const httplib::Request& request, httplib::Response& response) {
+  // Unknown paths, wrong methods and bodies over the limit: OpenAI's error object instead of
+  // an empty body.
+  server_->set_error_handler([this](const httplib::Request& request, httplib::Response& response) {
     if (!response.body.empty()) return;
+    const std::string message = response.status == 413
+                                    ? str("the request body is larger than serve.max_request_mb (",
+                                          config_.max_request_mb, " MiB)")
+                                    : str("no route for ", request.method, " ", request.path);
+    if (response.status == 413) count(413);
     send_json(response, response.status,
-              error_body(ApiError(response.status, "invalid_request_error",
-                                  str("no route for ", request.method, " ", request.path))));
+              error_body(ApiError(response.status, "invalid_request_error", message)));
   });
   server_->set_exception_handler(
       [](const httplib::Request&, httplib::Response& response, std::exception_ptr error) {
@@ -362,6 +437,14 @@ void HttpFront::stop() {
   if (!listener_.joinable()) return;
   server_->stop();
   listener_.join();
+}
+
+bool HttpFront::authorized(const httplib::Request& request) const {
+  if (api_key_.empty()) return true;
+  const std::string header = request.get_header_value("Authorization");
+  const std::string scheme = "Bearer ";
+  return header.compare(0, scheme.size(), scheme) == 0 &&
+         same_key(header.substr(scheme.size()), api_key_);
 }
 
 void HttpFront::count(int status) {

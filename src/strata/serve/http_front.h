@@ -1,7 +1,8 @@
 // The HTTP side of `strata serve` on rank 0 (cpp-httplib): GET /health, GET /v1/models,
 // POST /v1/completions (JSON or Server-Sent Events) and GET /metrics. It listens before the
 // model has loaded (answering 503 until attach()), on threads of its own; the engine runs in
-// the MPI thread.
+// the MPI thread. With an API key, every /v1/ request must carry `Authorization: Bearer KEY`
+// (401 otherwise); /health and /metrics stay open. Bodies over serve.max_request_mb get 413.
 #pragma once
 #include <atomic>
 #include <cstdint>
@@ -24,10 +25,14 @@ struct Response;
 
 namespace strata {
 
+// Whether binding `host` answers only this machine (127.0.0.0/8, ::1, localhost).
+bool is_loopback(const std::string& host);
+
 class HttpFront {
  public:
-  // model.name: the id of /v1/models and the only `model` requests may name.
-  HttpFront(const ServeConfig& config, ServedModel model);
+  // model.name: the id of /v1/models and the only `model` requests may name. api_key: empty =
+  // no authentication.
+  HttpFront(const ServeConfig& config, ServedModel model, std::string api_key = "");
   ~HttpFront();
 
   // Binds config.host:config.port (port 0: any free one) and starts answering. Returns the
@@ -43,9 +48,11 @@ class HttpFront {
   void completions(const httplib::Request& request, httplib::Response& response);
   void metrics(httplib::Response& response);
   void count(int status);
+  bool authorized(const httplib::Request& request) const;
 
   ServeConfig config_;
   ServedModel model_;
+  std::string api_key_;
   std::unique_ptr<httplib::Server> server_;
   std::thread listener_;
   std::atomic<bool> listener_done_{false};  // listen_after_bind() returned

@@ -48,16 +48,17 @@ StageSpec serving_stage(const Config& validated, const MeshCoords& coords) {
   return stage;
 }
 
-ServeSession::ServeSession(Mesh& mesh, const Config& config, const std::string& model_name,
-                           const Tokenizer* tokenizer, const StageLoader& load,
-                           const std::function<void(int port)>& on_listening)
+ServeSession::ServeSession(Mesh& mesh, const Config& config, const ServeOptions& options,
+                           const StageLoader& load)
     : mesh_(mesh) {
   if (mesh_.rank() == 0) {
     front_ = std::make_unique<HttpFront>(
         config.serve,
-        ServedModel{model_name, config.model.seq_len, config.model.vocab_size, tokenizer});
+        ServedModel{options.model_name, config.model.seq_len, config.model.vocab_size,
+                    options.tokenizer, options.stop_token_ids},
+        options.api_key);
     port_ = front_->start();
-    if (on_listening) on_listening(port_);
+    if (options.on_listening) options.on_listening(port_);
   }
   auto model = load(serving_stage(config, mesh_.coords()), &mesh_.tp());
 
@@ -79,8 +80,8 @@ ServeSession::ServeSession(Mesh& mesh, const Config& config, const std::string& 
   }
   stage_ = std::make_unique<ServedStage>(std::move(model), mesh_, num_blocks_);
   if (mesh_.rank() == 0) {
-    engine_ =
-        std::make_unique<Engine>(*stage_, mesh_.world(), config.serve, tokenizer, num_blocks_);
+    engine_ = std::make_unique<Engine>(*stage_, mesh_.world(), config.serve, options.tokenizer,
+                                       num_blocks_);
     front_->attach(engine_.get());
   }
 }

@@ -27,16 +27,23 @@ Config serving_config(const Config& checkpoint_config, const std::vector<std::st
 // Builds this rank's stage: the layers `stage` names, split over `tp`.
 using StageLoader = std::function<std::unique_ptr<GPT>(const StageSpec& stage, Comm* tp)>;
 
+// What a session serves besides the config: the model's name and text, and who may ask.
+struct ServeOptions {
+  std::string model_name;                      // the id of /v1/models
+  const Tokenizer* tokenizer = nullptr;        // nullptr: no tokenizer files, prompts are token ids
+  std::vector<int64_t> stop_token_ids;         // the model's end-of-text tokens
+  std::string api_key;                         // /v1/ requests must send `Bearer KEY`; empty = none
+  std::function<void(int port)> on_listening;  // rank 0, once it listens
+};
+
 class ServeSession {
  public:
   // Collective over the mesh (tp × pp of the validated serving config). Rank 0 listens first
-  // (GET /health answers 503 while loading) and calls on_listening(port); then every rank
-  // loads its stage and the pool is sized by serve.kv_cache_mb on the tightest rank (UserError
-  // if one sequence of model.seq_len tokens does not fit).
-  // tokenizer: nullptr for a model without tokenizer files (prompts are then token ids).
-  ServeSession(Mesh& mesh, const Config& config, const std::string& model_name,
-               const Tokenizer* tokenizer, const StageLoader& load,
-               const std::function<void(int port)>& on_listening = nullptr);
+  // (GET /health answers 503 while loading) and calls options.on_listening(port); then every
+  // rank loads its stage and the pool is sized by serve.kv_cache_mb on the tightest rank
+  // (UserError if one sequence of model.seq_len tokens does not fit).
+  ServeSession(Mesh& mesh, const Config& config, const ServeOptions& options,
+               const StageLoader& load);
   ~ServeSession();
 
   // Collective: rank 0 serves until stop(), the others follow its steps.
