@@ -5,9 +5,10 @@
 # NPROC in bf16; each rank's VmRSS is sampled every 20 ms from launch until `ready:` and then
 # held for HOLD_S seconds, and compared with the same server on a tiny model of the same shape
 # family (the baseline: libraries, MPI, the KV cache pool). The load time is the time between
-# the server's `listening` and `ready:` lines; the file read is `cat FILE >/dev/null` (page
-# cache warm for both, as the file was just written and read). ROUNDS rounds, alternating the
-# order of the two servers.
+# the server's `listening` and `ready:` lines; the file read is `cat FILE >/dev/null`. Both
+# start from a cold page cache (`echo 3 > /proc/sys/vm/drop_caches` before each, as root; where
+# that is refused, both read a warm cache and the output says so). ROUNDS rounds, alternating
+# the order of the two servers.
 #
 #   bench/hf_serve_memory.sh [BUILD_DIR]          (default: build; needs target strata)
 #
@@ -44,9 +45,17 @@ echo "model:   llama, hidden $HIDDEN, $LAYERS layers, $HEADS heads, intermediate
 
 now() { date +%s.%N; }
 
+cache="cold"
+if ! { sync && echo 3 >/proc/sys/vm/drop_caches; } 2>/dev/null; then
+  cache="warm"
+  echo "page cache: cannot drop it (not root?): every read is warm" >&2
+fi
+drop_caches() { [[ $cache == warm ]] || { sync && echo 3 >/proc/sys/vm/drop_caches; }; }
+
 # Serves DIR once; prints "LOAD_S RSS_MB... HWM_MB..." (per rank: resident after ready, and peak).
 serve_once() {
   local dir=$1 log=$work/serve.$(basename "$1").log
+  drop_caches
   "$strata" serve --checkpoint "$dir" --nproc "$NPROC" --port 0 --set train.precision=bf16 \
     --set "serve.kv_cache_mb=$KV_CACHE_MB" --set serve.threads=1 >"$log" 2>&1 &
   local server=$! listening="" ready="" t
@@ -69,17 +78,18 @@ serve_once() {
   done
   kill -INT $server 2>/dev/null || true
   wait $server 2>/dev/null || true
-  echo "$(echo "$ready - $listening" | bc -l) ${rss[*]} ${hwm[*]}"
+  echo "$(printf '%.4f' "$(echo "$ready - $listening" | bc -l)") ${rss[*]} ${hwm[*]}"
 }
 
 read_once() {
   local start
+  drop_caches
   start=$(now)
   cat "$work/big/model.safetensors" >/dev/null
-  echo "$(now) - $start" | bc -l
+  printf '%.4f\n' "$(echo "$(now) - $start" | bc -l)"
 }
 
-read_once >/dev/null  # the page cache holds the file for every round
+: >"$work/rounds.jsonl"
 for round in $(seq "$ROUNDS"); do
   order="big tiny"
   ((round % 2 == 0)) && order="tiny big"
@@ -87,7 +97,7 @@ for round in $(seq "$ROUNDS"); do
   for which in $order; do result[$which]=$(serve_once "$work/$which"); done
   read_s=$(read_once)
   echo "round $round: read ${read_s}s; big: ${result[big]}; tiny: ${result[tiny]}" >&2
-  echo "{\"round\": $round, \"read_s\": $read_s, \"big\": \"${result[big]}\", \"tiny\": \"${result[tiny]}\"}" >>"$work/rounds.jsonl"
+  echo "{\"round\": $round, \"cache\": \"$cache\", \"read_s\": $read_s, \"big\": \"${result[big]}\", \"tiny\": \"${result[tiny]}\"}" >>"$work/rounds.jsonl"
 done
 
 "$python" - "$work/rounds.jsonl" "$NPROC" "$file_bytes" <<'PY'
@@ -107,7 +117,7 @@ for r in rounds:
     hwm_added.append(max(b - t for b, t in zip(sorted(big_hwm), sorted(tiny_hwm))) / 1024)
 def row(name, metric, values):
     return {"name": name, "metric": metric, "value": statistics.median(values), "rounds": values}
-print(f"load {statistics.median(load_s):.2f} s vs reading the file {statistics.median(read_s):.2f} s;"
+print(f"page cache {rounds[-1]['cache']}: load {statistics.median(load_s):.2f} s vs reading the file {statistics.median(read_s):.2f} s;"
       f" resident memory above baseline (most loaded rank) {statistics.median(rss_added):.3f} GB,"
       f" peak {statistics.median(hwm_added):.3f} GB; file {file_bytes / 1e9:.2f} GB")
 print(json.dumps({"rows": [

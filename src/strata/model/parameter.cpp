@@ -2,6 +2,9 @@
 #include "strata/model/parameter.h"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <sys/mman.h>
+
+#include <cstdint>
 
 #include "strata/ckpt/checkpoint.h"
 #include "strata/core/error.h"
@@ -105,6 +108,31 @@ at::Tensor init_global_tensor(const std::string& name, const std::vector<int64_t
   STRATA_CHECK(false, "no global tensor to draw for this init kind");
 }
 
+namespace {
+
+// Zeros for a shard about to be overwritten by a load, on transparent huge pages where the
+// kernel offers them (its "madvise" mode), populated in one call. A fresh 4 KiB page costs a
+// fault on first touch, and in a virtual machine every later TLB miss walks two page tables:
+// zeroing 1 GiB of fresh 4 KiB pages took 3-5 s on the 2-core VM of docs/performance.md's
+// serving record, on populated huge pages 0.25-0.45 s. Either advice may be refused (an older
+// kernel, THP off): the tensor is the same, only slower to touch.
+at::Tensor zeros_on_huge_pages(const std::vector<int64_t>& shape, at::ScalarType dtype) {
+  at::Tensor tensor = at::empty(shape, dtype);
+  constexpr uintptr_t kHuge = uintptr_t{2} << 20;
+  const auto begin = reinterpret_cast<uintptr_t>(tensor.data_ptr());
+  const uintptr_t first = (begin + kHuge - 1) & ~(kHuge - 1);
+  const uintptr_t last = (begin + tensor.nbytes()) & ~(kHuge - 1);
+  if (last > first) {
+    void* range = reinterpret_cast<void*>(first);
+    madvise(range, last - first, MADV_HUGEPAGE);
+    constexpr int kPopulateWrite = 23;  // MADV_POPULATE_WRITE (Linux 5.14), absent from old headers
+    madvise(range, last - first, kPopulateWrite);
+  }
+  return tensor.zero_();
+}
+
+}  // namespace
+
 Parameter make_parameter(const std::string& name, const ShardSpec& spec, InitKind kind, double std,
                          uint64_t seed, at::ScalarType dtype, bool weight_decay) {
   Parameter parameter;
@@ -112,7 +140,7 @@ Parameter make_parameter(const std::string& name, const ShardSpec& spec, InitKin
   parameter.spec = spec;
   parameter.weight_decay = weight_decay;
   if (kind == InitKind::Loaded) {
-    parameter.value = at::zeros(spec.local_shape(), dtype).set_requires_grad(true);
+    parameter.value = zeros_on_huge_pages(spec.local_shape(), dtype).set_requires_grad(true);
     return parameter;
   }
   at::Tensor global = init_global_tensor(name, spec.global_shape, kind, std, seed);
