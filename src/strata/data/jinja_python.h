@@ -3,6 +3,7 @@
 // filters, tests and methods chat templates use. Internal to jinja.cpp; tests reach it through
 // Template.
 #pragma once
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <string>
@@ -49,6 +50,39 @@ struct Value {
 };
 
 using Kwargs = std::vector<std::pair<std::string, Value>>;
+
+// A number as Python sees it: bool and int are integers.
+struct Number {
+  bool is_integer;
+  int64_t integer;
+  double real;
+  double as_real() const { return is_integer ? static_cast<double>(integer) : real; }
+};
+
+// --- helpers of jinja_python.cpp and jinja_builtins.cpp
+
+// Throws RenderError(where + message).
+[[noreturn]] void fail(const std::string& where, const std::string& message);
+// Throws what jinja2 says when an Undefined is used ("'x' is undefined").
+[[noreturn]] void fail_undefined(const Value& value, const std::string& where);
+
+std::u32string decode_utf8(std::string_view text);
+void append_utf8(std::string& out, char32_t point);
+std::string encode_utf8(const std::u32string& points);
+bool is_space(char32_t point);  // Python's str.isspace()
+// Python's str.strip(chars) (whitespace when `chars` is null), lstrip or rstrip.
+std::string strip(std::string_view text, const std::u32string* chars, bool left, bool right);
+
+bool number_of(const Value& value, Number& number);  // false when it is not one
+std::string type_name(const Value& value);           // Python's: "str", "dict", ...
+int64_t integer_argument(const Value& value, const char* what, const std::string& where);
+const std::string& string_argument(const Value& value, const char* what, const std::string& where);
+bool equal(const Value& a, const Value& b);  // Python's ==
+// Python's <, as -1, 0 or 1; `op` names the operator in the error.
+int compare(const Value& a, const Value& b, const std::string& op, const std::string& where);
+bool contains(const Value& container, const Value& item, const std::string& where);
+
+// --- what templates do with values
 
 // `where` ("FILE line N: ") prefixes each error these raise (RenderError).
 bool truthy(const Value& value);
