@@ -7,6 +7,10 @@
 #include <map>
 #include <set>
 
+#include <unicode/locid.h>
+#include <unicode/uchar.h>
+#include <unicode/unistr.h>
+
 #include "strata/data/jinja_python.h"
 
 namespace strata::jinja::python {
@@ -17,30 +21,83 @@ const std::set<std::string> kSupportedMethods = {
     "items",    "keys",  "values", "get",   "strip",   "lstrip", "rstrip",    "startswith",
     "endswith", "split", "upper",  "lower", "replace", "title",  "capitalize"};
 
-std::string ascii_map(std::string text, int (*map)(int)) {
-  for (char& c : text) {
-    if (static_cast<unsigned char>(c) < 0x80) c = static_cast<char>(map(c));
-  }
-  return text;
+// Python's case mappings are Unicode's full ones without a locale ("ß".upper() is "SS"): ICU's
+// with the root locale.
+std::string upper(const std::string& text) {
+  icu::UnicodeString unicode = icu::UnicodeString::fromUTF8(text);
+  std::string out;
+  unicode.toUpper(icu::Locale::getRoot()).toUTF8String(out);
+  return out;
 }
 
+std::string lower(const std::string& text) {
+  icu::UnicodeString unicode = icu::UnicodeString::fromUTF8(text);
+  std::string out;
+  unicode.toLower(icu::Locale::getRoot()).toUTF8String(out);
+  return out;
+}
+
+std::string title_of(char32_t point) {
+  icu::UnicodeString unicode(static_cast<UChar32>(point));
+  std::string out;
+  unicode
+      .toTitle(nullptr, icu::Locale::getRoot(),
+               U_TITLECASE_NO_BREAK_ADJUSTMENT | U_TITLECASE_NO_LOWERCASE)
+      .toUTF8String(out);
+  return out;
+}
+
+// str.capitalize(): the first character in title case, the rest in lower case.
 std::string capitalize(const std::string& text) {
-  std::string out = ascii_map(text, [](int c) { return std::tolower(c); });
-  if (!out.empty() && static_cast<unsigned char>(out[0]) < 0x80) {
-    out[0] = static_cast<char>(std::toupper(out[0]));
+  std::u32string points = decode_utf8(text);
+  if (points.empty()) return "";
+  return title_of(points[0]) + lower(encode_utf8(points.substr(1)));
+}
+
+// str.title(): title case after a character that is not cased, lower case after one that is.
+std::string title(const std::string& text) {
+  std::string out;
+  bool previous_cased = false;
+  for (char32_t point : decode_utf8(text)) {
+    std::string character;
+    append_utf8(character, point);
+    out += previous_cased ? lower(character) : title_of(point);
+    previous_cased = u_hasBinaryProperty(static_cast<UChar32>(point), UCHAR_CASED);
   }
   return out;
 }
 
-std::string title(const std::string& text) {
-  std::string out = text;
-  bool previous_cased = false;
-  for (char& c : out) {
-    bool alpha = std::isalpha(static_cast<unsigned char>(c)) != 0;
-    if (alpha) c = static_cast<char>(previous_cased ? std::tolower(c) : std::toupper(c));
-    previous_cased = alpha;
+// jinja2's title filter, unlike str.title(): each word (after a run of '-', whitespace or an
+// opening bracket) with its first character upper-cased and the rest lower-cased.
+std::string title_words(const std::string& text) {
+  std::string out, word;
+  auto flush = [&]() {
+    std::u32string points = decode_utf8(word);
+    if (!points.empty())
+      out += upper(encode_utf8(points.substr(0, 1))) + lower(encode_utf8(points.substr(1)));
+    word.clear();
+  };
+  bool in_separators = false;
+  for (char32_t point : decode_utf8(text)) {
+    bool separator = is_space(point) || point == '-' || point == '(' || point == '{' ||
+                     point == '[' || point == '<';
+    if (separator != in_separators) flush();
+    in_separators = separator;
+    append_utf8(word, point);
   }
+  flush();
   return out;
+}
+
+// str.islower() (or isupper()): a cased character, and none of the other case or title case.
+bool is_case(const std::string& text, bool lower_case) {
+  bool cased = false;
+  for (char32_t point : decode_utf8(text)) {
+    UChar32 c = static_cast<UChar32>(point);
+    if ((lower_case ? u_isUUppercase(c) : u_isULowercase(c)) || u_istitle(c)) return false;
+    if (lower_case ? u_isULowercase(c) : u_isUUppercase(c)) cased = true;
+  }
+  return cased;
 }
 
 std::string replace(const std::string& text, const std::string& old, const std::string& with,
@@ -182,10 +239,8 @@ Value call_method(const Value& callee, const std::vector<Value>& args, const Kwa
                              max_split ? integer_argument(*max_split, "maxsplit", where) : -1,
                              where));
     }
-    if (name == "upper")
-      return Value::of(Json(ascii_map(text, [](int c) { return std::toupper(c); })));
-    if (name == "lower")
-      return Value::of(Json(ascii_map(text, [](int c) { return std::tolower(c); })));
+    if (name == "upper") return Value::of(Json(upper(text)));
+    if (name == "lower") return Value::of(Json(lower(text)));
     if (name == "title") return Value::of(Json(title(text)));
     if (name == "capitalize") return Value::of(Json(capitalize(text)));
     if (name == "replace") {
@@ -299,7 +354,7 @@ Value call(const Value& callee, const std::vector<Value>& args, const Kwargs& kw
 
 Value apply_filter(const std::string& name, const Value& input, const std::vector<Value>& args,
                    const Kwargs& kwargs, const std::string& where) {
-  if (name == "safe") return input;
+  if (name == "safe") return Value::of(Json(to_str(input, where)));  // Markup(str(value))
   if (name == "default" || name == "d") {
     const Value* fallback = argument(args, kwargs, 0, "default_value");
     const Value* boolean = argument(args, kwargs, 1, "boolean");
@@ -388,12 +443,10 @@ Value apply_filter(const std::string& name, const Value& input, const std::vecto
     if (given) set = decode_utf8(string_argument(*chars, "trim's chars", where));
     return Value::of(Json(strip(text, given ? &set : nullptr, true, true)));
   }
-  if (name == "upper")
-    return Value::of(Json(ascii_map(text, [](int c) { return std::toupper(c); })));
-  if (name == "lower")
-    return Value::of(Json(ascii_map(text, [](int c) { return std::tolower(c); })));
+  if (name == "upper") return Value::of(Json(upper(text)));
+  if (name == "lower") return Value::of(Json(lower(text)));
   if (name == "capitalize") return Value::of(Json(capitalize(text)));
-  if (name == "title") return Value::of(Json(title(text)));
+  if (name == "title") return Value::of(Json(title_words(text)));
   if (name == "replace") {
     if (args.size() < 2) fail(where, "the replace filter needs two arguments");
     const Value* count = argument(args, kwargs, 2, "count");
@@ -427,21 +480,7 @@ bool apply_test(const std::string& test_name, const Value& input, const std::vec
            (is_json && (json->is_string() || json->is_array() || json->is_object()));
   }
   if (name == "callable") return input.kind == Value::Kind::Function;
-  if (name == "lower" || name == "upper") {
-    if (!is_json || !json->is_string()) return false;
-    const std::string& text = json->get_ref<const std::string&>();
-    bool cased = false;
-    for (char c : text) {
-      if (std::isalpha(static_cast<unsigned char>(c))) {
-        cased = true;
-        if (name == "lower" ? std::isupper(static_cast<unsigned char>(c))
-                            : std::islower(static_cast<unsigned char>(c))) {
-          return false;
-        }
-      }
-    }
-    return cased;
-  }
+  if (name == "lower" || name == "upper") return is_case(to_str(input, where), name == "lower");
   if (name == "odd" || name == "even") {
     int64_t value = integer_argument(input, "the value tested", where);
     return (value % 2 != 0) == (name == "odd");

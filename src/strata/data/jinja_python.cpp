@@ -11,6 +11,8 @@
 #include <ctime>
 #include <set>
 
+#include <unicode/uchar.h>
+
 namespace strata::jinja::python {
 
 void fail(const std::string& where, const std::string& message) {
@@ -368,6 +370,25 @@ std::string float_repr(double value) {
 }
 
 // Python's repr(str): single quotes unless the text has one and no double quote.
+// Python's str.isprintable() for one character: not a control, format, surrogate, private-use
+// or unassigned character, nor a separator other than the space.
+bool printable(char32_t c) {
+  if (c == ' ') return true;
+  switch (u_charType(static_cast<UChar32>(c))) {
+    case U_CONTROL_CHAR:
+    case U_FORMAT_CHAR:
+    case U_SURROGATE:
+    case U_PRIVATE_USE_CHAR:
+    case U_UNASSIGNED:
+    case U_SPACE_SEPARATOR:
+    case U_LINE_SEPARATOR:
+    case U_PARAGRAPH_SEPARATOR:
+      return false;
+    default:
+      return true;
+  }
+}
+
 std::string string_repr(const std::string& text) {
   bool has_single = text.find('\'') != std::string::npos;
   bool has_double = text.find('"') != std::string::npos;
@@ -384,13 +405,12 @@ std::string string_repr(const std::string& text) {
       out += "\\r";
     } else if (c == '\t') {
       out += "\\t";
-    } else if (c < 0x20 || (c >= 0x7F && c <= 0xA0) || c == 0xAD) {
-      std::snprintf(hex, sizeof(hex), "\\x%02x", static_cast<unsigned>(c));
-      out += hex;
-    } else if (c == 0x1680 || (c >= 0x2000 && c <= 0x200F) || (c >= 0x2028 && c <= 0x202F) ||
-               (c >= 0x205F && c <= 0x206F) || c == 0x3000 || c == 0xFEFF ||
-               (c >= 0xE000 && c <= 0xF8FF)) {  // separators and format characters
-      std::snprintf(hex, sizeof(hex), "\\u%04x", static_cast<unsigned>(c));
+    } else if (!printable(c)) {
+      std::snprintf(hex, sizeof(hex),
+                    c < 0x100     ? "\\x%02x"
+                    : c < 0x10000 ? "\\u%04x"
+                                  : "\\U%08x",
+                    static_cast<unsigned>(c));
       out += hex;
     } else {
       append_utf8(out, c);
@@ -595,6 +615,9 @@ Value unary_arithmetic(const std::string& op, const Value& operand, const std::s
     fail(where, str("bad operand type for unary ", op, ": '", type_name(operand), "'"));
   }
   if (op == "-") {
+    if (number.is_integer && number.integer == INT64_MIN) {
+      fail(where, "integer overflow beyond 64 bits");
+    }
     number.integer = -number.integer;
     number.real = -number.real;
   }
@@ -646,15 +669,18 @@ Value binary_operator(const std::string& op, const Value& left, const Value& rig
     unsupported();
   }
   bool integers = x.is_integer && y.is_integer;
-  if (op == "+")
-    return integers ? Value::of(Json(x.integer + y.integer))
-                    : Value::of(Json(x.as_real() + y.as_real()));
-  if (op == "-")
-    return integers ? Value::of(Json(x.integer - y.integer))
-                    : Value::of(Json(x.as_real() - y.as_real()));
-  if (op == "*")
-    return integers ? Value::of(Json(x.integer * y.integer))
-                    : Value::of(Json(x.as_real() * y.as_real()));
+  if (integers && (op == "+" || op == "-" || op == "*")) {
+    // Python's integers are unbounded: beyond 64 bits strata refuses rather than wraps.
+    int64_t result;
+    bool overflow = op == "+"   ? __builtin_add_overflow(x.integer, y.integer, &result)
+                    : op == "-" ? __builtin_sub_overflow(x.integer, y.integer, &result)
+                                : __builtin_mul_overflow(x.integer, y.integer, &result);
+    if (overflow) fail(where, "integer overflow beyond 64 bits");
+    return Value::of(Json(result));
+  }
+  if (op == "+") return Value::of(Json(x.as_real() + y.as_real()));
+  if (op == "-") return Value::of(Json(x.as_real() - y.as_real()));
+  if (op == "*") return Value::of(Json(x.as_real() * y.as_real()));
   if (op == "/") {
     if (y.as_real() == 0) fail(where, "division by zero");
     return Value::of(Json(x.as_real() / y.as_real()));
@@ -662,6 +688,7 @@ Value binary_operator(const std::string& op, const Value& left, const Value& rig
   if (op == "//" || op == "%") {
     if (y.as_real() == 0) fail(where, "integer division or modulo by zero");
     if (integers) {
+      if (x.integer == INT64_MIN && y.integer == -1) fail(where, "integer overflow beyond 64 bits");
       int64_t quotient = floor_div(x.integer, y.integer);
       return Value::of(Json(op == "//" ? quotient : x.integer - quotient * y.integer));
     }
@@ -670,8 +697,15 @@ Value binary_operator(const std::string& op, const Value& left, const Value& rig
   }
   if (op == "**") {
     if (integers && y.integer >= 0) {
-      int64_t result = 1;
-      for (int64_t i = 0; i < y.integer; ++i) result *= x.integer;
+      int64_t result = 1, base = x.integer;  // by squaring, refusing what overflows
+      for (int64_t exponent = y.integer; exponent > 0; exponent >>= 1) {
+        if ((exponent & 1) && __builtin_mul_overflow(result, base, &result)) {
+          fail(where, "integer overflow beyond 64 bits");
+        }
+        if (exponent > 1 && __builtin_mul_overflow(base, base, &base)) {
+          fail(where, "integer overflow beyond 64 bits");
+        }
+      }
       return Value::of(Json(result));
     }
     return Value::of(Json(std::pow(x.as_real(), y.as_real())));
