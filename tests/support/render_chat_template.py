@@ -77,9 +77,14 @@ def load(model_dir, chat_template_file):
     return template, variables
 
 
+_compiled = {}
+
+
 def render(env, case):
     template, variables = load(case.get("model_dir"), case.get("chat_template_file"))
-    compiled = env.from_string(template)
+    if template not in _compiled:  # transformers caches compiled templates too
+        _compiled[template] = env.from_string(template)
+    compiled = _compiled[template]
     return compiled.render(messages=case["messages"], tools=case.get("tools"), documents=None,
                            add_generation_prompt=case.get("add_generation_prompt", True),
                            **variables)
