@@ -372,7 +372,7 @@ const char* const kSnippets[] = {
     "a\n  {% if true %}\n  b\n  {% endif %}\n  c\n",
     "a  {# c #}\nb {%+ if true %}x{% endif +%}\ny\n   {#- gone -#}   z\n",
     "x {{- ' y ' -}} z\n{%- for m in messages -%}\n  [{{ m.role }}]\n{%- endfor %}\n\n",
-    "\t  {% set x = 1 %}  \n{{ x }}\n{% if x %}   \n{% endif %}end",
+    "\t  {% set x = 1 %}  \n{{ x }}\n{% if x %}   \n{% endif %}end{{+1}}{{-+1}}",
     "{# comment\n over lines #}\n{% for i in [1, 2] %}\n    {{ i }}\n{% endfor %}\r\nwin\r\n",
     // literals, escapes and printing Python values
     R"J({{ 'a\tb\\n\x41\u00e9\U0001F600\101' }}|{{ "d\"q" ~ 'it\'s' }}|{{ 'un\known' }})J",

@@ -3,9 +3,9 @@
 // final newline of the source dropped, `tojson` as json.dumps(ensure_ascii=False), the globals
 // raise_exception, strftime_now and namespace, and loop controls (break, continue). Values
 // follow Python: printing, equality, truthiness, string methods and Undefined behave as they do
-// under jinja2, so a prompt renders byte for byte as Python renders it (tests/data/
-// test_chat_template.cpp checks that against python3-jinja2). A construct outside the subset
-// is refused when the template is parsed, naming it and its line: never a wrong prompt.
+// under jinja2, so a prompt renders byte for byte as Python renders it (checked against
+// python3-jinja2 by tests/data/test_chat_template.cpp). A construct outside the subset is
+// refused when the template is parsed, naming it and its line: never a wrong prompt.
 #pragma once
 #include <memory>
 #include <nlohmann/json.hpp>

@@ -61,7 +61,7 @@ class Lexer {
       if (sign == '-') {
         text = rstrip_whitespace(text);
       } else if (kind != '{' && sign != '+') {
-        // lstrip_blocks: spaces and tabs between the line's start and a block or comment tag go.
+        // lstrip_blocks: whitespace between the line's start and a block or comment tag goes.
         size_t line_start = text.rfind('\n');
         line_start = line_start == std::string::npos ? 0 : line_start + 1;
         bool at_line_start = line_start > 0 || pos == 0 || source_[pos - 1] == '\n';
@@ -71,7 +71,8 @@ class Lexer {
         }
       }
       if (!text.empty()) segments.push_back({SegmentKind::Text, text, {}, line_at(pos)});
-      size_t body = open + 2 + (sign == '-' || sign == '+' ? 1 : 0);
+      // '+' marks only block and comment tags: in {{+x}} it is the unary plus.
+      size_t body = open + 2 + (sign == '-' || (sign == '+' && kind != '{') ? 1 : 0);
       if (kind == '#') {
         size_t close = source_.find("#}", body);
         STRATA_REQUIRE(close != std::string::npos, where(line_at(open)),
