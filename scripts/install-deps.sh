@@ -17,6 +17,7 @@ packages=(
   libicu-dev                          # NFC, the normalizer of Qwen2's tokenizer.json
   libsentencepiece-dev sentencepiece  # SentencePiece tokenizers; spm_train/spm_encode in tests
   python3 python3-torch               # the PyTorch peer in bench/, tests/support/hf_models.py
+  python3-jinja2                      # the reference chat-template renderer (tests/data)
 )
 
 missing=()
