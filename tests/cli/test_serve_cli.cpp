@@ -336,5 +336,87 @@ TEST(ServeCli, ServesAHuggingFaceDirectoryWithOrWithoutItsTokenizer) {
   EXPECT_NE(server.stop(), -1) << "SIGTERM did not stop the server";
 }
 
+// The official openai npm client (tests/cli/openai_client.js) against `strata serve` (issue
+// 34): completions and chat completions, streaming and not, with an API key, on a Hugging
+// Face directory with its own tokenizer and a ChatML chat template, split over 2
+// tensor-parallel ranks. The chat's answer is the completion of the rendered conversation.
+TEST(ServeCli, TheOpenAIClientCompletesAndChatsWithAnApiKey) {
+  testing::TempDir dir;
+  const std::string model = dir.file("chat");
+  std::string output;
+  ASSERT_EQ(testing::run_command(std::string(STRATA_TORCH_PYTHON) + " " + STRATA_HF_MODELS_SCRIPT +
+                                     " make --arch llama --set vocab_size=262 --dtype bf16 --out " +
+                                     model,
+                                 &output),
+            0)
+      << output;
+  testing::write_json(model + "/tokenizer.json", testing::tiny_tokenizer_json());
+  const std::string chatml =
+      "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + "
+      "message['content'] + '<|im_end|>' + '\\n' }}{% endfor %}{% if add_generation_prompt %}"
+      "{{ '<|im_start|>assistant\\n' }}{% endif %}";
+  testing::write_json(model + "/tokenizer_config.json", {{"chat_template", chatml}});
+  const std::string rendered =
+      "<|im_start|>system\nYou are terse.<|im_end|>\n<|im_start|>user\nhello<|im_end|>\n"
+      "<|im_start|>assistant\n";
+
+  ServerProcess server(
+      kStrata + " serve --checkpoint " + model + " --port 0 --nproc 2 --api-key sk-strata-test",
+      dir.file("serve.log"));
+  const int port = server.wait_until_ready();
+  ASSERT_NE(port, 0);
+  httplib::Client client("127.0.0.1", port);
+  const httplib::Headers key = {{"Authorization", "Bearer sk-strata-test"}};
+  auto complete = [&](const std::string& prompt) {
+    auto result = client.Post(
+        "/v1/completions", key,
+        nlohmann::json(
+            {{"prompt", prompt}, {"max_tokens", 8}, {"temperature", 0}, {"return_token_ids", true}})
+            .dump(),
+        "application/json");
+    EXPECT_TRUE(result && result->status == 200) << (result ? result->body : "no answer");
+    return result ? nlohmann::json::parse(result->body)["choices"][0] : nlohmann::json();
+  };
+  const nlohmann::json of_hello = complete("hello "), of_chat = complete(rendered);
+
+  ASSERT_EQ(testing::run_command("node " + std::string(STRATA_SOURCE_DIR) +
+                                     "/tests/cli/openai_client.js " + STRATA_SOURCE_DIR +
+                                     "/build-deps/npm/node_modules http://127.0.0.1:" +
+                                     std::to_string(port) + " sk-strata-test " + model,
+                                 &output),
+            0)
+      << output;
+  const nlohmann::json got = nlohmann::json::parse(output.substr(output.find('{')));
+  EXPECT_EQ(got["completion"], of_hello["text"]);
+  EXPECT_EQ(got["completion_streamed"], of_hello["text"]);
+  EXPECT_EQ(got["chat"], of_chat["text"]) << "the chat is the completion of its rendered prompt";
+  EXPECT_EQ(got["chat_streamed"], got["chat"]);
+  EXPECT_EQ(got["chat_final"], got["chat"]);
+  EXPECT_EQ(got["chat_finish_reason"], of_chat["finish_reason"]);
+  const auto tokens = of_chat["token_ids"].size();
+  EXPECT_EQ(got["chat_usage"]["completion_tokens"], tokens);
+  EXPECT_EQ(got["chat_streamed_usage"], got["chat_usage"]);
+  EXPECT_EQ(got["chat_usage"]["prompt_tokens"], load_tokenizer(model)->encode(rendered).size());
+  ASSERT_EQ(got["chat_logprobs"].size(), tokens);
+  for (const auto& entry : got["chat_logprobs"]) {
+    EXPECT_LE(entry["logprob"].get<double>(), 0.0);
+    EXPECT_EQ(entry["top"], 2);
+  }
+  EXPECT_EQ(got["wrong_key_status"], 401);
+  EXPECT_EQ(got["models"], nlohmann::json({model}));
+
+  // A conversation the API cannot take is a 400 naming `messages`.
+  for (const nlohmann::json& messages :
+       {nlohmann::json::array(), nlohmann::json({{{"content", "no role"}}}),
+        nlohmann::json({{{"role", "user"}, {"content", {{{"type", "image_url"}}}}}})}) {
+    auto refused = client.Post("/v1/chat/completions", key,
+                               nlohmann::json({{"messages", messages}}).dump(), "application/json");
+    ASSERT_TRUE(refused);
+    EXPECT_EQ(refused->status, 400) << refused->body;
+    EXPECT_EQ(nlohmann::json::parse(refused->body)["error"]["param"], "messages") << refused->body;
+  }
+  EXPECT_NE(server.stop(), -1) << "SIGTERM did not stop the server";
+}
+
 }  // namespace
 }  // namespace strata

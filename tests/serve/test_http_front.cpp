@@ -47,7 +47,7 @@ TEST(HttpFront, StopRightAfterStartReturns) {
     config.max_batch_tokens = 2;
     ByteTokenizer tokenizer;
     for (int round = 0; round < 20; ++round) {
-      HttpFront front(config, ServedModel{"m", 32, 256, &tokenizer, {}});
+      HttpFront front(config, ServedModel{"m", 32, 256, &tokenizer, {}, nullptr});
       EXPECT_GT(front.start(), 0);
       front.stop();
     }
@@ -61,7 +61,8 @@ struct LoadingFront {
     config.max_queue = 2;
     config.max_batch_tokens = 2;
     config.max_request_mb = max_request_mb;
-    front = std::make_unique<HttpFront>(config, ServedModel{"m", 32, 256, &tokenizer, {}}, api_key);
+    front = std::make_unique<HttpFront>(config, ServedModel{"m", 32, 256, &tokenizer, {}, nullptr},
+                                        api_key);
     port = front->start();
   }
   ~LoadingFront() { front->stop(); }

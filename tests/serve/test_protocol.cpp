@@ -16,7 +16,7 @@ const ByteTokenizer kBytes;
 
 CompletionRequest parse(const std::string& body, int64_t seq_len = 32,
                         const Tokenizer* tokenizer = &kBytes) {
-  return parse_completion_request(body, ServedModel{"m", seq_len, 300, tokenizer, {}});
+  return parse_completion_request(body, ServedModel{"m", seq_len, 300, tokenizer, {}, nullptr});
 }
 
 ApiError error_of(const std::string& body, const Tokenizer* tokenizer = &kBytes) {
@@ -58,7 +58,7 @@ TEST(CompletionRequest, DefaultsAreOpenAIsCutToTheContext) {
 }
 
 TEST(CompletionRequest, TheModelsEndOfTextEndsItUnlessIgnoreEos) {
-  const ServedModel model{"m", 32, 300, &kBytes, {7, 299}};
+  const ServedModel model{"m", 32, 300, &kBytes, {7, 299}, nullptr};
   EXPECT_EQ(parse_completion_request(R"({"prompt": "abc"})", model).sampling.stop_token_ids,
             (std::vector<int64_t>{7, 299}));
   EXPECT_EQ(parse_completion_request(R"({"prompt": "abc", "ignore_eos": false})", model)
@@ -113,6 +113,77 @@ TEST(Sampling, PenaltiesLowerTheLogitsOfGeneratedTokens) {
   EXPECT_EQ(
       sample_token(penalized_logits(favours_3, options, generated.data(), 4), options, generator),
       0);
+}
+
+TEST(ChatRequest, RendersTheMessagesThenReadsTheCompletionFields) {
+  const ChatTemplate tags(
+      "{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}"
+      "{% if add_generation_prompt %}<assistant>{% endif %}",
+      "tags", jinja::Json::object());
+  const ServedModel model{"m", 64, 300, &kBytes, {}, &tags};
+  const CompletionRequest request = parse_chat_request(
+      R"({"messages": [{"role": "user", "content": "hi"},
+                       {"role": "assistant", "content": [{"type": "text", "text": "a"},
+                                                         {"type": "text", "text": "b"}]}],
+          "max_completion_tokens": 5, "logprobs": true, "top_logprobs": 3, "n": 2})",
+      model);
+  EXPECT_TRUE(request.chat);
+  EXPECT_EQ(request.prompts, (std::vector<std::string>{"<user>hi<assistant>a\nb<assistant>"}));
+  EXPECT_EQ(request.prompt_ids[0].size(), request.prompts[0].size());  // bytes
+  EXPECT_EQ(request.sampling.max_new_tokens, 5);
+  EXPECT_EQ(request.logprobs, 3);
+  EXPECT_EQ(request.n, 2);
+  // Without a limit the completion may fill the context; logprobs alone scores the tokens.
+  const CompletionRequest plain =
+      parse_chat_request(R"({"messages": [{"role": "user", "content": "hi"}],
+                             "logprobs": true, "max_tokens": 7})",
+                         model);
+  EXPECT_EQ(plain.sampling.max_new_tokens, 7);
+  EXPECT_EQ(plain.logprobs, 0);
+  EXPECT_EQ(parse_chat_request(R"({"messages": [{"role": "user", "content": "hi"}]})", model)
+                .sampling.max_new_tokens,
+            64 - static_cast<int64_t>(std::string("<user>hi<assistant>").size()));
+}
+
+TEST(ChatRequest, ErrorsNameTheField) {
+  const ChatTemplate strict(
+      "{% if messages[0].role != 'user' %}{{ raise_exception(\"the first message must be the "
+      "user's\") }}{% endif %}{{ messages[0].content }}",
+      "strict", jinja::Json::object());
+  const ServedModel model{"m", 64, 300, &kBytes, {}, &strict};
+  auto error = [&](const std::string& body, const ServedModel& served) {
+    try {
+      parse_chat_request(body, served);
+    } catch (const ApiError& caught) {
+      return caught;
+    }
+    ADD_FAILURE() << body << " was accepted";
+    return ApiError(0, "", "");
+  };
+  const ApiError refused = error(R"({"messages": [{"role": "system", "content": "x"}]})", model);
+  EXPECT_EQ(refused.status, 400);
+  EXPECT_EQ(refused.param, "messages");
+  EXPECT_CONTAINS(std::string(refused.what()), "the first message must be the user's");
+  for (const auto& [body, param] : std::vector<std::pair<std::string, std::string>>{
+           {R"({"messages": []})", "messages"},
+           {R"({})", "messages"},
+           {R"({"messages": [{"content": "no role"}]})", "messages"},
+           {R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})", "messages"},
+           {R"({"messages": [{"role": "user", "content": "a"}], "top_logprobs": 2})",
+            "top_logprobs"},
+           {R"({"messages": [{"role": "user", "content": "a"}], "echo": true})", "echo"},
+           {R"({"messages": [{"role": "user", "content": "a"}], "max_completion_tokens": 0})",
+            "max_completion_tokens"},
+       }) {
+    const ApiError caught = error(body, model);
+    EXPECT_EQ(caught.status, 400) << body;
+    EXPECT_EQ(caught.param, param) << body;
+  }
+  const ServedModel without_template{"m", 64, 300, &kBytes, {}, nullptr};
+  EXPECT_CONTAINS(
+      std::string(
+          error(R"({"messages": [{"role": "user", "content": "a"}]})", without_template).what()),
+      "--chat-template");
 }
 
 TEST(CompletionRequest, ErrorsNameTheFieldAndStatus) {

@@ -6,9 +6,11 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <iostream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include <pthread.h>
@@ -25,6 +27,7 @@
 #include "strata/cli/tokenize.h"
 #include "strata/core/config.h"
 #include "strata/core/error.h"
+#include "strata/data/chat_template.h"
 #include "strata/data/prepare.h"
 #include "strata/data/tokenizer.h"
 #include "strata/dist/flight_record.h"
@@ -259,11 +262,28 @@ int run_export(const ExportFlags& flags) {
 }
 
 struct ServeFlags {
-  std::string checkpoint, host, api_key;
+  std::string checkpoint, host, api_key, chat_template;
   std::vector<std::string> overrides;
   int port = -1;  // -1 = serve.port
   int nproc = 0;
 };
+
+// The template /v1/chat/completions renders conversations with: `file` (--chat-template), else
+// the directory's tokenizer_config.json chat_template; nullptr when there is none (the chat API
+// then answers 400 saying so). A template outside the supported subset fails here, at startup.
+std::unique_ptr<ChatTemplate> model_chat_template(const std::string& checkpoint,
+                                                  const std::string& file) {
+  if (file.empty()) {
+    std::ifstream in(checkpoint + "/tokenizer_config.json");
+    if (!in) return nullptr;
+    const nlohmann::json config = nlohmann::json::parse(in, nullptr, false);
+    if (config.is_discarded() || !config.is_object() || !config.contains("chat_template") ||
+        config["chat_template"].is_null()) {
+      return nullptr;
+    }
+  }
+  return std::make_unique<ChatTemplate>(ChatTemplate::from_model_dir(checkpoint, file));
+}
 
 // The HTTP server: rank 0 listens and schedules, every rank holds its stage of the model
 // (tensor parallel over parallel.tp, pipeline over parallel.pp). SIGINT or SIGTERM on rank 0
@@ -296,7 +316,9 @@ int run_serve(const ServeFlags& flags, const std::vector<std::string>& argv) {
     configure_rank_threads(static_cast<int>(config.serve.threads));
     Mesh mesh(world, mesh_shape_of(config.parallel));
     const auto tokenizer = model_tokenizer(flags.checkpoint, config);
+    const auto chat_template = model_chat_template(flags.checkpoint, flags.chat_template);
     ServeOptions options;
+    options.chat_template = chat_template.get();
     options.model_name = flags.checkpoint;
     options.tokenizer = tokenizer.get();
     options.stop_token_ids = model_stop_token_ids(flags.checkpoint, config, tokenizer.get());
@@ -424,6 +446,8 @@ int main(int argc, char** argv) {
       ->add_option("--api-key", serve_flags.api_key,
                    "Require `Authorization: Bearer KEY` on every /v1/ request (401 otherwise)")
       ->envname("STRATA_API_KEY");
+  serve->add_option("--chat-template", serve_flags.chat_template,
+                    "Jinja file for /v1/chat/completions (default: tokenizer_config.json's)");
 
   ExportFlags export_flags;
   auto* export_command = app.add_subcommand(

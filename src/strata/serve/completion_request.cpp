@@ -149,20 +149,10 @@ void read_prompts(const nlohmann::json& prompt, const ServedModel& model,
   }
 }
 
-}  // namespace
-
-nlohmann::json error_body(const ApiError& error) {
-  auto or_null = [](const std::string& text) {
-    return text.empty() ? nlohmann::json(nullptr) : nlohmann::json(text);
-  };
-  nlohmann::json inner = {{"message", error.what()}, {"type", error.type}};
-  inner["param"] = or_null(error.param);
-  inner["code"] = or_null(error.code);
-  return {{"error", inner}};
-}
-
-CompletionRequest parse_completion_request(const std::string& text, const ServedModel& model) {
-  const int64_t seq_len = model.seq_len;
+// The body as a JSON object whose fields are all in `allowed`; 404 when `model` names another
+// model than the one served.
+nlohmann::json read_body(const std::string& text, const std::vector<std::string>& allowed,
+                         const ServedModel& model) {
   nlohmann::json body;
   try {
     body = nlohmann::json::parse(text);
@@ -171,13 +161,10 @@ CompletionRequest parse_completion_request(const std::string& text, const Served
   }
   if (!body.is_object()) invalid("", str("the body must be a JSON object, got ", type_of(body)));
   for (const auto& [name, value] : body.items()) {
-    const auto& allowed = allowed_fields();
     if (std::find(allowed.begin(), allowed.end(), name) == allowed.end()) {
       invalid(name, str("unknown field '", name, "'; allowed: ", join(allowed)));
     }
   }
-
-  CompletionRequest request;
   if (body.contains("model")) {
     if (!body["model"].is_string()) {
       invalid("model", str("'model' must be a string, got ", type_of(body["model"])));
@@ -189,8 +176,12 @@ CompletionRequest parse_completion_request(const std::string& text, const Served
                      "model");
     }
   }
-  if (!body.contains("prompt")) invalid("prompt", "'prompt' is required");
-  read_prompts(body["prompt"], model, request);
+  return body;
+}
+
+// The fields both APIs share: sampling, stop strings, streaming, n, penalties, ignore_eos.
+void read_sampling(const nlohmann::json& body, const ServedModel& model,
+                   CompletionRequest& request) {
   request.sampling.temperature = 1.0;
   request.sampling.top_k = 0;
   request.sampling.top_p = 1.0;
@@ -263,6 +254,61 @@ CompletionRequest parse_completion_request(const std::string& text, const Served
     (std::string(name) == "presence_penalty" ? request.sampling.presence_penalty
                                              : request.sampling.frequency_penalty) = penalty;
   }
+}
+
+// Checks the prompts against the context and reads the token limit from `max_field`
+// (max_tokens, or the chat API's max_completion_tokens); `fallback` is the limit without it
+// (cut to the context).
+void read_limit(const nlohmann::json& body, const char* max_field, int64_t fallback,
+                const ServedModel& model, CompletionRequest& request) {
+  const int64_t seq_len = model.seq_len;
+  int64_t longest = 0;
+  for (size_t i = 0; i < request.prompt_ids.size(); ++i) {
+    const auto length = static_cast<int64_t>(request.prompt_ids[i].size());
+    const std::string which = request.prompts.size() > 1 ? str("prompt[", i, "]") : "prompt";
+    if (length == 0) invalid("prompt", str("'", which, "' is empty; it needs at least one token"));
+    if (length >= seq_len) {
+      invalid("prompt", str("'", which, "' is ", length, " tokens; the model's context is ",
+                            seq_len, " tokens, so a prompt may hold at most ", seq_len - 1));
+    }
+    longest = std::max(longest, length);
+  }
+  if (body.contains(max_field)) {
+    const int64_t max_tokens = integer_field(body, max_field);
+    // 0 only scores the prompt: with echo, its logprobs are the answer.
+    if (max_tokens < (request.echo ? 0 : 1)) {
+      invalid(max_field, str("'", max_field, "' (", max_tokens, ") must be >= 1",
+                             request.echo ? " (or 0 with echo)" : ""));
+    }
+    if (longest + max_tokens > seq_len) {
+      invalid(max_field, str("'", max_field, "' (", max_tokens, ") plus the prompt (", longest,
+                             " tokens) exceeds the model's context of ", seq_len,
+                             " tokens; at most ", seq_len - longest, " more fit"));
+    }
+    request.sampling.max_new_tokens = max_tokens;
+  } else {
+    request.sampling.max_new_tokens = std::min(fallback, seq_len - longest);
+  }
+}
+
+}  // namespace
+
+nlohmann::json error_body(const ApiError& error) {
+  auto or_null = [](const std::string& text) {
+    return text.empty() ? nlohmann::json(nullptr) : nlohmann::json(text);
+  };
+  nlohmann::json inner = {{"message", error.what()}, {"type", error.type}};
+  inner["param"] = or_null(error.param);
+  inner["code"] = or_null(error.code);
+  return {{"error", inner}};
+}
+
+CompletionRequest parse_completion_request(const std::string& text, const ServedModel& model) {
+  const nlohmann::json body = read_body(text, allowed_fields(), model);
+  CompletionRequest request;
+  if (!body.contains("prompt")) invalid("prompt", "'prompt' is required");
+  read_prompts(body["prompt"], model, request);
+  read_sampling(body, model, request);
   if (body.contains("echo")) request.echo = bool_field(body, "echo");
   if (body.contains("return_token_ids")) {
     request.return_token_ids = bool_field(body, "return_token_ids");
@@ -275,32 +321,104 @@ CompletionRequest parse_completion_request(const std::string& text, const Served
     }
   }
 
-  int64_t longest = 0;
-  for (size_t i = 0; i < request.prompt_ids.size(); ++i) {
-    const auto length = static_cast<int64_t>(request.prompt_ids[i].size());
-    const std::string which = request.prompts.size() > 1 ? str("prompt[", i, "]") : "prompt";
-    if (length == 0) invalid("prompt", str("'", which, "' is empty; it needs at least one token"));
-    if (length >= seq_len) {
-      invalid("prompt", str("'", which, "' is ", length, " tokens; the model's context is ",
-                            seq_len, " tokens, so a prompt may hold at most ", seq_len - 1));
-    }
-    longest = std::max(longest, length);
+  read_limit(body, "max_tokens", kDefaultMaxTokens, model, request);
+  return request;
+}
+
+CompletionRequest parse_chat_request(const std::string& text, const ServedModel& model) {
+  static const std::vector<std::string> allowed = {"model",
+                                                   "messages",
+                                                   "max_tokens",
+                                                   "max_completion_tokens",
+                                                   "temperature",
+                                                   "top_p",
+                                                   "top_k",
+                                                   "seed",
+                                                   "stop",
+                                                   "stream",
+                                                   "stream_options",
+                                                   "logprobs",
+                                                   "top_logprobs",
+                                                   "n",
+                                                   "presence_penalty",
+                                                   "frequency_penalty",
+                                                   "ignore_eos"};
+  const nlohmann::json body = read_body(text, allowed, model);
+  if (!model.tokenizer || !model.chat_template) {
+    invalid("messages",
+            !model.tokenizer
+                ? "this model came without tokenizer files: chat needs text; use /v1/completions "
+                  "with token ids"
+                : "this model has no chat template (tokenizer_config.json's chat_template): "
+                  "start strata serve with --chat-template FILE, or use /v1/completions");
   }
-  if (body.contains("max_tokens")) {
-    const int64_t max_tokens = integer_field(body, "max_tokens");
-    // 0 only scores the prompt: with echo, its logprobs are the answer.
-    if (max_tokens < (request.echo ? 0 : 1)) {
-      invalid("max_tokens", str("'max_tokens' (", max_tokens, ") must be >= 1 (or 0 with echo)"));
-    }
-    if (longest + max_tokens > seq_len) {
-      invalid("max_tokens", str("'max_tokens' (", max_tokens, ") plus the prompt (", longest,
-                                " tokens) exceeds the model's context of ", seq_len,
-                                " tokens; at most ", seq_len - longest, " more fit"));
-    }
-    request.sampling.max_new_tokens = max_tokens;
-  } else {
-    request.sampling.max_new_tokens = std::min(kDefaultMaxTokens, seq_len - longest);
+  if (!body.contains("messages")) invalid("messages", "'messages' is required");
+  // The messages as the template sees them, keys in the client's order (tojson prints them).
+  // A content given as parts is its text parts joined by newlines, as vLLM gives it to
+  // templates that expect a string.
+  jinja::Json messages = jinja::Json::parse(body["messages"].dump());
+  if (!messages.is_array() || messages.empty()) {
+    invalid("messages", "'messages' must be a non-empty array of {\"role\", \"content\"} objects");
   }
+  for (size_t i = 0; i < messages.size(); ++i) {
+    jinja::Json& message = messages[i];
+    const std::string which = str("messages[", i, "]");
+    if (!message.is_object() || !message.contains("role") || !message["role"].is_string()) {
+      invalid("messages", str("'", which, "' must be an object with a string 'role'"));
+    }
+    if (!message.contains("content")) continue;
+    jinja::Json& content = message["content"];
+    if (content.is_string() || content.is_null()) continue;
+    if (!content.is_array()) {
+      invalid("messages", str("'", which, ".content' must be a string or an array of parts"));
+    }
+    std::string joined;
+    for (size_t j = 0; j < content.size(); ++j) {
+      const jinja::Json& part = content[j];
+      if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
+          !part["text"].is_string()) {
+        invalid("messages", str("'", which, ".content[", j,
+                                "]' is not a text part ({\"type\": \"text\", \"text\": ...}); "
+                                "this server reads text only"));
+      }
+      joined += (j ? "\n" : "") + part["text"].get<std::string>();
+    }
+    content = joined;
+  }
+  std::string prompt;
+  try {
+    prompt = model.chat_template->render(messages, /*add_generation_prompt=*/true);
+  } catch (const jinja::RenderError& error) {
+    invalid("messages",
+            str("the model's chat template refused the conversation: ", error.message()));
+  } catch (const UserError& error) {
+    invalid("messages",
+            str("the model's chat template cannot render the conversation: ", error.what()));
+  }
+  CompletionRequest request;
+  request.chat = true;
+  const std::vector<int32_t> ids = model.tokenizer->encode(prompt);
+  request.prompts.push_back(prompt);
+  request.prompt_ids.emplace_back(ids.begin(), ids.end());
+  read_sampling(body, model, request);
+  // logprobs: a boolean here; top_logprobs the alternatives per token.
+  const bool logprobs =
+      body.contains("logprobs") && !body["logprobs"].is_null() && bool_field(body, "logprobs");
+  if (body.contains("top_logprobs") && !body["top_logprobs"].is_null()) {
+    const int64_t top = integer_field(body, "top_logprobs");
+    if (top < 0 || top > kMaxLogprobs) {
+      invalid("top_logprobs", str("'top_logprobs' (", top, ") must be in [0, ", kMaxLogprobs, "]"));
+    }
+    if (!logprobs) invalid("top_logprobs", "'top_logprobs' needs 'logprobs': true");
+    request.logprobs = top;
+  } else if (logprobs) {
+    request.logprobs = 0;
+  }
+  // max_completion_tokens replaces max_tokens (deprecated in the chat API); without either,
+  // the completion may fill the context.
+  const char* limit =
+      body.contains("max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
+  read_limit(body, limit, model.seq_len, model, request);
   return request;
 }
 

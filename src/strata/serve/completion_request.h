@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "strata/data/chat_template.h"
 #include "strata/data/tokenizer.h"
 #include "strata/infer/generate.h"
 
@@ -40,6 +41,8 @@ struct ServedModel {
   // A completion ends after one of these (the tokenizer's end of text, generation_config.json's
   // eos_token_id), unless the request sets `ignore_eos`.
   std::vector<int64_t> stop_token_ids;
+  // The chat API's template; nullptr: /v1/chat/completions answers 400 saying why.
+  const ChatTemplate* chat_template = nullptr;
 };
 
 struct CompletionRequest {
@@ -56,6 +59,7 @@ struct CompletionRequest {
   int64_t logprobs = -1;
   bool echo = false;              // the choice's text (and logprobs) begin with the prompt
   bool return_token_ids = false;  // choices carry prompt_token_ids and token_ids (as vLLM's)
+  bool chat = false;              // /v1/chat/completions: the prompt is the rendered messages
 };
 
 // The default of max_tokens (OpenAI's), cut to what the context leaves after the longest prompt.
@@ -70,5 +74,12 @@ constexpr int64_t kMaxChoices = 128;
 // prompt to a model without a tokenizer, a prompt that leaves no room in model.seq_len, or
 // max_tokens beyond it; 404 when `model` names another model.
 CompletionRequest parse_completion_request(const std::string& body, const ServedModel& model);
+
+// POST /v1/chat/completions: `messages` rendered by the model's chat template (with the
+// generation prompt) is the prompt; then the same fields as a completion, with OpenAI's chat
+// spellings (logprobs a boolean, top_logprobs, max_completion_tokens). 400 for a model without
+// a tokenizer or a chat template, for content parts that are not text, and for a conversation
+// the template refuses (raise_exception's message), besides the completion API's errors.
+CompletionRequest parse_chat_request(const std::string& body, const ServedModel& model);
 
 }  // namespace strata

@@ -43,6 +43,7 @@ struct Completion {
   std::vector<std::shared_ptr<Sequence>> sequences;
   std::vector<std::string> prompts;  // each sequence's prompt text (echo)
   bool echo = false, return_token_ids = false;
+  bool chat = false;                 // /v1/chat/completions: messages and deltas, chat logprobs
   bool include_usage = false;        // streaming: every event has "usage" (null until the last)
   size_t n = 1;                      // choices per prompt
   std::vector<size_t> sent;          // bytes of each sequence's text already streamed
@@ -109,11 +110,47 @@ Json logprobs_object(const Sequence& sequence, int64_t first, int64_t last,
           {"text_offset", offsets}};
 }
 
+// A token as the chat API's logprobs spell it: its text and its UTF-8 bytes.
+Json chat_token(const Tokenizer* tokenizer, int64_t id, double logprob) {
+  const std::string text = token_text(tokenizer, id);
+  std::vector<int> bytes(text.begin(), text.end());
+  for (int& byte : bytes) byte &= 0xFF;
+  return {{"token", text}, {"logprob", logprob}, {"bytes", bytes}};
+}
+
+// The chat API's logprobs object for the generated tokens [first, last) of `sequence`.
+Json chat_logprobs_object(const Sequence& sequence, int64_t first, int64_t last,
+                          const Tokenizer* tokenizer) {
+  Json content = Json::array();
+  for (int64_t i = std::max(first, sequence.prompt_tokens); i < last; ++i) {
+    const TokenLogprob& score = sequence.generated_logprobs[i - sequence.prompt_tokens];
+    Json entry = chat_token(tokenizer, sequence.tokens[i], score.logprob);
+    entry["top_logprobs"] = Json::array();
+    for (const auto& [id, logprob] : score.top) {
+      entry["top_logprobs"].push_back(chat_token(tokenizer, id, logprob));
+    }
+    content.push_back(std::move(entry));
+  }
+  return {{"content", content}};
+}
+
 // Choice `index` for the tokens [first, last) of its sequence, whose text is `text`; `opening`:
-// the first (or only) time the choice is sent.
+// the first (or only) time the choice is sent; `streaming`: as an event (a chat choice carries
+// a delta, not a message).
 Json choice(const Completion& completion, size_t index, const std::string& text, int64_t first,
-            int64_t last, bool opening, const Json& finish_reason, const Tokenizer* tokenizer) {
+            int64_t last, bool opening, bool streaming, const Json& finish_reason,
+            const Tokenizer* tokenizer) {
   const Sequence& sequence = *completion.sequences[index];
+  if (completion.chat) {
+    Json out = {{"index", index}, {"finish_reason", finish_reason}};
+    Json message = {{"content", text}};
+    if (opening || !streaming) message["role"] = "assistant";
+    out[streaming ? "delta" : "message"] = std::move(message);
+    out["logprobs"] = sequence.logprobs >= 0
+                          ? chat_logprobs_object(sequence, first, last, tokenizer)
+                          : Json(nullptr);
+    return out;
+  }
   Json out = {{"index", index}, {"text", text}, {"finish_reason", finish_reason}};
   out["logprobs"] =
       sequence.logprobs >= 0 ? logprobs_object(sequence, first, last, tokenizer) : Json(nullptr);
@@ -180,7 +217,7 @@ std::shared_ptr<Completion> make_completion(const CompletionRequest& request,
                                             const httplib::Request& http_request, double timeout_s,
                                             std::atomic<int64_t>& next_id) {
   auto completion = std::make_shared<Completion>();
-  completion->id = str("cmpl-", next_id++);
+  completion->id = str(request.chat ? "chatcmpl-" : "cmpl-", next_id++);
   completion->created = unix_time();
   const auto now = ServeClock::now();
   const auto timeout =
@@ -214,6 +251,7 @@ std::shared_ptr<Completion> make_completion(const CompletionRequest& request,
   completion->echo = request.echo;
   completion->return_token_ids = request.return_token_ids;
   completion->include_usage = request.include_usage;
+  completion->chat = request.chat;
   completion->n = static_cast<size_t>(request.n);
   completion->sent.assign(completion->sequences.size(), 0);
   completion->sent_tokens.assign(completion->sequences.size(), 0);
@@ -221,9 +259,13 @@ std::shared_ptr<Completion> make_completion(const CompletionRequest& request,
   return completion;
 }
 
-Json completion_object(const Completion& completion, const std::string& model, Json choices) {
+Json completion_object(const Completion& completion, const std::string& model, Json choices,
+                       bool streaming) {
+  const char* object = !completion.chat ? "text_completion"
+                       : streaming      ? "chat.completion.chunk"
+                                        : "chat.completion";
   return {{"id", completion.id},
-          {"object", "text_completion"},
+          {"object", object},
           {"created", completion.created},
           {"model", model},
           {"choices", std::move(choices)}};
@@ -253,10 +295,10 @@ Json whole_body(const Completion& completion, const std::string& model, const To
     const int64_t first = completion.echo ? 0 : sequence.prompt_tokens;
     const std::string text = (completion.echo ? completion.prompts[i] : "") + sequence.text;
     choices.push_back(choice(completion, i, text, first,
-                             static_cast<int64_t>(sequence.tokens.size()), true,
+                             static_cast<int64_t>(sequence.tokens.size()), true, false,
                              finish_reason_name(sequence.finish), tokenizer));
   }
-  Json body = completion_object(completion, model, std::move(choices));
+  Json body = completion_object(completion, model, std::move(choices), false);
   body["usage"] = usage_of(completion);
   return body;
 }
@@ -289,8 +331,8 @@ std::string next_events(Completion& completion, const std::string& model,
       completion.closed[i] = last;
       const Json reason = last ? Json(finish_reason_name(sequence.finish)) : Json(nullptr);
       const Json choices =
-          Json::array({choice(completion, i, delta, first, end, opening, reason, tokenizer)});
-      Json event = completion_object(completion, model, choices);
+          Json::array({choice(completion, i, delta, first, end, opening, true, reason, tokenizer)});
+      Json event = completion_object(completion, model, choices, true);
       if (completion.include_usage) event["usage"] = nullptr;
       events += "data: " + dump(event) + "\n\n";
     }
@@ -299,7 +341,7 @@ std::string next_events(Completion& completion, const std::string& model,
   // stream_options.include_usage: after the last choice's event, one with no choices and the
   // request's usage (OpenAI's form).
   if (all_closed && completion.include_usage && !verdict.failed()) {
-    Json event = completion_object(completion, model, Json::array());
+    Json event = completion_object(completion, model, Json::array(), true);
     event["usage"] = usage_of(completion);
     events += "data: " + dump(event) + "\n\n";
   }
@@ -376,7 +418,11 @@ HttpFront::HttpFront(const ServeConfig& config, ServedModel model, std::string a
   });
   server_->Post("/v1/completions",
                 [this](const httplib::Request& request, httplib::Response& response) {
-                  completions(request, response);
+                  completions(request, response, false);
+                });
+  server_->Post("/v1/chat/completions",
+                [this](const httplib::Request& request, httplib::Response& response) {
+                  completions(request, response, true);
                 });
   server_->Get("/metrics",
                [this](const httplib::Request&, httplib::Response& response) { metrics(response); });
@@ -468,7 +514,8 @@ void HttpFront::metrics(httplib::Response& response) {
   response.set_content(snapshot.prometheus(), "text/plain; version=0.0.4");
 }
 
-void HttpFront::completions(const httplib::Request& http_request, httplib::Response& response) {
+void HttpFront::completions(const httplib::Request& http_request, httplib::Response& response,
+                            bool chat) {
   Engine* engine = engine_.load();
   auto fail = [&](const ApiError& error) {
     count(error.status);
@@ -477,7 +524,8 @@ void HttpFront::completions(const httplib::Request& http_request, httplib::Respo
   if (!engine) return fail(ApiError(503, "server_error", "the model is loading; try again soon"));
   CompletionRequest request;
   try {
-    request = parse_completion_request(http_request.body, model_);
+    request = chat ? parse_chat_request(http_request.body, model_)
+                   : parse_completion_request(http_request.body, model_);
   } catch (const ApiError& error) {
     return fail(error);
   }

@@ -1,8 +1,9 @@
 // The HTTP side of `strata serve` on rank 0 (cpp-httplib): GET /health, GET /v1/models,
-// POST /v1/completions (JSON or Server-Sent Events) and GET /metrics. It listens before the
-// model has loaded (answering 503 until attach()), on threads of its own; the engine runs in
-// the MPI thread. With an API key, every /v1/ request must carry `Authorization: Bearer KEY`
-// (401 otherwise); /health and /metrics stay open. Bodies over serve.max_request_mb get 413.
+// POST /v1/completions and /v1/chat/completions (JSON or Server-Sent Events) and GET /metrics. It
+// listens before the model has loaded (answering 503 until attach()), on threads of its own; the
+// engine runs in the MPI thread. With an API key, every /v1/ request must carry `Authorization:
+// Bearer KEY` (401 otherwise); /health and /metrics stay open. Bodies over serve.max_request_mb get
+// 413.
 #pragma once
 #include <atomic>
 #include <cstdint>
@@ -45,7 +46,8 @@ class HttpFront {
   void stop();
 
  private:
-  void completions(const httplib::Request& request, httplib::Response& response);
+  // POST /v1/completions, or with `chat` POST /v1/chat/completions.
+  void completions(const httplib::Request& request, httplib::Response& response, bool chat);
   void metrics(httplib::Response& response);
   void count(int status);
   bool authorized(const httplib::Request& request) const;

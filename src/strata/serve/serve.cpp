@@ -55,7 +55,7 @@ ServeSession::ServeSession(Mesh& mesh, const Config& config, const ServeOptions&
     front_ = std::make_unique<HttpFront>(
         config.serve,
         ServedModel{options.model_name, config.model.seq_len, config.model.vocab_size,
-                    options.tokenizer, options.stop_token_ids},
+                    options.tokenizer, options.stop_token_ids, options.chat_template},
         options.api_key);
     port_ = front_->start();
     if (options.on_listening) options.on_listening(port_);

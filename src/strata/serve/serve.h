@@ -29,9 +29,10 @@ using StageLoader = std::function<std::unique_ptr<GPT>(const StageSpec& stage, C
 
 // What a session serves besides the config: the model's name and text, and who may ask.
 struct ServeOptions {
-  std::string model_name;                      // the id of /v1/models
-  const Tokenizer* tokenizer = nullptr;        // nullptr: no tokenizer files, prompts are token ids
-  std::vector<int64_t> stop_token_ids;         // the model's end-of-text tokens
+  std::string model_name;                // the id of /v1/models
+  const Tokenizer* tokenizer = nullptr;  // nullptr: no tokenizer files, prompts are token ids
+  std::vector<int64_t> stop_token_ids;   // the model's end-of-text tokens
+  const ChatTemplate* chat_template = nullptr;  // nullptr: the chat API answers 400
   std::string api_key;                         // /v1/ requests must send `Bearer KEY`; empty = none
   std::function<void(int port)> on_listening;  // rank 0, once it listens
 };
