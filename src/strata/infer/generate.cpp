@@ -122,10 +122,9 @@ Generated generate(GPT& model, const std::vector<int64_t>& prompt, const Samplin
          cache.length + input.size(1) <= seq_len) {
     at::Tensor logits =
         model.logits(input, &cache).select(1, -1).select(0, 0).to(at::kFloat);  // (V)
-    const int64_t next = sample_token(
-        penalized_logits(logits, options, output.tokens.data(),
-                         static_cast<int64_t>(output.tokens.size())),
-        options, generator);
+    const int64_t next = sample_token(penalized_logits(logits, options, output.tokens.data(),
+                                                       static_cast<int64_t>(output.tokens.size())),
+                                      options, generator);
     output.tokens.push_back(next);
     output.logprobs.push_back(token_logprob(logits, next).logprob);
     if (options.ends_generation(next)) break;
