@@ -3,6 +3,8 @@
 #include "strata/data/chat_template.h"
 
 #include <cerrno>
+#include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -86,7 +88,17 @@ ChatTemplate ChatTemplate::from_model_dir(const std::string& dir,
 }
 
 ChatTemplate::ChatTemplate(std::string_view source, std::string name, jinja::Json special_tokens)
-    : template_(source, std::move(name)), special_tokens_(std::move(special_tokens)) {}
+    : template_(source, std::move(name)), special_tokens_(std::move(special_tokens)) {
+  // FNV-1a: stable across builds and platforms, unlike std::hash.
+  const std::string tokens = special_tokens_.dump();
+  uint64_t hash = 0xcbf29ce484222325ull;
+  for (std::string_view part : {source, std::string_view("\0", 1), std::string_view(tokens)}) {
+    for (unsigned char c : part) hash = (hash ^ c) * 0x100000001b3ull;
+  }
+  char hex[17];
+  std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(hash));
+  fingerprint_ = hex;
+}
 
 std::string ChatTemplate::render(const jinja::Json& messages, bool add_generation_prompt,
                                  const jinja::Json& tools) const {

@@ -30,10 +30,14 @@ class ChatTemplate {
                      const jinja::Json& tools = nullptr) const;
 
   const std::string& name() const { return template_.name(); }
+  // Tells templates apart (a hash of the source and the special tokens): a preparation
+  // resumes only with the template it began with.
+  const std::string& fingerprint() const { return fingerprint_; }
 
  private:
   jinja::Template template_;
   jinja::Json special_tokens_;
+  std::string fingerprint_;
 };
 
 }  // namespace strata

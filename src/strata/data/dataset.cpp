@@ -81,7 +81,8 @@ std::shared_ptr<TokenDataset> TokenDataset::open(const DataConfig& data, const M
     STRATA_REQUIRE(!stream.loss_mask.empty(), "data.loss_mask = \"completion\" needs shards that ",
                    "carry a loss mask, but ", origin,
                    " has none: prepare prompt/completion JSONL with `strata data prepare "
-                   "--prompt-completion` and set data.source = \"shards\", or set "
+                   "--prompt-completion` (chat JSONL with `--chat`) and set data.source = "
+                   "\"shards\", or set "
                    "data.loss_mask = \"none\"");
   }
   return from_tokens(std::move(stream.tokens), data, model, seed, origin,

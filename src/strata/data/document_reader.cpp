@@ -7,11 +7,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 
 #include "strata/core/error.h"
+#include "strata/data/chat_template.h"
 
 namespace strata {
 
@@ -228,6 +230,67 @@ bool is_blank(std::string_view line) {
   return line.find_first_not_of(" \t\r") == std::string_view::npos;
 }
 
+bool starts_with(const std::string& text, const std::string& prefix) {
+  return text.compare(0, prefix.size(), prefix) == 0;
+}
+
+// A chat record's rendering cut into segments: for each assistant message i, the text that
+// rendering messages[:i+1] adds to the prompt for messages[:i] (the assistant header) is its
+// turn (its content and the template's end-of-turn text, so the model learns to stop) and
+// carries loss; everything else does not. This needs each such rendering to be a prefix of
+// the next and of the whole, which templates that render message by message satisfy.
+DocumentText chat_text(std::string_view raw, const ChatTemplate& chat, const std::string& where) {
+  jinja::Json record;
+  try {
+    record = jinja::Json::parse(raw.begin(), raw.end());
+  } catch (const jinja::Json::parse_error& error) {
+    throw UserError(str(where, " is not a JSON record: ", error.what()));
+  }
+  STRATA_REQUIRE(record.is_object(), where,
+                 " is not a JSON object (each line of a .jsonl file must be one record)");
+  const auto found = record.find("messages");
+  STRATA_REQUIRE(found != record.end(), where,
+                 " has no field \"messages\"; records of chat data need \"messages\": "
+                 "[{\"role\": ..., \"content\": ...}, ...]");
+  const jinja::Json& messages = *found;
+  STRATA_REQUIRE(messages.is_array(), where, ": field \"messages\" is not a JSON array");
+  auto render = [&](size_t count, bool add_generation_prompt) {
+    const jinja::Json head(messages.begin(), messages.begin() + static_cast<std::ptrdiff_t>(count));
+    try {
+      return chat.render(head, add_generation_prompt);
+    } catch (const UserError& error) {
+      throw UserError(str(where, ": the chat template refused the conversation: ", error.what()));
+    }
+  };
+  const bool any_assistant = std::any_of(messages.begin(), messages.end(), [](const auto& m) {
+    return m.is_object() && m.value("role", "") == "assistant";
+  });
+  STRATA_REQUIRE(any_assistant, where,
+                 ": the conversation has no assistant message, so nothing in it would carry loss");
+  const std::string full = render(messages.size(), false);
+  DocumentText document;
+  auto add = [&](size_t from, size_t to, bool carries_loss) {
+    if (to > from) document.segments.push_back({full.substr(from, to - from), carries_loss});
+  };
+  size_t done = 0;  // the length of `full` already in segments
+  for (size_t i = 0; i < messages.size(); ++i) {
+    if (!messages[i].is_object() || messages[i].value("role", "") != "assistant") continue;
+    const std::string prompt = render(i, true), turn = render(i + 1, false);
+    STRATA_REQUIRE(starts_with(turn, prompt) && starts_with(full, turn) && prompt.size() >= done,
+                   where, ": chat template ", chat.name(),
+                   " does not render conversations incrementally: the rendering up to message ",
+                   i + 1,
+                   " (an assistant's) does not extend that of the messages before it with "
+                   "the generation prompt, or is not a prefix of the whole conversation's, so "
+                   "the assistant's turn cannot be cut out for the loss mask");
+    add(done, prompt.size(), false);
+    add(prompt.size(), turn.size(), true);
+    done = turn.size();
+  }
+  add(done, full.size(), false);
+  return document;
+}
+
 }  // namespace
 
 DocumentReader::DocumentReader(std::vector<TextSource> sources, size_t batch_bytes)
@@ -316,13 +379,14 @@ DocumentText document_text(const TextSource& source, const DocumentBatch& batch,
   const std::string_view raw = batch.text(document);
   switch (source.format) {
     case TextSource::Format::Text:
-      return {"", std::string(raw)};
+      return {{{std::string(raw), true}}};
     case TextSource::Format::Fortune:
-      return {"", without_overstrikes(raw)};
+      return {{{without_overstrikes(raw), true}}};
     case TextSource::Format::Jsonl:
       break;
   }
   const std::string where = str(source.path, ":", document.line);
+  if (fields.chat != nullptr) return chat_text(raw, *fields.chat, where);
   std::vector<std::string> keys = fields.prompt_completion
                                       ? std::vector<std::string>{"prompt", "completion"}
                                       : std::vector<std::string>{fields.text};
@@ -340,8 +404,10 @@ DocumentText document_text(const TextSource& source, const DocumentBatch& batch,
     STRATA_REQUIRE(record.found(i) == TopLevelStrings::Found::string, where, ": field \"", keys[i],
                    "\" is not a string");
   }
-  if (fields.prompt_completion) return {std::move(record.value(0)), std::move(record.value(1))};
-  return {"", std::move(record.value(0))};
+  if (fields.prompt_completion) {
+    return {{{std::move(record.value(0)), false}, {std::move(record.value(1)), true}}};
+  }
+  return {{{std::move(record.value(0)), true}}};
 }
 
 }  // namespace strata

@@ -58,22 +58,35 @@ class DocumentReader {
   int64_t documents_read_ = 0;
 };
 
+class ChatTemplate;
+
 // Which JSON fields hold a record's text.
 struct DocumentFields {
   std::string text = "text";       // the whole document
   bool prompt_completion = false;  // instead "prompt" (no loss) and "completion" (loss)
+  // Instead "messages", a conversation rendered by this template; only the assistant turns
+  // carry loss. Not owned; shared by the tokenizer threads (rendering is const).
+  const ChatTemplate* chat = nullptr;
+  bool masked() const { return prompt_completion || chat != nullptr; }
 };
 
-// The parts of one document: `prompt` is empty unless fields.prompt_completion.
+// One document as consecutive pieces of text, each tokenized on its own and masked as a
+// whole: [(text, loss)] for plain text, [(prompt, no loss), (completion, loss)], or a chat's
+// rendering cut around its assistant turns.
 struct DocumentText {
-  std::string prompt;
-  std::string text;
+  struct Segment {
+    std::string text;
+    bool carries_loss = true;
+  };
+  std::vector<Segment> segments;
 };
 
 // The text of document `document` of a batch read from `source`: plain text as it is, a
-// fortune entry without terminal overstrikes, a JSON record's field(s). Throws UserError
-// naming file:line and the field for a line that is not a JSON object or lacks the field or
-// whose field is not a string.
+// fortune entry without terminal overstrikes, a JSON record's field(s), a rendered chat.
+// Throws UserError naming file:line and the field for a line that is not a JSON object or
+// lacks the field or whose field is not a string; for a chat also for one without an
+// assistant turn, one the template refuses, and a template that does not render
+// conversations incrementally (so the assistant turns cannot be cut out of the rendering).
 DocumentText document_text(const TextSource& source, const DocumentBatch& batch,
                            const DocumentBatch::Document& document, const DocumentFields& fields);
 

@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <thread>
 
 #include "strata/core/error.h"
@@ -101,12 +102,20 @@ nlohmann::ordered_json preparation_inputs(const std::vector<TextSource>& sources
                                          info.st_mtim.tv_nsec}});
   }
   const std::optional<int32_t> end_of_text = tokenizer.end_of_text_id();
-  return {{"tokenizer", tokenizer.name()},
-          {"vocab_size", tokenizer.vocab_size()},
-          {"end_of_text_id", end_of_text ? int64_t{*end_of_text} : int64_t{-1}},
-          {"field", options.prompt_completion ? "prompt/completion" : options.field},
-          {"max_shard_bytes", options.max_shard_bytes},
-          {"inputs", files}};
+  nlohmann::ordered_json inputs = {
+      {"tokenizer", tokenizer.name()},
+      {"vocab_size", tokenizer.vocab_size()},
+      {"end_of_text_id", end_of_text ? int64_t{*end_of_text} : int64_t{-1}},
+      {"field", options.chat_template != nullptr ? "messages"
+                : options.prompt_completion      ? "prompt/completion"
+                                                 : options.field},
+      {"max_shard_bytes", options.max_shard_bytes},
+      {"inputs", files}};
+  // Only for chat data, so that progress files of other runs keep their keys.
+  if (options.chat_template != nullptr) {
+    inputs["chat_template"] = options.chat_template->fingerprint();
+  }
+  return inputs;
 }
 
 // Where an interrupted run picks up: document `documents` (counting every document read,
@@ -315,6 +324,8 @@ CorpusManifest prepare_sources(const std::vector<TextSource>& sources, const std
   STRATA_CHECK(options.max_shard_bytes > 0, "max_shard_bytes ", options.max_shard_bytes);
   STRATA_REQUIRE(options.threads >= 0, "--threads (", options.threads,
                  ") must be at least 1, or 0 for every core");
+  STRATA_REQUIRE(!(options.prompt_completion && options.chat_template != nullptr),
+                 "--prompt-completion and --chat exclude each other: a record is one or the other");
   const nlohmann::ordered_json inputs = preparation_inputs(sources, tokenizer, options);
   CorpusManifest manifest;
   const ResumePoint resume = prepare_output_directory(out_dir, inputs, &manifest);
@@ -322,7 +333,7 @@ CorpusManifest prepare_sources(const std::vector<TextSource>& sources, const std
     manifest.tokenizer = tokenizer.name();
     manifest.vocab_size = tokenizer.vocab_size();
     manifest.dtype = shard_dtype_name(shard_dtype_for_vocab(tokenizer.vocab_size()));
-    manifest.loss_mask = options.prompt_completion;
+    manifest.loss_mask = options.prompt_completion || options.chat_template != nullptr;
     for (const auto& source : sources) {
       std::error_code error;
       const auto bytes = static_cast<int64_t>(fs::file_size(source.path, error));
@@ -335,9 +346,10 @@ CorpusManifest prepare_sources(const std::vector<TextSource>& sources, const std
   ShardWriter writer(out_dir, tokenizer, std::max<int64_t>(1, options.max_shard_bytes / width),
                      inputs, &manifest, resume, options.kill_after_shards);
   {
-    TokenizePipeline pipeline(sources, tokenizer,
-                              DocumentFields{options.field, options.prompt_completion},
-                              thread_count(options.threads), resume.documents);
+    TokenizePipeline pipeline(
+        sources, tokenizer,
+        DocumentFields{options.field, options.prompt_completion, options.chat_template},
+        thread_count(options.threads), resume.documents);
     ProgressLine progress(options.progress_bar);
     int64_t bytes_read = 0, tokens_made = 0;  // this run's, for the progress line
     TokenizedBatch batch;
@@ -450,6 +462,21 @@ TokenStream load_token_shards(const std::string& path) {
     stream.document_starts.insert(stream.document_starts.begin(), 0);
   }
   return stream;
+}
+
+ChatTemplate data_chat_template(const std::string& tokenizer, const std::string& file) {
+  std::error_code error;
+  const bool directory = !tokenizer.empty() && fs::is_directory(tokenizer, error);
+  STRATA_REQUIRE(directory || !file.empty(), "--chat needs a chat template: --tokenizer ",
+                 tokenizer,
+                 " is not a directory with a tokenizer_config.json; give one with "
+                 "--chat-template FILE");
+  if (directory) return ChatTemplate::from_model_dir(tokenizer, file);
+  std::ifstream in(file, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  STRATA_REQUIRE(in.good() || in.eof(), "cannot read chat template ", file);
+  return ChatTemplate(text.str(), file, jinja::Json::object());
 }
 
 int run_data_prepare(const std::vector<std::string>& inputs, const std::string& out_dir,

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "strata/data/chat_template.h"
 #include "strata/data/text_source.h"
 #include "strata/data/tokenizer.h"
 
@@ -21,8 +22,11 @@ struct PrepareOptions {
   int64_t max_shard_bytes = int64_t{64} << 20;  // token bytes per shard file, header excluded
   std::string field = "text";                   // the JSON field holding a record's text
   bool prompt_completion = false;  // JSON records of "prompt" and "completion"; stores a mask
-  int threads = 0;                 // tokenizer threads; 0 = every core
-  bool progress_bar = false;       // redraw a progress line on stderr (only if it is a terminal)
+  // JSON records of chat "messages" rendered by this template; stores a mask on the assistant
+  // turns. Not owned. Exclusive with prompt_completion.
+  const ChatTemplate* chat_template = nullptr;
+  int threads = 0;            // tokenizer threads; 0 = every core
+  bool progress_bar = false;  // redraw a progress line on stderr (only if it is a terminal)
   // For the tests of resumption: the process kills itself (SIGKILL) once this many shards
   // are recorded; -1 = never. `strata data prepare` reads it from
   // STRATA_PREPARE_KILL_AFTER_SHARDS.
@@ -46,7 +50,7 @@ struct CorpusManifest {
   std::string dtype;  // "uint16" | "uint32"
   int64_t total_tokens = 0;
   int64_t documents = 0;
-  bool loss_mask = false;  // the shards carry a loss mask (prompt/completion data)
+  bool loss_mask = false;  // the shards carry a loss mask (prompt/completion or chat data)
   std::vector<Shard> shards;
   std::vector<Source> sources;
 };
@@ -84,6 +88,11 @@ struct TokenStream {
 // the manifest) or of a single shard file, with the document starts and loss mask they
 // store. Shards of format version 1 keep no boundaries: a stream with any of them has none.
 TokenStream load_token_shards(const std::string& path);
+
+// The template `strata data prepare --chat` renders with: `file` (--chat-template) if given,
+// else the chat_template of the tokenizer directory's tokenizer_config.json. Throws UserError
+// when there is none, before any input is read.
+ChatTemplate data_chat_template(const std::string& tokenizer, const std::string& file);
 
 // `strata data prepare`: prepares inputs into out_dir, prints a one-paragraph summary to
 // stdout and returns the exit status (0). Bad input throws UserError for the CLI to report.

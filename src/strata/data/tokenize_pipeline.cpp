@@ -15,23 +15,31 @@ namespace strata {
 void tokenize_document(const DocumentText& document, const Tokenizer& tokenizer, bool masked,
                        TokenizedBatch* out) {
   const std::optional<int32_t> end_of_text = tokenizer.end_of_text_id();
-  std::string_view text = document.text;
+  const auto& segments = document.segments;
+  // Without an end-of-text token the separator is a blank line: the document's own trailing
+  // newlines go, so that documents stay one blank line apart.
+  std::string_view last = segments.empty() ? std::string_view() : segments.back().text;
   if (!end_of_text) {
-    const size_t end = text.find_last_not_of('\n');
-    text = end == std::string_view::npos ? std::string_view() : text.substr(0, end + 1);
+    const size_t end = last.find_last_not_of('\n');
+    last = end == std::string_view::npos ? std::string_view() : last.substr(0, end + 1);
   }
-  if (document.prompt.empty() && text.empty()) {
+  bool empty = last.empty();
+  for (size_t i = 0; i + 1 < segments.size(); ++i) empty = empty && segments[i].text.empty();
+  if (empty) {
     out->document_lengths.push_back(0);
     return;
   }
   const size_t start = out->tokens.size();
-  auto append = [&](const std::vector<int32_t>& tokens, uint8_t carries_loss) {
+  auto append = [&](const std::vector<int32_t>& tokens, bool carries_loss) {
     out->tokens.insert(out->tokens.end(), tokens.begin(), tokens.end());
-    if (masked) out->loss_mask.insert(out->loss_mask.end(), tokens.size(), carries_loss);
+    if (masked) out->loss_mask.insert(out->loss_mask.end(), tokens.size(), carries_loss ? 1 : 0);
   };
-  if (!document.prompt.empty()) append(tokenizer.encode(document.prompt), 0);
-  append(tokenizer.encode(text), 1);
-  append(end_of_text ? std::vector<int32_t>{*end_of_text} : tokenizer.encode("\n\n"), 1);
+  for (size_t i = 0; i < segments.size(); ++i) {
+    const std::string_view text = i + 1 == segments.size() ? last : segments[i].text;
+    if (!text.empty()) append(tokenizer.encode(text), segments[i].carries_loss);
+  }
+  // The separator carries loss: the model learns where a document (a completion) ends.
+  append(end_of_text ? std::vector<int32_t>{*end_of_text} : tokenizer.encode("\n\n"), true);
   out->document_lengths.push_back(static_cast<int64_t>(out->tokens.size() - start));
 }
 
@@ -100,7 +108,7 @@ struct TokenizePipeline::State {
         continue;
       }
       tokenize_document(document_text(source, batch, batch.documents[i], fields), tokenizer,
-                        fields.prompt_completion, &out);
+                        fields.masked(), &out);
     }
     return out;
   }

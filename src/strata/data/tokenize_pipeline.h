@@ -22,13 +22,15 @@ struct TokenizedBatch {
   int64_t first_document = 0;
   int64_t input_bytes = 0;
   std::vector<int32_t> tokens;
-  std::vector<uint8_t> loss_mask;  // prompt/completion data only: 0 for prompt tokens, else 1
+  // Masked data (prompt/completion, chat) only: 1 for the tokens that carry loss, else 0.
+  std::vector<uint8_t> loss_mask;
   // One per document of the batch, in order: how many of `tokens` it became (0 for a
   // document without text, and for one the consumer asked to skip).
   std::vector<int64_t> document_lengths;
 };
 
-// Appends the tokens (and, for prompt/completion fields, the mask) of one document.
+// Appends the tokens (and, when `masked`, the mask) of one document: each segment tokenized on
+// its own, then the separator, which carries loss.
 void tokenize_document(const DocumentText& document, const Tokenizer& tokenizer, bool masked,
                        TokenizedBatch* out);
 
