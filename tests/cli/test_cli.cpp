@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "strata/data/prepare.h"
 #include "test_configs.h"
 #include "test_support.h"
 
@@ -86,6 +87,41 @@ TEST(Cli, DataPrepareResumesAnInterruptedRun) {
             2);
   EXPECT_NE(output.find(dir.file("sft.jsonl") + ":1 has no field \"body\""), std::string::npos)
       << output;
+}
+
+// `strata data prepare --chat`: a chat template from --chat-template (with the byte
+// tokenizer), a loss mask on the assistant turns; no template, or --prompt-completion too, is
+// refused before any work.
+TEST(Cli, DataPrepareChatMasksTheAssistantTurns) {
+  testing::TempDir dir;
+  testing::write_bytes(dir.file("chatml.jinja"),
+                       "{%- for m in messages %}{{- '<|im_start|>' + m['role'] + '\\n' + "
+                       "m['content'] + '<|im_end|>\\n' }}{%- endfor %}{%- if "
+                       "add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}\n");
+  testing::write_bytes(dir.file("chat.jsonl"),
+                       "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}, "
+                       "{\"role\": \"assistant\", \"content\": \"hello\"}]}\n");
+  const std::string command = kStrata + " data prepare " + dir.file("chat.jsonl") + " --chat ";
+  std::string output;
+  ASSERT_EQ(testing::run_command(command + "--chat-template " + dir.file("chatml.jinja") +
+                                     " --out " + dir.file("out"),
+                                 &output),
+            0)
+      << output;
+  EXPECT_NE(output.find("data.loss_mask = \"completion\""), std::string::npos) << output;
+  const TokenStream stream = load_token_shards(dir.file("out"));
+  const std::string text = "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\nhello<|im_end|>";
+  ASSERT_EQ(stream.tokens.size(), text.size() + 2);  // the trailing "\n" trimmed, then "\n\n"
+  const size_t loss_from = text.find("hello");
+  for (size_t i = 0; i < stream.loss_mask.size(); ++i) {
+    EXPECT_EQ(stream.loss_mask[i], i >= loss_from ? 1 : 0) << i;
+  }
+  EXPECT_EQ(testing::run_command(command + "--out " + dir.file("none"), &output), 2);
+  EXPECT_NE(output.find("--chat needs a chat template"), std::string::npos) << output;
+  EXPECT_FALSE(std::filesystem::exists(dir.file("none")));
+  EXPECT_NE(
+      testing::run_command(command + "--prompt-completion --out " + dir.file("both"), &output), 0);
+  EXPECT_NE(output.find("excludes"), std::string::npos) << output;
 }
 
 TEST(Cli, ConfigPrintsEffectiveValues) {

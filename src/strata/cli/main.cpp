@@ -11,6 +11,7 @@
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 
 #include <pthread.h>
@@ -475,9 +476,23 @@ int main(int argc, char** argv) {
   prepare->add_option("--out", out_dir, "Output directory")->required();
   prepare->add_option("--tokenizer", tokenizer_name, "Tokenizer (data.tokenizer; default byte)");
   prepare->add_option("--field", prepare_options.field, "JSON field holding the text (text)");
-  prepare->add_flag("--prompt-completion", prepare_options.prompt_completion,
-                    "JSONL records of \"prompt\" and \"completion\": store a loss mask so "
-                    "only completion tokens carry loss (data.loss_mask = \"completion\")");
+  auto* prompt_completion =
+      prepare->add_flag("--prompt-completion", prepare_options.prompt_completion,
+                        "JSONL records of \"prompt\" and \"completion\": store a loss mask so "
+                        "only completion tokens carry loss (data.loss_mask = \"completion\")");
+  bool prepare_chat = false;
+  std::string prepare_chat_template;
+  auto* chat_flag =
+      prepare
+          ->add_flag("--chat", prepare_chat,
+                     "JSONL records of chat \"messages\", rendered by the chat template: store "
+                     "a loss mask so only the assistant turns carry loss")
+          ->excludes(prompt_completion);
+  prepare
+      ->add_option("--chat-template", prepare_chat_template,
+                   "Jinja chat template file for --chat (default: the --tokenizer directory's "
+                   "tokenizer_config.json chat_template)")
+      ->needs(chat_flag);
   prepare->add_option("--threads", prepare_options.threads, "Tokenizer threads (0 = every core)")
       ->check(CLI::NonNegativeNumber);
   double shard_mib = 64;
@@ -511,6 +526,11 @@ int main(int argc, char** argv) {
     if (*prepare) {
       prepare_options.max_shard_bytes =
           std::max<int64_t>(1, static_cast<int64_t>(shard_mib * (1 << 20)));
+      std::optional<ChatTemplate> chat_template;  // parsed once, shared by the threads
+      if (prepare_chat) {
+        chat_template.emplace(data_chat_template(tokenizer_name, prepare_chat_template));
+        prepare_options.chat_template = &*chat_template;
+      }
       return run_data_prepare(inputs, out_dir, tokenizer_name, prepare_options);
     }
   } catch (const UserError& error) {
