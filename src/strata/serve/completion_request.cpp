@@ -4,30 +4,37 @@
 
 #include <algorithm>
 #include <cmath>
+#include <initializer_list>
 
 #include "strata/core/error.h"
 
 namespace strata {
 namespace {
 
+// The fields both APIs read (read_body's model, read_sampling's, read_limit's max_tokens, and
+// logprobs in each API's form), then each API's own.
+std::vector<std::string> fields_with(std::initializer_list<const char*> own) {
+  std::vector<std::string> fields = {"model",
+                                     "max_tokens",
+                                     "temperature",
+                                     "top_p",
+                                     "top_k",
+                                     "seed",
+                                     "stop",
+                                     "stream",
+                                     "stream_options",
+                                     "logprobs",
+                                     "n",
+                                     "presence_penalty",
+                                     "frequency_penalty",
+                                     "ignore_eos"};
+  fields.insert(fields.end(), own.begin(), own.end());
+  return fields;
+}
+
 const std::vector<std::string>& allowed_fields() {
-  static const std::vector<std::string> fields = {"model",
-                                                  "prompt",
-                                                  "max_tokens",
-                                                  "temperature",
-                                                  "top_p",
-                                                  "top_k",
-                                                  "seed",
-                                                  "stop",
-                                                  "stream",
-                                                  "stream_options",
-                                                  "logprobs",
-                                                  "echo",
-                                                  "n",
-                                                  "presence_penalty",
-                                                  "frequency_penalty",
-                                                  "return_token_ids",
-                                                  "ignore_eos"};
+  static const std::vector<std::string> fields =
+      fields_with({"prompt", "echo", "return_token_ids"});
   return fields;
 }
 
@@ -326,23 +333,8 @@ CompletionRequest parse_completion_request(const std::string& text, const Served
 }
 
 CompletionRequest parse_chat_request(const std::string& text, const ServedModel& model) {
-  static const std::vector<std::string> allowed = {"model",
-                                                   "messages",
-                                                   "max_tokens",
-                                                   "max_completion_tokens",
-                                                   "temperature",
-                                                   "top_p",
-                                                   "top_k",
-                                                   "seed",
-                                                   "stop",
-                                                   "stream",
-                                                   "stream_options",
-                                                   "logprobs",
-                                                   "top_logprobs",
-                                                   "n",
-                                                   "presence_penalty",
-                                                   "frequency_penalty",
-                                                   "ignore_eos"};
+  static const std::vector<std::string> allowed =
+      fields_with({"messages", "max_completion_tokens", "top_logprobs"});
   const nlohmann::json body = read_body(text, allowed, model);
   if (!model.tokenizer || !model.chat_template) {
     invalid("messages",
