@@ -17,7 +17,7 @@ ctest --test-dir build --output-on-failure -j 2 --timeout 900
 
 # -O1: sanitizer instrumentation of ATen-heavy code at -O3 compiles several times slower.
 # The sanitizer build makes the libraries' single-process tests (label "sanitize"; see
-# tests/CMakeLists.txt), not the binary the CLI tests drive.
+# tests/CMakeLists.txt) and the binary two of the Hugging Face tests drive.
 STRATA_BUILD_TARGET=strata_sanitizer_tests \
   bash scripts/build.sh build-sanitize -DSTRATA_WERROR=ON -DSTRATA_SANITIZE=ON \
   -DCMAKE_CXX_FLAGS_RELEASE=-O1
