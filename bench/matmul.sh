@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # GEMM rates behind the precision and MFU numbers: bench/matmul_peak in float32 and bfloat16,
 # alternating over ROUNDS rounds, at THREADS threads and the benchmark model's shapes. Rows per
-# dtype: strata's product (parallel/linear.h: oneDNN's sgemm; bf16 operands upcast to float32
-# on CPU) and ATen's matmul (OpenBLAS in float32, oneDNN's bf16 GEMM in bfloat16), each the
-# median over rounds of its best shape, in GFLOP/s.
+# dtype: strata's product (parallel/linear.h, along the route the product probe chose at start-up:
+# oneDNN's sgemm, or for bf16 oneDNN's bf16 GEMM or its sgemm on float32 copies) and ATen's matmul
+# (OpenBLAS in float32, oneDNN's bf16 GEMM in bfloat16), each the median over rounds of its best
+# shape, in GFLOP/s.
 #
 #   bench/matmul.sh [BUILD_DIR]
 #
@@ -37,7 +38,8 @@ for dtype in ("fp32", "bf16"):
         best = []
         for r in range(1, rounds + 1):
             runs = [json.loads(l) for l in open(f"{work}/{dtype}-{r}.jsonl")]
-            best.append(max(x["gflops"] for x in runs if x["shape"].startswith("aten-") == (kind == "aten")))
+            best.append(max(x["gflops"] for x in runs
+                            if "gflops" in x and x["shape"].startswith("aten-") == (kind == "aten")))
         rows.append({"name": f"{kind} {dtype}", "metric": f"{label} GFLOP/s (best shape)",
                      "value": statistics.median(best), "rounds": best})
 for row in rows:

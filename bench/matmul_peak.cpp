@@ -12,6 +12,10 @@
 //
 // --dtype bf16 measures the same products in bfloat16 (train.precision = "bf16"'s peak).
 //
+// Before measuring at a thread count, the product probe (kernels/product_probe.h) chooses the
+// route of these forward products at that thread count, as a run does at start-up (not cached:
+// each invocation probes); a "route" row names the choice.
+//
 //   matmul_peak [--threads 1,2] [--tokens 2048] [--d-model 768] [--dtype fp32|bf16]
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -27,6 +31,7 @@
 #include <vector>
 
 #include "strata/kernels/matmul_peak.h"
+#include "strata/kernels/product_probe.h"
 
 namespace {
 
@@ -118,6 +123,17 @@ int main(int argc, char** argv) {
       return 2;
     }
     at::set_num_threads(threads);
+    std::vector<strata::ProductShape> forwards;
+    for (const strata::MatmulShape& shape : strata::matmul_peak_shapes()) {
+      forwards.push_back({shape.m, shape.n, shape.k, false, true});
+    }
+    for (const Shape& shape : shapes) forwards.push_back({shape.m, shape.n, shape.k, false, true});
+    const strata::ProductProbe probe = strata::probe_products(dtype, forwards);
+    probe.use();
+    for (const strata::ProbedClass& probed : probe.classes) {
+      std::printf("{\"threads\": %d, \"dtype\": \"%s\", \"shape\": \"route\", \"route\": \"%s\"}\n",
+                  threads, dtype_name, strata::route_name(probed.route).c_str());
+    }
     print_row(threads, dtype_name, "probe", strata::measure_matmul_peak(dtype) / 1e9);
     for (const Shape& shape : shapes) {
       const double flops =

@@ -60,21 +60,35 @@ TEST(Env, ReportsVersionsLibrariesAndTheCpu) {
   }
 }
 
-// A few float32 rows take the few-row kernel; 1024 rows the blocked product (oneDNN's where
-// it is loaded); bf16 the same, in float32 where the CPU lacks AMX.
-TEST(Env, ReportsThePathOfEachProduct) {
+// A few rows take the few-row kernel; each class of larger products the route the probe chose
+// among its candidates: the default, or one at least 10% faster than the default (both timings
+// shown), in float32 and bf16, for the forward and both gradients.
+TEST(Env, ReportsTheRouteOfEachProductClassWithItsTimings) {
   const nlohmann::json env = env_json();
-  const bool amx = env["cpu"]["features"].get<std::string>().find("amx_bf16") != std::string::npos;
   const std::string blocked = env["onednn_sgemm"].get<bool>() ? "oneDNN sgemm" : "ATen matmul";
-  ASSERT_EQ(env["products"].size(), 4u);
+  std::set<std::string> classes;
   for (const auto& product : env["products"]) {
-    const bool bf16 = product["dtype"] == "bfloat16";
-    const bool few = product["rows"].get<int64_t>() == 8;
-    EXPECT_EQ(product["in_float32"].get<bool>(), bf16 && !amx) << product;
-    EXPECT_EQ(product["path"], bf16 && amx ? "ATen matmul"
-                               : few       ? "few-row kernel"
-                                           : blocked)
-        << product;
+    const std::string name = product["class"], route = product["route"];
+    classes.insert(name + " " + product["rows"].get<std::string>().substr(0, 5));
+    if (product["rows"] == "up to 48") {
+      EXPECT_EQ(route.rfind("few-row kernel", 0), 0u) << product;
+      continue;
+    }
+    const nlohmann::json& seconds = product["seconds"];
+    const std::string by_default = product["default"];
+    ASSERT_TRUE(seconds.contains(route) && seconds.contains(by_default)) << product;
+    if (route != by_default) {
+      EXPECT_LT(seconds[route].get<double>(), 0.9 * seconds[by_default].get<double>()) << product;
+    }
+    if (name.rfind("float32 ", 0) == 0) {
+      EXPECT_EQ(by_default, blocked) << product;
+    }
+  }
+  for (const std::string dtype : {"float32", "bfloat16"}) {
+    for (const std::string layout : {"x.w^T up to", "x.w^T 512 (", "dy.w 512 (", "dy^T.x 512 ("}) {
+      EXPECT_EQ(classes.count(dtype + " " + layout), 1u)
+          << dtype << " " << layout << " in " << env["products"];
+    }
   }
 }
 

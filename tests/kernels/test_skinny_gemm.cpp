@@ -3,8 +3,9 @@
 // a partial panel, k that ends inside a vector, row strides wider than the rows, exactly sized
 // operands, shapes that run on two threads (for their work, for their weight); each row's bits
 // do not depend on the other rows of the call, on the row count or on the thread count (what
-// serving's determinism rests on); linear's forward takes this path for a few rows and the
-// others beyond; empty sizes; bad sizes and strides refused.
+// serving's determinism rests on); bf16 operands give the bits of their float32 copies, from
+// memory read as bf16; linear's forward takes this path for a few rows and the others beyond;
+// empty sizes; bad sizes and strides refused.
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
@@ -12,6 +13,7 @@
 
 #include <limits>
 #include <string>
+#include <tuple>
 
 #include "strata/kernels/skinny_gemm.h"
 #include "strata/parallel/linear.h"
@@ -112,6 +114,35 @@ TEST(SkinnyGemm, EachRowIsTheSameWhateverSharesTheCall) {
   }
 }
 
+// The bf16 product is the float32 product of the widened operands, bit for bit, for every row
+// count of the blocks, columns that leave partial groups and panels, k that ends inside a
+// vector, strided rows, threaded or not; operands of exactly their size are read no further
+// (the sanitizer build sees a load past the end).
+TEST(SkinnyGemm, Bf16OperandsGiveTheirFloat32CopiesBits) {
+  at::manual_seed(17);
+  const Threads two(2);
+  for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{1, 70, 37},
+                         {3, 5, 16},
+                         {4, 131, 100},
+                         {7, 65, 1},
+                         {kSkinnyRows, 64, 17},
+                         {8, 1024, 768}}) {
+    const at::Tensor x = padded(m, k).to(at::kBFloat16), w = padded(n, k, 5).to(at::kBFloat16);
+    at::Tensor out = at::full({m, n + 2}, std::numeric_limits<float>::quiet_NaN());
+    skinny_gemm_nt(m, n, k, x.data_ptr<at::BFloat16>(), x.stride(0), w.data_ptr<at::BFloat16>(),
+                   w.stride(0), out.data_ptr<float>(), out.stride(0));
+    EXPECT_TRUE(out.narrow(1, n, 2).isnan().all().item<bool>()) << "wrote past column " << n;
+    const at::Tensor want = skinny(x.to(at::kFloat).contiguous(), w.to(at::kFloat).contiguous());
+    EXPECT_TRUE(at::equal(out.narrow(1, 0, n), want)) << "m " << m << " n " << n << " k " << k;
+  }
+  const at::Tensor x = at::randn({3, 37}).to(at::kBFloat16),
+                   w = at::randn({7, 37}).to(at::kBFloat16);
+  at::Tensor out = at::empty({3, 7});
+  skinny_gemm_nt(3, 7, 37, x.data_ptr<at::BFloat16>(), 37, w.data_ptr<at::BFloat16>(), 37,
+                 out.data_ptr<float>(), 7);
+  EXPECT_TRUE(at::equal(out, skinny(x.to(at::kFloat), w.to(at::kFloat))));
+}
+
 TEST(SkinnyGemm, EmptySizesWriteNothing) {
   const at::Tensor x = at::randn({4, 8}), w = at::randn({6, 8});
   at::Tensor out = at::full({4, 6}, 5.0f);
@@ -136,9 +167,9 @@ TEST(SkinnyGemm, RefusesNegativeSizesAndShortStrides) {
 }
 
 // linear's forward on a few float32 rows is this kernel's product, bit for bit, and its
-// gradients still match float64 (the backward's products are not few-row ones); one row more
-// than kSkinnyRows, bf16 rows (multiplied in float32 where the CPU lacks AMX) and a weight of
-// the wrong width take or refuse the other paths.
+// gradients still match float64 (the backward's products are not few-row ones); bf16 rows are
+// the kernel's bf16 product, rounded; one row more than kSkinnyRows and a weight of the wrong
+// width take or refuse the other paths.
 TEST(SkinnyGemm, IsLinearsForwardForAFewRows) {
   at::manual_seed(3);
   const at::Tensor x = at::randn({2, 5, 64}).requires_grad_(true);
@@ -164,10 +195,9 @@ TEST(SkinnyGemm, IsLinearsForwardForAFewRows) {
       1e-4);
   const at::Tensor half = strata::linear(flat.to(at::kBFloat16), w.detach().to(at::kBFloat16));
   EXPECT_EQ(half.scalar_type(), at::kBFloat16);
-  const at::Tensor half_want = at::mm(flat.to(at::kBFloat16).to(at::kDouble),
-                                      w.detach().to(at::kBFloat16).to(at::kDouble).t());
-  EXPECT_LE((half.to(at::kDouble) - half_want).abs().max().item<double>(),
-            1e-2 * (1 + half_want.abs().max().item<double>()));
+  const at::Tensor half_want =
+      skinny(flat.to(at::kBFloat16).to(at::kFloat), w.detach().to(at::kBFloat16).to(at::kFloat));
+  EXPECT_TRUE(at::equal(half, half_want.to(at::kBFloat16)));
   EXPECT_THROW(strata::linear(flat, at::randn({48, 63})), std::exception);
 }
 

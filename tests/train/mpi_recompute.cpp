@@ -112,11 +112,11 @@ double activation_formula_bytes(const Config& config, Recompute mode) {
                           ? e * n * h + 4 * a * n
                           : (4 + (e < 4 ? e : 0)) * a * s * n;
   const double head = 4 * n * h + e * n * h + 2 * 4 * n * V;
-  // 16-bit products that run in float32 on CPU (parallel/linear.cpp: fp16, and bf16 without
-  // AMX): the up-projection's float32 output 4*n*F lives until it is rounded, on top of
-  // whatever the peak holds.
-  const double transient =
-      cpu_multiplies_in_float32(compute_dtype(config.train.precision)) ? 4 * n * F : 0.0;
+  // 16-bit forward products that run in float32 on CPU (the route the run's probe chose,
+  // kernels/matmul.h: fp16 always, bf16 where it is faster): the up-projection's float32 output
+  // 4*n*F lives until it is rounded, on top of whatever the peak holds.
+  const bool widened = class_route({compute_dtype(config.train.precision), false, true}).in_float32;
+  const double transient = widened ? 4 * n * F : 0.0;
   switch (mode) {
     case Recompute::none:
       return L * (kept + core) + head + transient;
@@ -147,7 +147,7 @@ TEST(Recompute, ActivationPeakMatchesTheFormula) {
         config.train.recompute = mode;
         const double measured = static_cast<double>(
             testing::train_on(self, config).metrics.back().mem.activations_peak);
-        const double formula = activation_formula_bytes(config, mode);
+        const double formula = activation_formula_bytes(config, mode);  // the run's routes
         EXPECT_NEAR(measured, formula, 0.1 * formula)
             << name_of(kernel) << " " << name_of(precision) << " " << name_of(mode);
       }

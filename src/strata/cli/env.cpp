@@ -11,10 +11,13 @@
 #include <set>
 
 #include "strata/cli/build_commit.h"
+#include "strata/core/cache_dir.h"
 #include "strata/core/error.h"
 #include "strata/dist/mpi_version.h"
 #include "strata/kernels/cpu.h"
 #include "strata/kernels/matmul.h"
+#include "strata/kernels/product_probe.h"
+#include "strata/kernels/skinny_gemm.h"
 
 namespace strata {
 namespace {
@@ -34,25 +37,47 @@ std::vector<std::string> blas_libraries() {
   return {found.begin(), found.end()};
 }
 
-// The path of a linear layer's forward product: `rows` rows of d_model 768 by a 768 x 768
-// weight, in `dtype`.
-nlohmann::json product_row(int64_t rows, at::ScalarType dtype) {
-  const at::Tensor x = at::empty({rows, 768}, at::dtype(dtype));
-  const at::Tensor weight = at::empty({768, 768}, at::dtype(dtype));
-  const ProductRoute route = route_product(x, weight, false, true);
-  return {{"dtype", dtype == at::kFloat ? "float32" : "bfloat16"},
-          {"rows", rows},
-          {"k", 768},
-          {"n", 768},
-          {"path", product_path_name(route.path)},
-          {"in_float32", route.in_float32}};
+// The routes of the products of a d_model 768 layer (GPT-2 small's: q, k, v and the output
+// projection 768 x 768, the MLP 768 x 3072 and back) training on 512 rows, in `dtype`: each
+// class with the route this machine's probe chose and every candidate's seconds
+// (kernels/product_probe.h; probed once, then read from the cache), and the few-row kernel's
+// rows.
+nlohmann::json product_routes(at::ScalarType dtype) {
+  std::vector<ProductShape> shapes;
+  for (const auto& [in, out] : {std::pair<int64_t, int64_t>{768, 768}, {768, 3072}, {3072, 768}}) {
+    shapes.push_back({512, out, in, false, true});
+    shapes.push_back({512, in, out, false, false});
+    shapes.push_back({out, in, 512, true, false});
+  }
+  std::string cache_dir;
+  try {
+    cache_dir = default_cache_dir();
+  } catch (const UserError&) {  // probed every time
+  }
+  const ProductProbe probe = cache_dir.empty() ? probe_products(dtype, shapes)
+                                               : cached_product_probe(dtype, shapes, cache_dir);
+  nlohmann::json classes = nlohmann::json::array();
+  classes.push_back({{"class", dtype_name(dtype) + " x.w^T"},
+                     {"rows", str("up to ", kSkinnyRows)},
+                     {"route", route_name({ProductPath::few_rows, dtype != at::kFloat})},
+                     {"seconds", nlohmann::json::object()}});
+  for (const ProbedClass& probed : probe.classes) {
+    nlohmann::json seconds = nlohmann::json::object();
+    for (const auto& [route, time] : probed.seconds) seconds[route_name(route)] = time;
+    classes.push_back({{"class", class_name(probed.product)},
+                       {"rows", str("512 (", probed.shapes, " shapes)")},
+                       {"route", route_name(probed.route)},
+                       {"default", route_name(default_route(probed.product))},
+                       {"seconds", seconds}});
+  }
+  return classes;
 }
 
 nlohmann::json environment() {
   const CpuInfo& cpu = cpu_info();
   nlohmann::json products = nlohmann::json::array();
   for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
-    for (int64_t rows : {int64_t{8}, int64_t{1024}}) products.push_back(product_row(rows, dtype));
+    for (const auto& route : product_routes(dtype)) products.push_back(route);
   }
   const std::string features = cpu_feature_list(cpu);
   return {
@@ -109,9 +134,13 @@ void print_text(const nlohmann::json& env) {
                           ", STRATA_CPU_PATH " + or_none(cpu["forced_path"]) + ")");
   line("threads", std::to_string(env["threads"].get<int>()));
   for (const auto& product : env["products"]) {
-    line("product", str(or_none(product["dtype"]), " ", product["rows"].get<int64_t>(),
-                        " x 768 by 768: ", or_none(product["path"]),
-                        product["in_float32"].get<bool>() ? " (in float32)" : ""));
+    std::string timings;
+    for (const auto& [route, seconds] : product["seconds"].items()) {
+      timings += str(timings.empty() ? " (" : ", ", route, " ",
+                     static_cast<int64_t>(seconds.get<double>() * 1e6), " us");
+    }
+    line("product", str(or_none(product["class"]), ", ", or_none(product["rows"]),
+                        " rows: ", or_none(product["route"]), timings, timings.empty() ? "" : ")"));
   }
 }
 

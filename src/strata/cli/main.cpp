@@ -38,6 +38,7 @@
 #include "strata/hf/hf_config.h"
 #include "strata/hf/hf_export.h"
 #include "strata/infer/generate.h"
+#include "strata/model/product_routes.h"
 #include "strata/plan/calibrate.h"
 #include "strata/plan/search.h"
 #include "strata/serve/serve.h"
@@ -204,6 +205,11 @@ int run_generate(const GenerateFlags& flags, const std::vector<std::string>& arg
                      ", got '", flags.precision, "'");
     }
     auto model = load_model_from_checkpoint(flags.checkpoint, &config, &world, compute);
+    {  // the products of `strata serve` on as many tensor-parallel ranks: chosen alike
+      Config served = config;
+      served.parallel.tp = world.size();
+      choose_product_routes(world, served, serving_products(served));
+    }
     const auto tokenizer = model_tokenizer(flags.checkpoint, config);
     std::vector<int64_t> prompt_tokens;
     if (!flags.prompt_ids.empty()) {

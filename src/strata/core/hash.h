@@ -1,9 +1,12 @@
+// Two hashes every part of strata shares.
+//
 // SplitMix64's finalizer (Steele, Lea, Flood 2014): a bijection on 64-bit words whose output
 // bits each depend on every input bit, so consecutive inputs give unrelated outputs. The one
 // mixer behind parameter initialization seeds (model/parameter.h), the data sampler
 // (data/sampler.h) and synthetic data.
 #pragma once
 #include <cstdint>
+#include <string_view>
 
 namespace strata {
 
@@ -12,6 +15,14 @@ inline uint64_t splitmix64(uint64_t x) {
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
   x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
   return x ^ (x >> 31);
+}
+
+// FNV-1a, 64 bit, continuing from `hash`: stable across builds and hosts (std::hash is not),
+// ample for cache keys, fingerprints and file-name labels.
+constexpr uint64_t kFnv1aBasis = 0xcbf29ce484222325ull;
+inline uint64_t fnv1a(std::string_view text, uint64_t hash = kFnv1aBasis) {
+  for (unsigned char byte : text) hash = (hash ^ byte) * 0x100000001b3ull;
+  return hash;
 }
 
 }  // namespace strata

@@ -10,6 +10,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "strata/core/hash.h"
+
 namespace strata {
 
 namespace {
@@ -89,11 +91,10 @@ ChatTemplate ChatTemplate::from_model_dir(const std::string& dir,
 
 ChatTemplate::ChatTemplate(std::string_view source, std::string name, jinja::Json special_tokens)
     : template_(source, std::move(name)), special_tokens_(std::move(special_tokens)) {
-  // FNV-1a: stable across builds and platforms, unlike std::hash.
   const std::string tokens = special_tokens_.dump();
-  uint64_t hash = 0xcbf29ce484222325ull;
+  uint64_t hash = kFnv1aBasis;
   for (std::string_view part : {source, std::string_view("\0", 1), std::string_view(tokens)}) {
-    for (unsigned char c : part) hash = (hash ^ c) * 0x100000001b3ull;
+    hash = fnv1a(part, hash);
   }
   char hex[17];
   std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(hash));

@@ -11,6 +11,7 @@
 #include <filesystem>
 
 #include "strata/core/error.h"
+#include "strata/core/hash.h"
 #include "strata/data/atomic_file.h"
 #include "strata/data/prepare.h"
 
@@ -24,21 +25,6 @@ namespace {
 // reused for a different token stream. 2: each fortune is a document, shards keep document
 // boundaries.
 constexpr int kCacheFormatVersion = 2;
-
-// FNV-1a, 64 bit: stable across builds and hosts (std::hash is not), ample for a cache key.
-uint64_t fnv1a(const std::string& text) {
-  uint64_t hash = 0xcbf29ce484222325ull;
-  for (unsigned char byte : text) {
-    hash ^= byte;
-    hash *= 0x100000001b3ull;
-  }
-  return hash;
-}
-
-std::string non_empty_env(const char* name) {
-  const char* value = std::getenv(name);
-  return value != nullptr ? value : "";
-}
 
 // A tokenizer's name as part of a file name: a tokenizer loaded from a directory is named by
 // its path, so '/' and other bytes outside [A-Za-z0-9._-] become '_', and only the last 32
@@ -57,15 +43,6 @@ bool is_prepared(const std::string& dir) {
 }
 
 }  // namespace
-
-std::string default_cache_dir() {
-  if (auto dir = non_empty_env("STRATA_CACHE_DIR"); !dir.empty()) return dir;
-  if (auto dir = non_empty_env("XDG_CACHE_HOME"); !dir.empty()) return dir + "/strata";
-  if (auto dir = non_empty_env("HOME"); !dir.empty()) return dir + "/.cache/strata";
-  throw UserError(
-      "no cache directory for the tokenized corpus: set STRATA_CACHE_DIR (or XDG_CACHE_HOME "
-      "or HOME)");
-}
 
 std::string corpus_cache_key(const std::vector<TextSource>& sources, const Tokenizer& tokenizer) {
   std::string description =

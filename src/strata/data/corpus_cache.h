@@ -5,14 +5,11 @@
 #include <string>
 #include <vector>
 
+#include "strata/core/cache_dir.h"  // default_cache_dir
 #include "strata/data/text_source.h"
 #include "strata/data/tokenizer.h"
 
 namespace strata {
-
-// $STRATA_CACHE_DIR, else $XDG_CACHE_HOME/strata, else $HOME/.cache/strata. Throws
-// UserError when none of these variables is set.
-std::string default_cache_dir();
 
 // "<tokenizer>-<16 hex digits>" (the tokenizer's name made safe for a file name: a directory
 // path's '/' become '_'): a hash of the cache format version, the tokenizer name and

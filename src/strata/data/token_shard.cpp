@@ -9,6 +9,7 @@
 #include <fstream>
 
 #include "strata/core/error.h"
+#include "strata/core/hash.h"
 #include "strata/data/atomic_file.h"
 
 namespace strata {
@@ -42,11 +43,7 @@ const char* shard_dtype_name(ShardDtype dtype) {
 
 std::string shard_tokenizer_label(const std::string& name) {
   if (name.size() < kShardNameBytes) return name;
-  uint64_t hash = 0xcbf29ce484222325ull;
-  for (unsigned char byte : name) {
-    hash ^= byte;
-    hash *= 0x100000001b3ull;
-  }
+  const uint64_t hash = fnv1a(name);
   char label[18];
   std::snprintf(label, sizeof(label), "#%016llx", static_cast<unsigned long long>(hash));
   return label;

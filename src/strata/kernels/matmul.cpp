@@ -12,47 +12,56 @@ namespace {
 
 std::atomic<int64_t> taken[kProductPaths];
 
-// 16-bit operands on CPU multiply in float32 and the product is rounded: a product of two
-// 16-bit numbers is exact in float32, so this is what a bf16 GEMM accumulating in float32
-// computes. Without AMX oneDNN's float32 sgemm runs about 3x faster than its bf16 GEMM (an
-// AVX-512 BF16 Xeon, 2 threads: ~250 against ~80 GFLOP/s); with AMX its bf16 GEMM runs about
-// 5x faster than float32 (the `matmul` record of docs/performance.md), so bf16 stays bf16
-// there. libtorch 1.13 has no CPU float16 GEMM at all. A CUDA tensor multiplies natively.
-bool multiplies_in_float32(const at::Tensor& a) {
-  return a.is_cpu() && cpu_multiplies_in_float32(a.scalar_type());
+// The chosen routes (use_product_routes), by dtype (float32, bf16, float16) and layout (the two
+// transposes): -1 for none, else 2 * path + in_float32. Atomic: a serving engine's threads read
+// them while nothing writes.
+constexpr int kDtypes = 3, kLayouts = 4;
+std::atomic<int> chosen[kDtypes][kLayouts] = {};
+
+int dtype_index(at::ScalarType dtype) {
+  switch (dtype) {
+    case at::kFloat:
+      return 0;
+    case at::kBFloat16:
+      return 1;
+    case at::kHalf:
+      return 2;
+    default:
+      return -1;
+  }
 }
 
-// The path of the operands, read as float32 when `widened` (multiplied in float32).
-ProductPath path_of(const at::Tensor& a, const at::Tensor& b, bool a_transposed, bool b_transposed,
-                    bool widened) {
-  const int64_t m = a.size(a_transposed ? 1 : 0), k = a.size(a_transposed ? 0 : 1);
-  const auto is_float = [widened](const at::Tensor& x) {
-    return widened || x.scalar_type() == at::kFloat;
-  };
-  // The raw-pointer kernels take float32 CPU matrices whose inner sizes agree; anything else
-  // goes to ATen's matmul, which also names a mismatch.
-  const bool raw =
-      a.is_cpu() && b.is_cpu() && is_float(a) && is_float(b) && b.size(b_transposed ? 1 : 0) == k;
-  if (raw && !a_transposed && b_transposed && m <= kSkinnyRows) return ProductPath::few_rows;
-  const bool onednn = cpu_info().onednn_sgemm != nullptr;
-  if (!raw || !onednn || a.numel() == 0 || b.numel() == 0) return ProductPath::aten;
-  return ProductPath::onednn_tile;
+std::atomic<int>* chosen_slot(const ProductClass& product) {
+  const int dtype = dtype_index(product.dtype);
+  if (dtype < 0) return nullptr;
+  return &chosen[dtype][2 * product.a_transposed + product.b_transposed];
 }
 
-at::Tensor multiply(const at::Tensor& a, const at::Tensor& b, bool a_transposed,
+bool sixteen_bit(at::ScalarType dtype) { return dtype == at::kBFloat16 || dtype == at::kHalf; }
+
+ProductPath float32_path() {
+  return cpu_info().onednn_sgemm != nullptr ? ProductPath::onednn_tile : ProductPath::aten;
+}
+
+// CPU operands whose inner sizes agree (route_product checked them), along `path`: float32 for
+// the raw-pointer paths (bf16 too for the few-row kernel), any dtype for ATen's.
+at::Tensor multiply(ProductPath path, const at::Tensor& a, const at::Tensor& b, bool a_transposed,
                     bool b_transposed) {
-  const ProductPath path = path_of(a, b, a_transposed, b_transposed, false);
-  taken[static_cast<int>(path)].fetch_add(1, std::memory_order_relaxed);
   if (path == ProductPath::aten) {
     return at::matmul(a_transposed ? a.t() : a, b_transposed ? b.t() : b);
   }
   const int64_t m = a.size(a_transposed ? 1 : 0), k = a.size(a_transposed ? 0 : 1);
   const int64_t n = b.size(b_transposed ? 0 : 1);
   const at::Tensor ac = a.contiguous(), bc = b.contiguous();
-  at::Tensor out = at::empty({m, n}, ac.options());
+  at::Tensor out = at::empty({m, n}, ac.options().dtype(at::kFloat));
   if (path == ProductPath::few_rows) {
-    skinny_gemm_nt(m, n, k, ac.data_ptr<float>(), k, bc.data_ptr<float>(), k, out.data_ptr<float>(),
-                   n);
+    if (ac.scalar_type() == at::kBFloat16) {  // read as stored, widened in the registers
+      skinny_gemm_nt(m, n, k, ac.data_ptr<at::BFloat16>(), k, bc.data_ptr<at::BFloat16>(), k,
+                     out.data_ptr<float>(), n);
+    } else {
+      skinny_gemm_nt(m, n, k, ac.data_ptr<float>(), k, bc.data_ptr<float>(), k,
+                     out.data_ptr<float>(), n);
+    }
     return out;
   }
   tile_gemm(m, n, k, 1.0f, TileOperand<float>{ac.data_ptr<float>(), ac.size(1), a_transposed},
@@ -75,23 +84,106 @@ const char* product_path_name(ProductPath path) {
   return "ATen matmul";
 }
 
-bool cpu_multiplies_in_float32(at::ScalarType dtype) {
-  return dtype == at::kHalf || (dtype == at::kBFloat16 && !cpu_info().amx_bf16);
+std::string route_name(const ProductRoute& route) {
+  return std::string(product_path_name(route.path)) + (route.in_float32 ? " in float32" : "");
+}
+
+std::string dtype_name(at::ScalarType dtype) {
+  switch (dtype) {
+    case at::kFloat:
+      return "float32";
+    case at::kBFloat16:
+      return "bfloat16";
+    case at::kHalf:
+      return "float16";
+    default:
+      return c10::toString(dtype);
+  }
+}
+
+std::string class_name(const ProductClass& product) {
+  const char* layout = product.a_transposed ? (product.b_transposed ? "a^T.b^T" : "dy^T.x")
+                                            : (product.b_transposed ? "x.w^T" : "dy.w");
+  return dtype_name(product.dtype) + " " + layout;
+}
+
+std::vector<ProductRoute> candidate_routes(const ProductClass& product) {
+  const ProductPath f32 = float32_path();
+  switch (product.dtype) {
+    case at::kFloat:
+      if (f32 == ProductPath::aten) return {{ProductPath::aten, false}};
+      return {{f32, false}, {ProductPath::aten, false}};
+    case at::kBFloat16:
+      if (cpu_info().amx_bf16) return {{ProductPath::aten, false}, {f32, true}};
+      return {{f32, true}, {ProductPath::aten, false}};
+    case at::kHalf:
+      return {{f32, true}};
+    default:
+      return {{ProductPath::aten, false}};
+  }
+}
+
+ProductRoute default_route(const ProductClass& product) {
+  return candidate_routes(product).front();
+}
+
+void use_product_routes(const std::vector<std::pair<ProductClass, ProductRoute>>& routes) {
+  for (auto& by_dtype : chosen) {
+    for (auto& slot : by_dtype) slot.store(-1);
+  }
+  for (const auto& [product, route] : routes) {
+    if (std::atomic<int>* slot = chosen_slot(product)) {
+      slot->store(2 * static_cast<int>(route.path) + route.in_float32);
+    }
+  }
+}
+
+ProductRoute class_route(const ProductClass& product) {
+  const std::atomic<int>* slot = chosen_slot(product);
+  const int code = slot != nullptr ? slot->load(std::memory_order_relaxed) : -1;
+  // The zero-initialized table before the first use_product_routes reads as few_rows, which no
+  // class is routed to: the default.
+  if (code <= 1) return default_route(product);
+  return {static_cast<ProductPath>(code / 2), (code & 1) != 0};
 }
 
 ProductRoute route_product(const at::Tensor& a, const at::Tensor& b, bool a_transposed,
                            bool b_transposed) {
-  const bool widened = multiplies_in_float32(a);
-  return {path_of(a, b, a_transposed, b_transposed, widened), widened};
+  const at::ScalarType dtype = a.scalar_type();
+  const int64_t m = a.size(a_transposed ? 1 : 0), k = a.size(a_transposed ? 0 : 1);
+  // Other devices, mixed dtypes and inner sizes that disagree go to ATen's matmul, which
+  // multiplies on the device or names the mismatch.
+  if (!a.is_cpu() || !b.is_cpu() || b.scalar_type() != dtype || b.size(b_transposed ? 1 : 0) != k) {
+    return {ProductPath::aten, false};
+  }
+  if (!a_transposed && b_transposed && m <= kSkinnyRows &&
+      (dtype == at::kFloat || sixteen_bit(dtype))) {
+    return {ProductPath::few_rows, sixteen_bit(dtype)};
+  }
+  ProductRoute route = class_route({dtype, a_transposed, b_transposed});
+  if (a.numel() == 0 || b.numel() == 0) route.path = ProductPath::aten;
+  return route;
+}
+
+at::Tensor product_along(const ProductRoute& route, const at::Tensor& a, const at::Tensor& b,
+                         bool a_transposed, bool b_transposed) {
+  const at::ScalarType dtype = a.scalar_type();
+  // bf16 rows take the few-row kernel as they are; the other 16-bit routes widen copies.
+  const bool widen =
+      route.in_float32 && !(route.path == ProductPath::few_rows && dtype == at::kBFloat16);
+  if (!widen) {
+    const at::Tensor out = multiply(route.path, a, b, a_transposed, b_transposed);
+    return out.scalar_type() == dtype ? out : out.to(dtype);
+  }
+  return multiply(route.path, a.to(at::kFloat), b.to(at::kFloat), a_transposed, b_transposed)
+      .to(dtype);
 }
 
 at::Tensor routed_product(const at::Tensor& a, const at::Tensor& b, bool a_transposed,
                           bool b_transposed) {
-  if (multiplies_in_float32(a)) {
-    return multiply(a.to(at::kFloat), b.to(at::kFloat), a_transposed, b_transposed)
-        .to(a.scalar_type());
-  }
-  return multiply(a, b, a_transposed, b_transposed);
+  const ProductRoute route = route_product(a, b, a_transposed, b_transposed);
+  taken[static_cast<int>(route.path)].fetch_add(1, std::memory_order_relaxed);
+  return product_along(route, a, b, a_transposed, b_transposed);
 }
 
 int64_t product_count(ProductPath path) {

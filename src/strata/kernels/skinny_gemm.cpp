@@ -7,10 +7,14 @@
 // every group, from L1 while its m x k floats fit there (16 rows at k = 768 fill it) and from
 // L2 beyond. The 16 accumulators are 16 registers in the AVX-512 variant; the AVX2 variant (16
 // registers of 8 lanes) spills them to the stack: slower, the same sums. The tree's shuffles are
-// GCC's __builtin_shuffle; other compilers add the same pairs lane by lane.
+// GCC's __builtin_shuffle; other compilers add the same pairs lane by lane. bf16 operands are
+// read as they are stored and widened in the registers (a bf16 number is the upper half of a
+// float32's bits): the same float32 sums as multiplying their float32 copies, from half the
+// bytes.
 #include "strata/kernels/skinny_gemm.h"
 
 #include <algorithm>
+#include <type_traits>
 
 #include "strata/core/error.h"
 #include "strata/kernels/thread_team.h"
@@ -20,8 +24,25 @@ namespace strata {
 namespace {
 
 using lanes::Floats;
+using lanes::Ints;
 using lanes::kLanes;
 using Indices = int32_t __attribute__((vector_size(64)));
+using Halves = uint16_t __attribute__((vector_size(32)));  // kLanes bf16 numbers
+
+// kLanes values from `values` (n of them, the rest `fill`) as float32.
+[[gnu::always_inline]] inline void load(Floats& lanes, const float* values, int64_t n = kLanes) {
+  if (n == kLanes) {
+    std::memcpy(&lanes, values, sizeof(Floats));
+  } else {
+    lanes::load(lanes, values, n, 0.0f);
+  }
+}
+[[gnu::always_inline]] inline void load(Floats& lanes, const c10::BFloat16* values,
+                                        int64_t n = kLanes) {
+  Halves bits = {};
+  std::memcpy(&bits, values, n * sizeof(uint16_t));
+  lanes = (Floats)(__builtin_convertvector(bits, Ints) << 16);
+}
 
 constexpr int64_t kPanel = 64;  // columns per task
 // One thread runs the whole product unless it has 2^21 multiply-adds (~10 us of one core's work;
@@ -64,22 +85,22 @@ template <int W>
 
 // out[i][j] for i < MR, j < NR: accumulator 4i + j, whatever MR and NR are, so every output is
 // summed by the same tree.
-template <int MR, int NR>
-[[gnu::always_inline]] inline void block(const float* x, int64_t ldx, const float* w, int64_t ldw,
+template <int MR, int NR, typename T>
+[[gnu::always_inline]] inline void block(const T* x, int64_t ldx, const T* w, int64_t ldw,
                                          int64_t k, float* out, int64_t ldo) {
   Floats acc[16] = {};
   const int64_t whole = k - k % kLanes;
   for (int64_t l = 0; l < whole; l += kLanes) {
     Floats xs[MR], ws[NR];
-    for (int i = 0; i < MR; ++i) std::memcpy(&xs[i], x + i * ldx + l, sizeof(Floats));
-    for (int j = 0; j < NR; ++j) std::memcpy(&ws[j], w + j * ldw + l, sizeof(Floats));
+    for (int i = 0; i < MR; ++i) load(xs[i], x + i * ldx + l);
+    for (int j = 0; j < NR; ++j) load(ws[j], w + j * ldw + l);
     // The next column group's rows: on the first block of x they stream from memory while
     // this group's multiply-adds run (~10% at the 12-layer d_model 768 model's decode of 8
     // rows). Integer arithmetic: past the last group the address is outside w (a prefetch does
     // not fault; the pointer arithmetic would be undefined).
     const auto here = reinterpret_cast<uintptr_t>(w + l);
     for (int j = 0; j < 4; ++j) {
-      __builtin_prefetch(reinterpret_cast<const void*>(here + (4 + j) * ldw * sizeof(float)));
+      __builtin_prefetch(reinterpret_cast<const void*>(here + (4 + j) * ldw * sizeof(T)));
     }
     for (int i = 0; i < MR; ++i) {
       for (int j = 0; j < NR; ++j) acc[4 * i + j] += xs[i] * ws[j];
@@ -87,8 +108,8 @@ template <int MR, int NR>
   }
   if (whole < k) {  // the last k % kLanes, zero-filled
     Floats xs[MR], ws[NR];
-    for (int i = 0; i < MR; ++i) lanes::load(xs[i], x + i * ldx + whole, k - whole, 0.0f);
-    for (int j = 0; j < NR; ++j) lanes::load(ws[j], w + j * ldw + whole, k - whole, 0.0f);
+    for (int i = 0; i < MR; ++i) load(xs[i], x + i * ldx + whole, k - whole);
+    for (int j = 0; j < NR; ++j) load(ws[j], w + j * ldw + whole, k - whole);
     for (int i = 0; i < MR; ++i) {
       for (int j = 0; j < NR; ++j) acc[4 * i + j] += xs[i] * ws[j];
     }
@@ -101,64 +122,98 @@ template <int MR, int NR>
 }
 
 // The blocks of one 4-column group of w against every row of x.
-template <int NR>
-[[gnu::always_inline]] inline void column_group(int64_t m, int64_t k, const float* x, int64_t ldx,
-                                                const float* w, int64_t ldw, float* out,
-                                                int64_t ldo) {
+template <int NR, typename T>
+[[gnu::always_inline]] inline void column_group(int64_t m, int64_t k, const T* x, int64_t ldx,
+                                                const T* w, int64_t ldw, float* out, int64_t ldo) {
   int64_t i = 0;
-  for (; i + 4 <= m; i += 4) block<4, NR>(x + i * ldx, ldx, w, ldw, k, out + i * ldo, ldo);
+  for (; i + 4 <= m; i += 4) block<4, NR, T>(x + i * ldx, ldx, w, ldw, k, out + i * ldo, ldo);
   switch (m - i) {
     case 3:
-      return block<3, NR>(x + i * ldx, ldx, w, ldw, k, out + i * ldo, ldo);
+      return block<3, NR, T>(x + i * ldx, ldx, w, ldw, k, out + i * ldo, ldo);
     case 2:
-      return block<2, NR>(x + i * ldx, ldx, w, ldw, k, out + i * ldo, ldo);
+      return block<2, NR, T>(x + i * ldx, ldx, w, ldw, k, out + i * ldo, ldo);
     case 1:
-      return block<1, NR>(x + i * ldx, ldx, w, ldw, k, out + i * ldo, ldo);
+      return block<1, NR, T>(x + i * ldx, ldx, w, ldw, k, out + i * ldo, ldo);
     default:
       return;
   }
 }
 
 // Columns [first, last) of out.
-[[gnu::always_inline]] inline void panel_body(int64_t m, int64_t k, const float* x, int64_t ldx,
-                                              const float* w, int64_t ldw, float* out, int64_t ldo,
-                                              int64_t first, int64_t last) {
+template <typename T>
+[[gnu::always_inline]] inline void columns(int64_t m, int64_t k, const T* x, int64_t ldx,
+                                           const T* w, int64_t ldw, float* out, int64_t ldo,
+                                           int64_t first, int64_t last) {
   int64_t j = first;
-  for (; j + 4 <= last; j += 4) column_group<4>(m, k, x, ldx, w + j * ldw, ldw, out + j, ldo);
+  for (; j + 4 <= last; j += 4) column_group<4, T>(m, k, x, ldx, w + j * ldw, ldw, out + j, ldo);
   switch (last - j) {
     case 3:
-      return column_group<3>(m, k, x, ldx, w + j * ldw, ldw, out + j, ldo);
+      return column_group<3, T>(m, k, x, ldx, w + j * ldw, ldw, out + j, ldo);
     case 2:
-      return column_group<2>(m, k, x, ldx, w + j * ldw, ldw, out + j, ldo);
+      return column_group<2, T>(m, k, x, ldx, w + j * ldw, ldw, out + j, ldo);
     case 1:
-      return column_group<1>(m, k, x, ldx, w + j * ldw, ldw, out + j, ldo);
+      return column_group<1, T>(m, k, x, ldx, w + j * ldw, ldw, out + j, ldo);
     default:
       return;
   }
+}
+
+[[gnu::always_inline]] inline void panel_body(int64_t m, int64_t k, const float* x, int64_t ldx,
+                                              const float* w, int64_t ldw, float* out, int64_t ldo,
+                                              int64_t first, int64_t last) {
+  columns(m, k, x, ldx, w, ldw, out, ldo, first, last);
+}
+[[gnu::always_inline]] inline void panel_bf16_body(int64_t m, int64_t k, const c10::BFloat16* x,
+                                                   int64_t ldx, const c10::BFloat16* w, int64_t ldw,
+                                                   float* out, int64_t ldo, int64_t first,
+                                                   int64_t last) {
+  columns(m, k, x, ldx, w, ldw, out, ldo, first, last);
 }
 
 STRATA_VECTOR_PATHS(void, panel,
                     (int64_t m, int64_t k, const float* x, int64_t ldx, const float* w, int64_t ldw,
                      float* out, int64_t ldo, int64_t first, int64_t last),
                     (m, k, x, ldx, w, ldw, out, ldo, first, last))
+STRATA_VECTOR_PATHS(void, panel_bf16,
+                    (int64_t m, int64_t k, const c10::BFloat16* x, int64_t ldx,
+                     const c10::BFloat16* w, int64_t ldw, float* out, int64_t ldo, int64_t first,
+                     int64_t last),
+                    (m, k, x, ldx, w, ldw, out, ldo, first, last))
 
-}  // namespace
-
-void skinny_gemm_nt(int64_t m, int64_t n, int64_t k, const float* x, int64_t ldx, const float* w,
-                    int64_t ldw, float* out, int64_t ldo) {
+template <typename T>
+void product(int64_t m, int64_t n, int64_t k, const T* x, int64_t ldx, const T* w, int64_t ldw,
+             float* out, int64_t ldo) {
   STRATA_CHECK(m >= 0 && n >= 0 && k >= 0, "skinny_gemm_nt: sizes m ", m, ", n ", n, ", k ", k);
   STRATA_CHECK(ldx >= k && ldw >= k && ldo >= n, "skinny_gemm_nt: row strides ldx ", ldx, ", ldw ",
                ldw, ", ldo ", ldo, " are shorter than the rows (k ", k, ", n ", n, ")");
   if (m == 0 || n == 0) return;
   const int64_t panels = (n + kPanel - 1) / kPanel;
   TaskQueue tasks(panels);
+  // The thresholds count values: a bf16 weight streams half the bytes of a float32 one.
   const bool threaded = m * n * k >= kThreadedWork || n * k >= kThreadedWeight;
   const int64_t threads = threaded ? tasks.threads() : 1;
   run_on_threads(threads, [&] {
     for (int64_t task; tasks.take(task);) {
-      panel(m, k, x, ldx, w, ldw, out, ldo, task * kPanel, std::min(n, (task + 1) * kPanel));
+      const int64_t first = task * kPanel, last = std::min(n, (task + 1) * kPanel);
+      if constexpr (std::is_same_v<T, float>) {
+        panel(m, k, x, ldx, w, ldw, out, ldo, first, last);
+      } else {
+        panel_bf16(m, k, x, ldx, w, ldw, out, ldo, first, last);
+      }
     }
   });
+}
+
+}  // namespace
+
+void skinny_gemm_nt(int64_t m, int64_t n, int64_t k, const float* x, int64_t ldx, const float* w,
+                    int64_t ldw, float* out, int64_t ldo) {
+  product(m, n, k, x, ldx, w, ldw, out, ldo);
+}
+
+void skinny_gemm_nt(int64_t m, int64_t n, int64_t k, const c10::BFloat16* x, int64_t ldx,
+                    const c10::BFloat16* w, int64_t ldw, float* out, int64_t ldo) {
+  product(m, n, k, x, ldx, w, ldw, out, ldo);
 }
 
 }  // namespace strata

@@ -10,6 +10,8 @@
 // was computed in (on one host and vector path: the path, cpu.h, decides whether the
 // multiply-adds are fused).
 #pragma once
+#include <c10/util/BFloat16.h>
+
 #include <cstdint>
 
 namespace strata {
@@ -26,5 +28,10 @@ constexpr int64_t kSkinnyRows = 48;
 // parallel region). Any m works; m above kSkinnyRows is slower than a blocked GEMM.
 void skinny_gemm_nt(int64_t m, int64_t n, int64_t k, const float* x, int64_t ldx, const float* w,
                     int64_t ldw, float* out, int64_t ldo);
+// The same product of bf16 operands, each widened to float32 as it is loaded: out holds the bits
+// the float32 product of x's and w's float32 copies gives, read from half the bytes (a decode
+// step streams its weights once: half the time where memory bounds it).
+void skinny_gemm_nt(int64_t m, int64_t n, int64_t k, const c10::BFloat16* x, int64_t ldx,
+                    const c10::BFloat16* w, int64_t ldw, float* out, int64_t ldo);
 
 }  // namespace strata

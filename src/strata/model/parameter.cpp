@@ -83,8 +83,8 @@ std::vector<ShardedTensor> sharded_slices(const std::string& name, const at::Ten
 }
 
 uint64_t hash_name(uint64_t seed, const std::string& name) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : name) h = (h ^ c) * 1099511628211ull;
+  // FNV-1a from the basis these seeds have always used (one digit short of FNV's own).
+  const uint64_t h = fnv1a(name, 1469598103934665603ull);
   // splitmix64 adds the golden ratio once more: h + seed * golden, the mix it always was.
   return splitmix64(h + (seed - 1) * 0x9e3779b97f4a7c15ull);
 }

@@ -6,6 +6,7 @@
 
 #include "strata/core/error.h"
 #include "strata/core/stages.h"
+#include "strata/model/product_routes.h"
 
 namespace strata {
 namespace {
@@ -60,6 +61,7 @@ ServeSession::ServeSession(Mesh& mesh, const Config& config, const ServeOptions&
     port_ = front_->start();
     if (options.on_listening) options.on_listening(port_);
   }
+  choose_product_routes(mesh_.world(), config, serving_products(config));
   auto model = load(serving_stage(config, mesh_.coords()), &mesh_.tp());
 
   // Every rank must hold the same blocks: the pool is what the tightest rank fits.

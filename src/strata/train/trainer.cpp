@@ -23,6 +23,7 @@
 #include "strata/dist/trace.h"
 #include "strata/hf/hf_load.h"
 #include "strata/kernels/matmul_peak.h"
+#include "strata/model/product_routes.h"
 #include "strata/parallel/context_parallel.h"
 #include "strata/pipeline/generators.h"
 #include "strata/train/metrics.h"
@@ -69,6 +70,7 @@ Trainer::Trainer(const Config& config, Mesh& mesh, std::shared_ptr<TokenDataset>
                to_string(mesh_shape_of(config_.parallel)),
                "; build the mesh with Mesh(world, mesh_shape_of(config.parallel))");
   install_memory_tracker();
+  choose_product_routes(mesh_.world(), config_, training_products(config_));
   const ModelConfig& model = config_.model;
   const int64_t p = mesh_.shape().pp, v = config_.parallel.vpp, stages = p * v;
   const int64_t pp_rank = mesh_.coords().pp;

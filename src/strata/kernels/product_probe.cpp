@@ -1,0 +1,212 @@
+// The product probe (product_probe.h): time, choose, cache.
+#include "strata/kernels/product_probe.h"
+
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <ATen/Parallel.h>
+#include <torch/version.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "strata/core/error.h"
+#include "strata/core/hash.h"
+#include "strata/kernels/cpu.h"
+#include "strata/kernels/skinny_gemm.h"
+
+namespace strata {
+namespace {
+
+constexpr const char* kHeader = "strata product probe 1";
+constexpr double kSwitchBelow = 0.9;  // another route takes a class at 0.9 of the default's time
+// A class whose products take less on the default route keeps it: between such products the
+// differences are dispatch overheads and clock noise, and a small model runs as it always did.
+constexpr double kWorthChoosing = 1e-3;  // seconds
+
+// oneDNN's version (dnnl_version(), found like dnnl_sgemm), "" without oneDNN.
+std::string onednn_version() {
+  struct Version {
+    int major, minor, patch;
+    const char* hash;
+  };
+  using Query = const Version* (*)();
+  auto query = reinterpret_cast<Query>(dlsym(RTLD_DEFAULT, "dnnl_version"));
+  if (query == nullptr) return "";
+  const Version* version = query();
+  return str(version->major, ".", version->minor, ".", version->patch, " ",
+             version->hash != nullptr ? version->hash : "");
+}
+
+bool few_rows(const ProductShape& shape) {
+  return !shape.a_transposed && shape.b_transposed && shape.m <= kSkinnyRows;
+}
+
+}  // namespace
+
+void ProductProbe::use() const {
+  std::vector<std::pair<ProductClass, ProductRoute>> routes;
+  for (const ProbedClass& probed : classes) routes.emplace_back(probed.product, probed.route);
+  use_product_routes(routes);
+}
+
+std::string ProductProbe::to_text() const {
+  std::ostringstream out;
+  out << kHeader << "\nkey " << key << "\n";
+  out.precision(9);
+  for (const ProbedClass& probed : classes) {
+    out << "class " << static_cast<int>(probed.product.dtype) << " " << probed.product.a_transposed
+        << " " << probed.product.b_transposed << " " << probed.shapes << " "
+        << static_cast<int>(probed.route.path) << " " << probed.route.in_float32;
+    for (const auto& [route, seconds] : probed.seconds) {
+      out << " " << static_cast<int>(route.path) << " " << route.in_float32 << " " << seconds;
+    }
+    out << "\n";
+  }
+  return out.str();
+}
+
+ProductProbe ProductProbe::from_text(const std::string& text, const std::string& origin) {
+  const auto refuse = [&origin](const std::string& why) {
+    return UserError(str(origin, " is not a product probe (", why,
+                         "); delete it and the next run probes again"));
+  };
+  std::istringstream in(text);
+  std::string line;
+  if (!std::getline(in, line) || line != kHeader) throw refuse("its first line is not the header");
+  if (!std::getline(in, line) || line.rfind("key ", 0) != 0) throw refuse("no key line");
+  ProductProbe probe;
+  probe.key = line.substr(4);
+  const auto path_of = [&](int path) {
+    if (path < 0 || path >= kProductPaths) throw refuse(str("path ", path));
+    return static_cast<ProductPath>(path);
+  };
+  while (std::getline(in, line)) {
+    std::istringstream fields(line);
+    std::string word;
+    int dtype = 0, path = 0;
+    ProbedClass probed;
+    if (!(fields >> word >> dtype >> probed.product.a_transposed >> probed.product.b_transposed >>
+          probed.shapes >> path >> probed.route.in_float32) ||
+        word != "class") {
+      throw refuse(str("line '", line, "'"));
+    }
+    probed.product.dtype = static_cast<at::ScalarType>(dtype);
+    probed.route.path = path_of(path);
+    ProductRoute route;
+    double seconds = 0;
+    while (fields >> path >> route.in_float32 >> seconds) {
+      route.path = path_of(path);
+      probed.seconds.emplace_back(route, seconds);
+    }
+    if (!fields.eof()) throw refuse(str("line '", line, "'"));
+    probe.classes.push_back(probed);
+  }
+  return probe;
+}
+
+std::string product_probe_key(at::ScalarType dtype, const std::vector<ProductShape>& shapes) {
+  const CpuInfo& cpu = cpu_info();
+  std::string key = str("cpu '", cpu.model, "' [", cpu_feature_list(cpu), "] path ",
+                        vector_path_name(cpu.vector_path), " threads ", at::get_num_threads(),
+                        " libtorch ", TORCH_VERSION, " onednn '", onednn_version(), "' openblas '",
+                        cpu.openblas_config, "' ", cpu.openblas_core, " ", cpu.openblas_coretype,
+                        " dtype ", c10::toString(dtype), " shapes");
+  for (const ProductShape& shape : shapes) {
+    key += str(" ", shape.m, "x", shape.n, "x", shape.k, shape.a_transposed ? "t" : "n",
+               shape.b_transposed ? "t" : "n");
+  }
+  return key;
+}
+
+ProductProbe probe_products(at::ScalarType dtype, const std::vector<ProductShape>& shapes,
+                            const ProductTimer& timer) {
+  at::NoGradGuard no_grad;
+  ProductProbe probe;
+  probe.key = product_probe_key(dtype, shapes);
+  for (const bool a_transposed : {false, true}) {
+    for (const bool b_transposed : {false, true}) {
+      ProbedClass probed;
+      probed.product = {dtype, a_transposed, b_transposed};
+      const std::vector<ProductRoute> candidates = candidate_routes(probed.product);
+      probed.route = candidates.front();
+      for (const ProductRoute& route : candidates) probed.seconds.emplace_back(route, 0.0);
+      for (const ProductShape& shape : shapes) {
+        if (shape.a_transposed != a_transposed || shape.b_transposed != b_transposed ||
+            few_rows(shape)) {
+          continue;
+        }
+        ++probed.shapes;
+        if (candidates.size() == 1) continue;
+        const at::Tensor a = at::randn(a_transposed ? at::IntArrayRef{shape.k, shape.m}
+                                                    : at::IntArrayRef{shape.m, shape.k})
+                                 .to(dtype);
+        const at::Tensor b = at::randn(b_transposed ? at::IntArrayRef{shape.n, shape.k}
+                                                    : at::IntArrayRef{shape.k, shape.n})
+                                 .to(dtype);
+        for (auto& [route, seconds] : probed.seconds) {
+          seconds += timer([&] { product_along(route, a, b, a_transposed, b_transposed); });
+        }
+      }
+      if (probed.shapes == 0) continue;
+      // The fastest of the others, when it beats the default by the margin.
+      const double by_default = probed.seconds.front().second;
+      double fastest = by_default;
+      for (const auto& [route, seconds] : probed.seconds) {
+        if (by_default >= kWorthChoosing && seconds < kSwitchBelow * by_default &&
+            seconds < fastest) {
+          fastest = seconds;
+          probed.route = route;
+        }
+      }
+      probe.classes.push_back(probed);
+    }
+  }
+  return probe;
+}
+
+std::string product_probe_file(const std::string& cache_dir, const std::string& key) {
+  char hex[17];  // the file holds the whole key, which is compared
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(fnv1a(key)));
+  return (std::filesystem::path(cache_dir) / "products" / (std::string(hex) + ".txt")).string();
+}
+
+ProductProbe cached_product_probe(at::ScalarType dtype, const std::vector<ProductShape>& shapes,
+                                  const std::string& cache_dir) {
+  namespace fs = std::filesystem;
+  const std::string key = product_probe_key(dtype, shapes);
+  const fs::path path = product_probe_file(cache_dir, key);
+  if (std::ifstream in{path}) {
+    std::ostringstream text;
+    text << in.rdbuf();
+    try {
+      ProductProbe cached = ProductProbe::from_text(text.str(), path.string());
+      if (cached.key == key) {
+        cached.from_cache = true;
+        return cached;
+      }
+    } catch (const UserError& unreadable) {  // probed again and replaced
+      std::fprintf(stderr, "strata: %s\n", unreadable.what());
+    }
+  }
+  ProductProbe probe = probe_products(dtype, shapes);
+  std::error_code error;
+  fs::create_directories(path.parent_path(), error);
+  const fs::path partial = path.string() + ".partial." + std::to_string(::getpid());
+  {
+    std::ofstream out(partial);
+    out << probe.to_text();
+    if (!out.flush()) error = std::make_error_code(std::errc::io_error);
+  }
+  if (!error) fs::rename(partial, path, error);
+  if (error) {
+    fs::remove(partial, error);
+    std::fprintf(stderr, "strata: cannot keep the product probe in %s: every run probes again\n",
+                 path.c_str());
+  }
+  return probe;
+}
+
+}  // namespace strata

@@ -1,0 +1,95 @@
+// The run's products and their routes (model/product_routes.h): every rank takes rank 0's probe,
+// whatever its own cache holds; the training products list each linear layer's tp shard in the
+// three layouts of a step, and serving's the forwards of a prefill chunk.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include "strata/dist/comm.h"
+#include "strata/model/product_routes.h"
+#include "test_configs.h"
+#include "test_support.h"
+
+namespace strata {
+namespace {
+
+bool lists(const std::vector<ProductShape>& shapes, const ProductShape& shape) {
+  return std::find(shapes.begin(), shapes.end(), shape) != shapes.end();
+}
+
+// $STRATA_CACHE_DIR for one scope.
+class CacheDir {
+ public:
+  explicit CacheDir(const std::string& dir) {
+    if (const char* old = std::getenv("STRATA_CACHE_DIR")) previous_ = old;
+    setenv("STRATA_CACHE_DIR", dir.c_str(), 1);
+  }
+  ~CacheDir() {
+    if (previous_.empty()) {
+      unsetenv("STRATA_CACHE_DIR");
+    } else {
+      setenv("STRATA_CACHE_DIR", previous_.c_str(), 1);
+    }
+  }
+
+ private:
+  std::string previous_;
+};
+
+// Each rank's cache holds a different probe of the run's shapes: rank 0's routes the float32
+// forward to ATen in 0.125 s, the others' to the default in 7 s. Every rank installs rank 0's.
+TEST(ProductRoutes, EveryRankTakesRankZerosProbe) {
+  Comm world = Comm::world(120);
+  Config config = testing::tiny_training_run(2, 4, 2);
+  const std::vector<ProductShape> shapes = training_products(config);
+  testing::TempDir dir;
+  const CacheDir cache(dir.path());
+  const ProductClass forward{at::kFloat, false, true};
+  ProductProbe planted;
+  planted.key = product_probe_key(at::kFloat, shapes);
+  ProbedClass probed;
+  probed.product = forward;
+  probed.shapes = 1;
+  const bool rank0 = world.rank() == 0;
+  probed.route = rank0 ? ProductRoute{ProductPath::aten, false} : default_route(forward);
+  probed.seconds = {{probed.route, rank0 ? 0.125 : 7.0}};
+  planted.classes.push_back(probed);
+  const std::string file = product_probe_file(dir.path(), planted.key);
+  std::filesystem::create_directories(std::filesystem::path(file).parent_path());
+  std::ofstream(file) << planted.to_text();
+
+  const ProductProbe chosen = choose_product_routes(world, config, shapes);
+  ASSERT_EQ(chosen.classes.size(), 1u);
+  EXPECT_EQ(chosen.classes[0].seconds[0].second, 0.125);
+  EXPECT_EQ(class_route(forward), (ProductRoute{ProductPath::aten, false}));
+  ProductProbe{}.use();
+}
+
+TEST(ProductRoutes, ListTheTensorParallelShardsOfEveryLayer) {
+  Config config = testing::tiny_training_run(2, 4, 2);  // d 32, 4 heads, 32 tokens, vocab 256
+  config.parallel.tp = 2;
+  const int64_t rows = 2 * 32, d = 32;
+  const std::vector<ProductShape> shapes = training_products(config);
+  EXPECT_TRUE(lists(shapes, {rows, d / 2, d, false, true}));       // q's shard
+  EXPECT_TRUE(lists(shapes, {rows, d, d / 2, false, true}));       // the output projection's
+  EXPECT_TRUE(lists(shapes, {rows, 4 * d / 2, d, false, true}));   // the MLP's up
+  EXPECT_TRUE(lists(shapes, {rows, d, 4 * d / 2, false, true}));   // and down
+  EXPECT_TRUE(lists(shapes, {rows, 256 / 2, d, false, true}));     // the head
+  EXPECT_TRUE(lists(shapes, {rows, d, 4 * d / 2, false, false}));  // dx of the up-projection
+  EXPECT_TRUE(lists(shapes, {4 * d / 2, d, rows, true, false}));   // its dW
+  for (const ProductShape& shape : shapes) {
+    EXPECT_EQ(std::count(shapes.begin(), shapes.end(), shape), 1) << "listed twice";
+  }
+  config.serve.max_batch_tokens = 96;
+  for (const ProductShape& shape : serving_products(config)) {
+    EXPECT_EQ(shape.m, 96);
+    EXPECT_TRUE(!shape.a_transposed && shape.b_transposed);
+  }
+  EXPECT_TRUE(lists(serving_products(config), {96, 256 / 2, d, false, true}));
+}
+
+}  // namespace
+}  // namespace strata
