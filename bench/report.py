@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Writes docs/performance.md from the benchmark records in bench/results/ (bench/record.sh).
 
-Every number on that page comes from a record: per label the latest record is shown, with its
-command, date, commit, machine and the CPU other processes took, its rows with median and
+Every number on that page comes from a record: per label and machine (the CPU model: the hosts
+differ between sessions, and a target met on one kind says nothing of another) the latest record
+is shown, with its command, date, commit, machine and the CPU other processes took, its rows with median and
 spread, and each --target it was recorded against (met, missed, or not counted when the record
 was taken on a loaded machine). The prose around the records is bench/performance_intro.md.
 
@@ -18,7 +19,12 @@ import sys
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+def machine_of(record):
+    return record.get("machine", {}).get("cpu", "unknown machine")
+
+
 def load_records(results_dir):
+    """The latest record of each (label, machine), as a list ordered by label, newest first."""
     latest = {}
     for path in sorted(glob.glob(os.path.join(results_dir, "*.json"))):
         with open(path) as f:
@@ -30,10 +36,19 @@ def load_records(results_dir):
             if key not in record:
                 sys.exit(f"report: {path} lacks '{key}'; it was not written by bench/record.sh")
         record["file"] = os.path.relpath(path, REPO)
+        key = (record["label"], machine_of(record))
+        if key not in latest or record["date"] > latest[key]["date"]:
+            latest[key] = record
+    ordered = sorted(latest.values(), key=lambda r: r["date"], reverse=True)
+    ordered.sort(key=lambda r: r["label"])
+    # The newest record of a label keeps the plain anchor; the others add their machine.
+    seen = set()
+    for record in ordered:
         label = record["label"]
-        if label not in latest or record["date"] > latest[label]["date"]:
-            latest[label] = record
-    return latest
+        slug = "".join(c if c.isalnum() else "-" for c in machine_of(record).lower()).strip("-")
+        record["anchor"] = label if label not in seen else f"{label}-{slug}"
+        seen.add(label)
+    return ordered
 
 
 def number(x):
@@ -93,26 +108,40 @@ def rows_by_name(record):
 
 
 def targets_table(records):
-    lines = ["| record | row | metric | target | median | spread over rounds | verdict | date | commit | other cores (before / during / after) |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-    for label, record in records:
+    lines = ["| record | row | metric | target | median | spread over rounds | verdict | machine | date | commit | other cores (before / during / after) |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for record in records:
+        label = record["label"]
         rows = rows_by_name(record)
         for target in record.get("targets", []):
             name, op, bound = parse_target(target)
             row = rows.get(name)
             if row is None:
                 sys.exit(f"report: {record['file']}: target '{target}' names no row")
-            lines.append(f"| [{label}](#{label}) | {name} | {row['metric']} | {op} {number(bound)} | "
+            lines.append(f"| [{label}](#{record['anchor']}) | {name} | {row['metric']} | {op} {number(bound)} | "
                          f"{number(row['value'])} | {spread(row)} | {target_verdict(record, row, op, bound)} | "
-                         f"{when(record)} | {commit_of(record)} | {other_load(record)} |")
+                         f"{machine_of(record)} | {when(record)} | {commit_of(record)} | {other_load(record)} |")
     return lines if len(lines) > 2 else []
+
+
+def unmeasured(records):
+    """Per machine that has records, the labels with targets it has no record of."""
+    machines = sorted({machine_of(r) for r in records})
+    with_targets = sorted({r["label"] for r in records if r.get("targets")})
+    lines = []
+    for machine in machines:
+        measured = {r["label"] for r in records if machine_of(r) == machine}
+        missing = [label for label in with_targets if label not in measured]
+        if missing:
+            lines.append(f"- not measured on **{machine}**: " + ", ".join(missing))
+    return lines
 
 
 def record_section(label, record):
     m = record.get("machine", {})
     flag = "" if record["status"] == "ok" else \
         " **Loaded: other processes took more than half a core; not counted against targets.**"
-    lines = [f'<a id="{label}"></a>', f"## {record.get('title', label)}", "",
+    lines = [f'<a id="{record["anchor"]}"></a>', f"## {record.get('title', label)} ({machine_of(record)})", "",
              f"- command: `{record.get('command', '?')}`",
              f"- recorded {when(record)} at commit {commit_of(record)}, in {record.get('wall_s', 0):.0f} s; "
              f"{m.get('cpu', '?')}, {m.get('cores', '?')} cores, {m.get('memory_gib', '?')} GiB",
@@ -135,22 +164,25 @@ def record_section(label, record):
 def render(records):
     with open(os.path.join(REPO, "bench", "performance_intro.md")) as f:
         intro = f.read().rstrip("\n").splitlines()
-    ordered = sorted(records.items())
     lines = ["<!-- Generated by bench/report.py from bench/results/*.json: edit bench/performance_intro.md",
              "     or record new runs (bench/record.sh, bench/all.sh), then run bench/report.py. -->"]
     lines += intro + [""]
-    targets = targets_table(ordered)
+    targets = targets_table(records)
     lines += ["## Targets", ""]
     if targets:
-        lines += ["Each target as recorded by `bench/all.sh`; the verdict is computed from the record's median.", ""]
+        lines += ["Each target as recorded by `bench/all.sh` on each machine kind (the latest record of each); "
+                  "the verdict is computed from the record's median.", ""]
         lines += targets + [""]
+        missing = unmeasured(records)
+        if missing:
+            lines += ["Targets with no record on a machine kind that has others:", ""] + missing + [""]
     else:
         lines += ["No record carries a target yet.", ""]
     lines += ["# Records", ""]
-    if not ordered:
+    if not records:
         lines += ["No records yet: run `bench/all.sh`.", ""]
-    for label, record in ordered:
-        lines += record_section(label, record)
+    for record in records:
+        lines += record_section(record["label"], record)
     return "\n".join(lines).rstrip("\n") + "\n"
 
 

@@ -127,7 +127,7 @@ work, rounds = sys.argv[1], int(sys.argv[2])
 C, L, T, V, threads = (int(x) for x in sys.argv[3:8])
 # strata's training_flops_per_token (src/strata/model/gpt.cpp) for this dense GELU model.
 flops_per_token = 6.0 * (L * 12 * C * C + V * C) + 12.0 * L * C * T
-peaks = [json.loads(line) for line in open(f"{work}/peak.jsonl")]
+peaks = [p for p in map(json.loads, open(f"{work}/peak.jsonl")) if "gflops" in p]  # not the route rows
 peak = max(p["gflops"] for p in peaks if p["threads"] == threads) * 1e9
 runs = {s: [json.load(open(f"{work}/{s}-{r}.json")) for r in range(1, rounds + 1)]
         for s in ("strata", "peer")}
