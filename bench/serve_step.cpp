@@ -5,8 +5,12 @@
 // splits the two (least squares over S). Prints one JSON object per S: median seconds per step
 // over the rounds and its range, then one with the fit.
 //
+// --dtype bf16 serves the model in bfloat16 (weights and KV cache), as `strata serve --set
+// train.precision=bf16` does.
+//
 //   serve_step [--threads 2] [--d-model 256] [--layers 4] [--heads 8] [--vocab 256]
 //              [--context 48] [--sequences 1,2,4,8,16] [--steps 50] [--rounds 5]
+//              [--dtype fp32|bf16]
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
@@ -14,6 +18,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <string>
 #include <vector>
 
 #include "strata/model/gpt.h"
@@ -68,7 +73,10 @@ int main(int argc, char** argv) {
   app.add_option("--sequences", counts, "Sequences per step")->delimiter(',');
   app.add_option("--steps", steps, "Steps timed per round")->check(CLI::PositiveNumber);
   app.add_option("--rounds", rounds)->check(CLI::PositiveNumber);
+  std::string dtype_name = "fp32";
+  app.add_option("--dtype", dtype_name)->check(CLI::IsMember({"fp32", "bf16"}));
   CLI11_PARSE(app, argc, argv);
+  const at::ScalarType dtype = dtype_name == "bf16" ? at::kBFloat16 : at::kFloat;
   at::set_num_threads(threads);
 
   strata::ModelConfig config;
@@ -81,14 +89,15 @@ int main(int argc, char** argv) {
   config.norm = strata::Norm::layernorm;
   config.activation = strata::Activation::gelu;
   config.tie_embeddings = true;
-  strata::GPT model(config, 1, at::kFloat);
+  strata::GPT model(config, 1, dtype);
 
   const int64_t largest = *std::max_element(counts.begin(), counts.end());
   const int64_t blocks_each = strata::blocks_for(context + 1);
   strata::PagedKVCache cache;
   for (int64_t layer = 0; layer < layers; ++layer) {
-    cache.keys.push_back(at::randn(
-        {largest * blocks_each * kBlockTokens, model.local_kv_heads(), config.head_dim()}));
+    cache.keys.push_back(
+        at::randn({largest * blocks_each * kBlockTokens, model.local_kv_heads(), config.head_dim()})
+            .to(dtype));
     cache.values.push_back(at::randn_like(cache.keys.back()));
   }
 
