@@ -12,6 +12,9 @@
 #                         warm-up and the flags' --rounds), and the rows are per S the step
 #                         time of this build over BASE's (median of the rounds' ratios, with
 #                         their spread) and each build's median step time.
+#   THIS_FLAGS=..., BASE_FLAGS=...  flags for one side only (BASE defaults to this build when
+#                         either is set): THIS_FLAGS="--dtype bf16" BASE_FLAGS="--dtype fp32"
+#                         compares a bf16 step with a float32 one, side by side.
 set -euo pipefail
 
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -22,6 +25,7 @@ bench_binary serve_step
 THREADS=${THREADS:-2}
 bench_header
 bench_workdir
+if [[ -z ${BASE:-} && ( -n ${THIS_FLAGS:-} || -n ${BASE_FLAGS:-} ) ]]; then BASE=$build; fi
 if [[ -z ${BASE:-} ]]; then
   "$binary" --threads "$THREADS" "$@" | tee "$work/steps.jsonl"
   $python - "$work/steps.jsonl" <<'PY'
@@ -44,16 +48,17 @@ fi
 base_binary="$(cd "$BASE" 2>/dev/null && pwd)/bench/serve_step"
 [[ -x $base_binary ]] || { echo "serve_step: no bench/serve_step in BASE=$BASE" >&2; exit 2; }
 ROUNDS=${ROUNDS:-3}
-echo "this build: $binary"
-echo "base:       $base_binary"
+echo "this build: $binary ${THIS_FLAGS:-}"
+echo "base:       $base_binary ${BASE_FLAGS:-}"
 for ((round = 0; round < ROUNDS; ++round)); do
   order=(new base)
   ((round % 2)) && order=(base new)
   for which in "${order[@]}"; do
-    run=$binary
-    [[ $which == base ]] && run=$base_binary
-    echo "round $round: $which"
-    "$run" --threads "$THREADS" "$@" | tee "$work/$which.$round.jsonl"
+    run=$binary flags=${THIS_FLAGS:-}
+    [[ $which == base ]] && run=$base_binary flags=${BASE_FLAGS:-}
+    echo "round $round: $which $flags"
+    # shellcheck disable=SC2086  # the flags split into words
+    "$run" --threads "$THREADS" "$@" $flags | tee "$work/$which.$round.jsonl"
   done
 done
 $python - "$work" "$ROUNDS" <<'PY'
