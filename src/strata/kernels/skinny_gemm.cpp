@@ -10,11 +10,12 @@
 // GCC's __builtin_shuffle; other compilers add the same pairs lane by lane. bf16 operands are
 // read as they are stored and widened in the registers (a bf16 number is the upper half of a
 // float32's bits): the same float32 sums as multiplying their float32 copies, from half the
-// bytes.
+// bytes. x's few rows are widened once up front (m x k values), the weights as they stream.
 #include "strata/kernels/skinny_gemm.h"
 
 #include <algorithm>
 #include <type_traits>
+#include <vector>
 
 #include "strata/core/error.h"
 #include "strata/kernels/thread_team.h"
@@ -86,7 +87,7 @@ template <int W>
 // out[i][j] for i < MR, j < NR: accumulator 4i + j, whatever MR and NR are, so every output is
 // summed by the same tree.
 template <int MR, int NR, typename T>
-[[gnu::always_inline]] inline void block(const T* x, int64_t ldx, const T* w, int64_t ldw,
+[[gnu::always_inline]] inline void block(const float* x, int64_t ldx, const T* w, int64_t ldw,
                                          int64_t k, float* out, int64_t ldo) {
   Floats acc[16] = {};
   const int64_t whole = k - k % kLanes;
@@ -123,7 +124,7 @@ template <int MR, int NR, typename T>
 
 // The blocks of one 4-column group of w against every row of x.
 template <int NR, typename T>
-[[gnu::always_inline]] inline void column_group(int64_t m, int64_t k, const T* x, int64_t ldx,
+[[gnu::always_inline]] inline void column_group(int64_t m, int64_t k, const float* x, int64_t ldx,
                                                 const T* w, int64_t ldw, float* out, int64_t ldo) {
   int64_t i = 0;
   for (; i + 4 <= m; i += 4) block<4, NR, T>(x + i * ldx, ldx, w, ldw, k, out + i * ldo, ldo);
@@ -141,7 +142,7 @@ template <int NR, typename T>
 
 // Columns [first, last) of out.
 template <typename T>
-[[gnu::always_inline]] inline void columns(int64_t m, int64_t k, const T* x, int64_t ldx,
+[[gnu::always_inline]] inline void columns(int64_t m, int64_t k, const float* x, int64_t ldx,
                                            const T* w, int64_t ldw, float* out, int64_t ldo,
                                            int64_t first, int64_t last) {
   int64_t j = first;
@@ -163,7 +164,7 @@ template <typename T>
                                               int64_t first, int64_t last) {
   columns(m, k, x, ldx, w, ldw, out, ldo, first, last);
 }
-[[gnu::always_inline]] inline void panel_bf16_body(int64_t m, int64_t k, const c10::BFloat16* x,
+[[gnu::always_inline]] inline void panel_bf16_body(int64_t m, int64_t k, const float* x,
                                                    int64_t ldx, const c10::BFloat16* w, int64_t ldw,
                                                    float* out, int64_t ldo, int64_t first,
                                                    int64_t last) {
@@ -175,13 +176,12 @@ STRATA_VECTOR_PATHS(void, panel,
                      float* out, int64_t ldo, int64_t first, int64_t last),
                     (m, k, x, ldx, w, ldw, out, ldo, first, last))
 STRATA_VECTOR_PATHS(void, panel_bf16,
-                    (int64_t m, int64_t k, const c10::BFloat16* x, int64_t ldx,
-                     const c10::BFloat16* w, int64_t ldw, float* out, int64_t ldo, int64_t first,
-                     int64_t last),
+                    (int64_t m, int64_t k, const float* x, int64_t ldx, const c10::BFloat16* w,
+                     int64_t ldw, float* out, int64_t ldo, int64_t first, int64_t last),
                     (m, k, x, ldx, w, ldw, out, ldo, first, last))
 
 template <typename T>
-void product(int64_t m, int64_t n, int64_t k, const T* x, int64_t ldx, const T* w, int64_t ldw,
+void product(int64_t m, int64_t n, int64_t k, const float* x, int64_t ldx, const T* w, int64_t ldw,
              float* out, int64_t ldo) {
   STRATA_CHECK(m >= 0 && n >= 0 && k >= 0, "skinny_gemm_nt: sizes m ", m, ", n ", n, ", k ", k);
   STRATA_CHECK(ldx >= k && ldw >= k && ldo >= n, "skinny_gemm_nt: row strides ldx ", ldx, ", ldw ",
@@ -213,7 +213,14 @@ void skinny_gemm_nt(int64_t m, int64_t n, int64_t k, const float* x, int64_t ldx
 
 void skinny_gemm_nt(int64_t m, int64_t n, int64_t k, const c10::BFloat16* x, int64_t ldx,
                     const c10::BFloat16* w, int64_t ldw, float* out, int64_t ldo) {
-  product(m, n, k, x, ldx, w, ldw, out, ldo);
+  STRATA_CHECK(m >= 0 && k >= 0 && ldx >= k, "skinny_gemm_nt: sizes m ", m, ", k ", k, ", ldx ",
+               ldx);
+  // x's few rows widened once (exact), not at every group of weight rows that reads them.
+  std::vector<float> rows(static_cast<size_t>(m * k));
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t l = 0; l < k; ++l) rows[i * k + l] = static_cast<float>(x[i * ldx + l]);
+  }
+  product(m, n, k, rows.data(), k, w, ldw, out, ldo);
 }
 
 }  // namespace strata
