@@ -140,46 +140,22 @@ template <int NR, typename T>
   }
 }
 
-// column_group for a group of nr (1 to 4) columns.
-template <typename T>
-[[gnu::always_inline]] inline void any_group(int64_t nr, int64_t m, int64_t k, const float* x,
-                                             int64_t ldx, const T* w, int64_t ldw, float* out,
-                                             int64_t ldo) {
-  switch (nr) {
-    case 4:
-      return column_group<4, T>(m, k, x, ldx, w, ldw, out, ldo);
-    case 3:
-      return column_group<3, T>(m, k, x, ldx, w, ldw, out, ldo);
-    case 2:
-      return column_group<2, T>(m, k, x, ldx, w, ldw, out, ldo);
-    default:
-      return column_group<1, T>(m, k, x, ldx, w, ldw, out, ldo);
-  }
-}
-
-// Columns [first, last) of out. bf16 weight rows that more than one block of x rows reads are
-// widened once into `widened` (4 rows, L1-sized) rather than once per block: the same values.
+// Columns [first, last) of out.
 template <typename T>
 [[gnu::always_inline]] inline void columns(int64_t m, int64_t k, const float* x, int64_t ldx,
                                            const T* w, int64_t ldw, float* out, int64_t ldo,
                                            int64_t first, int64_t last) {
-  std::vector<float> widened;
-  if (!std::is_same_v<T, float> && m > 4) widened.resize(static_cast<size_t>(4 * k));
-  for (int64_t j = first; j < last; j += 4) {
-    const int64_t nr = std::min<int64_t>(4, last - j);
-    if (widened.empty()) {
-      any_group(nr, m, k, x, ldx, w + j * ldw, ldw, out + j, ldo);
-      continue;
-    }
-    for (int64_t r = 0; r < nr; ++r) {
-      for (int64_t l = 0; l < k; l += kLanes) {
-        const int64_t n = std::min<int64_t>(kLanes, k - l);
-        Floats lanes;
-        load(lanes, w + (j + r) * ldw + l, n);
-        std::memcpy(widened.data() + r * k + l, &lanes, n * sizeof(float));
-      }
-    }
-    any_group(nr, m, k, x, ldx, static_cast<const float*>(widened.data()), k, out + j, ldo);
+  int64_t j = first;
+  for (; j + 4 <= last; j += 4) column_group<4, T>(m, k, x, ldx, w + j * ldw, ldw, out + j, ldo);
+  switch (last - j) {
+    case 3:
+      return column_group<3, T>(m, k, x, ldx, w + j * ldw, ldw, out + j, ldo);
+    case 2:
+      return column_group<2, T>(m, k, x, ldx, w + j * ldw, ldw, out + j, ldo);
+    case 1:
+      return column_group<1, T>(m, k, x, ldx, w + j * ldw, ldw, out + j, ldo);
+    default:
+      return;
   }
 }
 
