@@ -2,9 +2,9 @@
 // client thread on rank 0 talks HTTP to the server while the engine runs in the MPI thread.
 // Greedy completions equal generate() on the whole model on one rank (what `strata generate
 // --temperature 0` prints), alone and batched, through chunked prefill and preemption;
-// seeded sampling equals generate()'s draws; streaming, cancellation (a client that hangs up,
-// streaming or not), bad input, a full queue and timeouts are answered as docs/serving.md says,
-// and the server keeps answering.
+// seeded sampling equals generate()'s draws, alone and among concurrent requests; streaming,
+// cancellation (a client that hangs up, streaming or not), bad input, a full queue and timeouts are
+// answered as docs/serving.md says, and the server keeps answering.
 #include <gtest/gtest.h>
 #include <httplib.h>
 #include <unistd.h>
@@ -268,6 +268,24 @@ TEST(Serve, SeededSamplingStreamingStopAndCancellation) {
       Json first = completion(client, seeded), second = completion(client, seeded);
       EXPECT_EQ(first["choices"][0]["text"], expected_sample) << "seeded: as generate() draws";
       EXPECT_EQ(second["choices"][0]["text"], expected_sample) << "seeded: the same again";
+      // The same draws with other requests in the same steps (unseeded samples and greedy ones
+      // on the other prompts, sent at once): a seeded request does not depend on its batch.
+      std::vector<Json> together(kPrompts.size() + 1);
+      std::vector<std::thread> senders;
+      for (size_t i = 0; i < together.size(); ++i) {
+        senders.emplace_back([&, i] {
+          httplib::Client own("127.0.0.1", port);
+          own.set_read_timeout(std::chrono::seconds(120));
+          Json body = seeded;
+          if (i > 0) {
+            body = {
+                {"prompt", kPrompts[i - 1]}, {"max_tokens", kMaxTokens}, {"temperature", i % 2}};
+          }
+          together[i] = completion(own, body);
+        });
+      }
+      for (auto& sender : senders) sender.join();
+      EXPECT_EQ(together[0]["choices"][0]["text"], expected_sample) << "seeded, among others";
 
       // n choices per prompt: the first draws from the seed as above, the others differ from
       // it and from each other, and come back the same on every request; the prompt counts
