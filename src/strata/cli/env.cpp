@@ -11,7 +11,6 @@
 #include <set>
 
 #include "strata/cli/build_commit.h"
-#include "strata/core/cache_dir.h"
 #include "strata/core/error.h"
 #include "strata/dist/mpi_version.h"
 #include "strata/kernels/cpu.h"
@@ -49,13 +48,7 @@ nlohmann::json product_routes(at::ScalarType dtype) {
     shapes.push_back({512, in, out, false, false});
     shapes.push_back({out, in, 512, true, false});
   }
-  std::string cache_dir;
-  try {
-    cache_dir = default_cache_dir();
-  } catch (const UserError&) {  // probed every time
-  }
-  const ProductProbe probe = cache_dir.empty() ? probe_products(dtype, shapes)
-                                               : cached_product_probe(dtype, shapes, cache_dir);
+  const ProductProbe probe = cached_product_probe(dtype, shapes);
   nlohmann::json classes = nlohmann::json::array();
   classes.push_back({{"class", dtype_name(dtype) + " x.w^T"},
                      {"rows", str("up to ", kSkinnyRows)},

@@ -6,6 +6,8 @@
 // (data/sampler.h) and synthetic data.
 #pragma once
 #include <cstdint>
+#include <cstdio>
+#include <string>
 #include <string_view>
 
 namespace strata {
@@ -23,6 +25,13 @@ constexpr uint64_t kFnv1aBasis = 0xcbf29ce484222325ull;
 inline uint64_t fnv1a(std::string_view text, uint64_t hash = kFnv1aBasis) {
   for (unsigned char byte : text) hash = (hash ^ byte) * 0x100000001b3ull;
   return hash;
+}
+
+// A hash as 16 lower-case hex digits, for file names and fingerprints.
+inline std::string hex64(uint64_t hash) {
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(hash));
+  return hex;
 }
 
 }  // namespace strata

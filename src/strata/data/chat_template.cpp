@@ -96,9 +96,7 @@ ChatTemplate::ChatTemplate(std::string_view source, std::string name, jinja::Jso
   for (std::string_view part : {source, std::string_view("\0", 1), std::string_view(tokens)}) {
     hash = fnv1a(part, hash);
   }
-  char hex[17];
-  std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(hash));
-  fingerprint_ = hex;
+  fingerprint_ = hex64(hash);
 }
 
 std::string ChatTemplate::render(const jinja::Json& messages, bool add_generation_prompt,

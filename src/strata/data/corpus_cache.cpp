@@ -10,9 +10,9 @@
 #include <cstring>
 #include <filesystem>
 
+#include "strata/core/atomic_file.h"
 #include "strata/core/error.h"
 #include "strata/core/hash.h"
-#include "strata/data/atomic_file.h"
 #include "strata/data/prepare.h"
 
 namespace fs = std::filesystem;
@@ -55,9 +55,7 @@ std::string corpus_cache_key(const std::vector<TextSource>& sources, const Token
     description += str(source.path, "\t", static_cast<int>(source.format), "\t", info.st_size, "\t",
                        info.st_mtim.tv_sec, ".", info.st_mtim.tv_nsec, "\n");
   }
-  char hex[17];
-  std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(fnv1a(description)));
-  return file_name_part(tokenizer.name()) + "-" + hex;
+  return file_name_part(tokenizer.name()) + "-" + hex64(fnv1a(description));
 }
 
 std::string cached_corpus_dir(const std::vector<TextSource>& sources, const Tokenizer& tokenizer,

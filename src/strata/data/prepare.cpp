@@ -16,8 +16,8 @@
 #include <sstream>
 #include <thread>
 
+#include "strata/core/atomic_file.h"
 #include "strata/core/error.h"
-#include "strata/data/atomic_file.h"
 #include "strata/data/token_shard.h"
 #include "strata/data/tokenize_pipeline.h"
 

@@ -8,9 +8,9 @@
 #include <filesystem>
 #include <fstream>
 
+#include "strata/core/atomic_file.h"
 #include "strata/core/error.h"
 #include "strata/core/hash.h"
-#include "strata/data/atomic_file.h"
 
 namespace strata {
 
@@ -43,10 +43,7 @@ const char* shard_dtype_name(ShardDtype dtype) {
 
 std::string shard_tokenizer_label(const std::string& name) {
   if (name.size() < kShardNameBytes) return name;
-  const uint64_t hash = fnv1a(name);
-  char label[18];
-  std::snprintf(label, sizeof(label), "#%016llx", static_cast<unsigned long long>(hash));
-  return label;
+  return "#" + hex64(fnv1a(name));
 }
 
 void write_token_shard(const std::string& path, const ShardContents& contents,

@@ -13,8 +13,8 @@ namespace {
 std::atomic<int64_t> taken[kProductPaths];
 
 // The chosen routes (use_product_routes), by dtype (float32, bf16, float16) and layout (the two
-// transposes): -1 for none, else 2 * path + in_float32. Atomic: a serving engine's threads read
-// them while nothing writes.
+// transposes): 0 for none (the default), else 1 + 2 * path + in_float32. Atomic: a serving engine's
+// threads read them while nothing writes.
 constexpr int kDtypes = 3, kLayouts = 4;
 std::atomic<int> chosen[kDtypes][kLayouts] = {};
 
@@ -129,22 +129,24 @@ ProductRoute default_route(const ProductClass& product) {
 
 void use_product_routes(const std::vector<std::pair<ProductClass, ProductRoute>>& routes) {
   for (auto& by_dtype : chosen) {
-    for (auto& slot : by_dtype) slot.store(-1);
+    for (auto& slot : by_dtype) slot.store(0);
   }
   for (const auto& [product, route] : routes) {
     if (std::atomic<int>* slot = chosen_slot(product)) {
-      slot->store(2 * static_cast<int>(route.path) + route.in_float32);
+      slot->store(1 + 2 * static_cast<int>(route.path) + route.in_float32);
     }
   }
 }
 
 ProductRoute class_route(const ProductClass& product) {
   const std::atomic<int>* slot = chosen_slot(product);
-  const int code = slot != nullptr ? slot->load(std::memory_order_relaxed) : -1;
-  // The zero-initialized table before the first use_product_routes reads as few_rows, which no
-  // class is routed to: the default.
-  if (code <= 1) return default_route(product);
-  return {static_cast<ProductPath>(code / 2), (code & 1) != 0};
+  const int code = slot != nullptr ? slot->load(std::memory_order_relaxed) : 0;
+  if (code == 0) return default_route(product);
+  return {static_cast<ProductPath>((code - 1) / 2), ((code - 1) & 1) != 0};
+}
+
+bool few_row_product(int64_t m, bool a_transposed, bool b_transposed) {
+  return !a_transposed && b_transposed && m <= kSkinnyRows;
 }
 
 ProductRoute route_product(const at::Tensor& a, const at::Tensor& b, bool a_transposed,
@@ -156,7 +158,7 @@ ProductRoute route_product(const at::Tensor& a, const at::Tensor& b, bool a_tran
   if (!a.is_cpu() || !b.is_cpu() || b.scalar_type() != dtype || b.size(b_transposed ? 1 : 0) != k) {
     return {ProductPath::aten, false};
   }
-  if (!a_transposed && b_transposed && m <= kSkinnyRows &&
+  if (few_row_product(m, a_transposed, b_transposed) &&
       (dtype == at::kFloat || sixteen_bit(dtype))) {
     return {ProductPath::few_rows, sixteen_bit(dtype)};
   }

@@ -86,6 +86,10 @@ at::Tensor routed_product(const at::Tensor& a, const at::Tensor& b, bool a_trans
 at::Tensor product_along(const ProductRoute& route, const at::Tensor& a, const at::Tensor& b,
                          bool a_transposed, bool b_transposed);
 
+// Whether a product of m rows in this layout is one the few-row kernel takes (x W^T of at most
+// kSkinnyRows rows; float32 and 16-bit operands): no probe routes it.
+bool few_row_product(int64_t m, bool a_transposed, bool b_transposed);
+
 // The path routed_product takes for these operands (nothing is multiplied).
 ProductRoute route_product(const at::Tensor& a, const at::Tensor& b, bool a_transposed,
                            bool b_transposed);

@@ -2,7 +2,6 @@
 #include "strata/kernels/product_probe.h"
 
 #include <dlfcn.h>
-#include <unistd.h>
 
 #include <ATen/Parallel.h>
 #include <torch/version.h>
@@ -12,10 +11,11 @@
 #include <fstream>
 #include <sstream>
 
+#include "strata/core/atomic_file.h"
+#include "strata/core/cache_dir.h"
 #include "strata/core/error.h"
 #include "strata/core/hash.h"
 #include "strata/kernels/cpu.h"
-#include "strata/kernels/skinny_gemm.h"
 
 namespace strata {
 namespace {
@@ -38,10 +38,6 @@ std::string onednn_version() {
   const Version* version = query();
   return str(version->major, ".", version->minor, ".", version->patch, " ",
              version->hash != nullptr ? version->hash : "");
-}
-
-bool few_rows(const ProductShape& shape) {
-  return !shape.a_transposed && shape.b_transposed && shape.m <= kSkinnyRows;
 }
 
 }  // namespace
@@ -135,7 +131,7 @@ ProductProbe probe_products(at::ScalarType dtype, const std::vector<ProductShape
       for (const ProductRoute& route : candidates) probed.seconds.emplace_back(route, 0.0);
       for (const ProductShape& shape : shapes) {
         if (shape.a_transposed != a_transposed || shape.b_transposed != b_transposed ||
-            few_rows(shape)) {
+            few_row_product(shape.m, a_transposed, b_transposed)) {
           continue;
         }
         ++probed.shapes;
@@ -168,9 +164,8 @@ ProductProbe probe_products(at::ScalarType dtype, const std::vector<ProductShape
 }
 
 std::string product_probe_file(const std::string& cache_dir, const std::string& key) {
-  char hex[17];  // the file holds the whole key, which is compared
-  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(fnv1a(key)));
-  return (std::filesystem::path(cache_dir) / "products" / (std::string(hex) + ".txt")).string();
+  // The file holds the whole key, which is compared.
+  return (std::filesystem::path(cache_dir) / "products" / (hex64(fnv1a(key)) + ".txt")).string();
 }
 
 ProductProbe cached_product_probe(at::ScalarType dtype, const std::vector<ProductShape>& shapes,
@@ -192,21 +187,26 @@ ProductProbe cached_product_probe(at::ScalarType dtype, const std::vector<Produc
     }
   }
   ProductProbe probe = probe_products(dtype, shapes);
-  std::error_code error;
-  fs::create_directories(path.parent_path(), error);
-  const fs::path partial = path.string() + ".partial." + std::to_string(::getpid());
-  {
-    std::ofstream out(partial);
-    out << probe.to_text();
-    if (!out.flush()) error = std::make_error_code(std::errc::io_error);
-  }
-  if (!error) fs::rename(partial, path, error);
-  if (error) {
-    fs::remove(partial, error);
-    std::fprintf(stderr, "strata: cannot keep the product probe in %s: every run probes again\n",
-                 path.c_str());
+  try {
+    std::error_code error;  // write_file_atomically names a directory it cannot write in
+    fs::create_directories(path.parent_path(), error);
+    const std::string text = probe.to_text();
+    write_file_atomically(path.string(), text.data(), text.size());
+  } catch (const UserError& unwritable) {
+    std::fprintf(stderr, "strata: %s; every run probes again\n", unwritable.what());
   }
   return probe;
+}
+
+ProductProbe cached_product_probe(at::ScalarType dtype, const std::vector<ProductShape>& shapes) {
+  std::string cache_dir;
+  try {
+    cache_dir = default_cache_dir();
+  } catch (const UserError& no_cache) {
+    std::fprintf(stderr, "strata: %s; the product probe runs every time\n", no_cache.what());
+    return probe_products(dtype, shapes);
+  }
+  return cached_product_probe(dtype, shapes, cache_dir);
 }
 
 }  // namespace strata

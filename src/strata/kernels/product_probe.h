@@ -69,4 +69,8 @@ std::string product_probe_file(const std::string& cache_dir, const std::string& 
 ProductProbe cached_product_probe(at::ScalarType dtype, const std::vector<ProductShape>& shapes,
                                   const std::string& cache_dir);
 
+// cached_product_probe under default_cache_dir() (core/cache_dir.h); probe_products, with a line
+// on stderr, where there is no cache directory.
+ProductProbe cached_product_probe(at::ScalarType dtype, const std::vector<ProductShape>& shapes);
+
 }  // namespace strata

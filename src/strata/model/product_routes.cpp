@@ -2,9 +2,7 @@
 #include "strata/model/product_routes.h"
 
 #include <algorithm>
-#include <cstdio>
 
-#include "strata/core/cache_dir.h"
 #include "strata/core/error.h"
 #include "strata/core/precision.h"
 
@@ -88,15 +86,7 @@ ProductProbe choose_product_routes(Comm& world, const Config& config,
   const at::ScalarType dtype = compute_dtype(config.train.precision);
   std::string text;
   if (world.rank() == 0) {
-    std::string cache_dir;
-    try {
-      cache_dir = default_cache_dir();
-    } catch (const UserError& no_cache) {
-      std::fprintf(stderr, "strata: %s; the product probe runs every time\n", no_cache.what());
-    }
-    const ProductProbe probe = cache_dir.empty() ? probe_products(dtype, shapes)
-                                                 : cached_product_probe(dtype, shapes, cache_dir);
-    text = probe.to_text();
+    text = cached_product_probe(dtype, shapes).to_text();
   }
   ProductProbe probe = ProductProbe::from_text(broadcast_text(world, text), "rank 0's probe");
   probe.use();

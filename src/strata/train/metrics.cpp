@@ -7,8 +7,8 @@
 #include <filesystem>
 #include <iostream>
 
+#include "strata/core/atomic_file.h"
 #include "strata/core/error.h"
-#include "strata/data/atomic_file.h"
 
 namespace strata {
 

@@ -1,6 +1,6 @@
-// Crash- and race-safe file replacement for the data folder: write a uniquely named sibling,
-// fsync it, rename it over the target, fsync the directory. A reader sees the old file or
-// the whole new one, never a prefix.
+// Crash- and race-safe file replacement (prepared data, metrics, the product probe's cache):
+// write a uniquely named sibling, fsync it, rename it over the target, fsync the directory. A
+// reader sees the old file or the whole new one, never a prefix.
 #pragma once
 #include <cstddef>
 #include <string>

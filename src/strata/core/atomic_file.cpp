@@ -1,5 +1,5 @@
 // Atomic file writes with POSIX calls (open/write/fsync/rename).
-#include "strata/data/atomic_file.h"
+#include "strata/core/atomic_file.h"
 
 #include <fcntl.h>
 #include <unistd.h>
