@@ -2,7 +2,8 @@
 // client thread on rank 0 talks HTTP to the server while the engine runs in the MPI thread.
 // Greedy completions equal generate() on the whole model on one rank (what `strata generate
 // --temperature 0` prints), alone and batched, through chunked prefill and preemption;
-// seeded sampling equals generate()'s draws, alone and among concurrent requests; streaming,
+// seeded sampling equals generate()'s draws, alone and among concurrent requests; prefix
+// caching changes no output (with and without it, shared prompts and follow-ups); streaming,
 // cancellation (a client that hangs up, streaming or not), bad input, a full queue and timeouts are
 // answered as docs/serving.md says, and the server keeps answering.
 #include <gtest/gtest.h>
@@ -579,6 +580,78 @@ TEST(Serve, AClientThatHangsUpIsCancelledWithinAStepStreamingOrNot) {
       EXPECT_EQ(answer["usage"]["completion_tokens"], 4) << answer.dump();
       EXPECT_TRUE(metric_reaches_text(client, "strata_requests_total{status=\"499\"} 1\n"));
     });
+  }
+}
+
+// Prefix caching is exact: requests that share a system prompt, and a follow-up whose prompt
+// is an earlier prompt and its completion (cached blocks of generated tokens), complete as the
+// whole model does, one at a time and concurrently, with the cache and without; with it, the
+// shared full blocks are hits.
+TEST(Serve, PrefixCachingIsExactAndReusesSharedBlocks) {
+  const int world = Comm::world().size();
+  const std::string system = "You are a helpful assistant. Answer in one line. ";  // 49 bytes
+  const std::vector<std::string> questions = {"Why?", "What is 2 + 2?", "Name a colour."};
+  constexpr int64_t kTokens = 16;
+  SamplingOptions options = greedy();
+  options.max_new_tokens = kTokens;
+  for (const bool caching : {true, false}) {
+    Config config = base_config();
+    config.model.seq_len = 128;
+    config.serve.prefix_cache = caching;
+    std::vector<std::string> prompts, expected;
+    for (const auto& question : questions) {
+      prompts.push_back(system + question);
+      expected.push_back(reference(config, prompts.back(), options));
+    }
+    // The first prompt, its completion and a second turn: 79 bytes, whose first four blocks
+    // the first request filled (its 53-byte prompt and 11 generated tokens).
+    prompts.push_back(prompts[0] + expected[0] + " And then?");
+    expected.push_back(reference(config, prompts.back(), options));
+    for (const Layout& layout : layouts_for(world)) {
+      SCOPED_TRACE(str("tp ", layout.tp, " pp ", layout.pp, caching ? " cached" : " uncached"));
+      with_server(config, layout, [&](httplib::Client& client, int port) {
+        for (size_t i = 0; i < prompts.size(); ++i) {  // one at a time
+          Json answer = completion(
+              client, {{"prompt", prompts[i]}, {"max_tokens", kTokens}, {"temperature", 0}});
+          EXPECT_EQ(answer["choices"][0]["text"], expected[i]) << "prompt " << i << " alone";
+        }
+        // Hits: the blocks the later requests share with those before them (whole blocks, short
+        // of a prompt's last token): three of the system prompt, or four of the first turn.
+        int64_t hits = 0;
+        for (size_t i = 1; i < prompts.size(); ++i) {
+          hits += (static_cast<int64_t>(i < 3 ? system.size() : prompts[0].size() + kTokens - 1) /
+                   kBlockTokens) *
+                  kBlockTokens;
+        }
+        EXPECT_EQ(metric(client, "strata_prefix_cache_hits_total"), caching ? hits : 0);
+        std::vector<Json> concurrent(prompts.size());
+        std::vector<std::thread> clients;
+        for (size_t i = 0; i < prompts.size(); ++i) {
+          clients.emplace_back([&, i] {
+            httplib::Client own("127.0.0.1", port);
+            own.set_read_timeout(std::chrono::seconds(120));
+            concurrent[i] = completion(
+                own, {{"prompt", prompts[i]}, {"max_tokens", kTokens}, {"temperature", 0}});
+          });
+        }
+        for (auto& thread : clients) thread.join();
+        for (size_t i = 0; i < prompts.size(); ++i) {
+          EXPECT_EQ(concurrent[i]["choices"][0]["text"], expected[i])
+              << "prompt " << i << " among concurrent requests: " << concurrent[i].dump();
+        }
+        EXPECT_EQ(metric(client, "strata_kv_blocks_used"), 0);
+        auto metrics = client.Get("/metrics");
+        ASSERT_TRUE(metrics);
+        const bool no_hits =
+            metrics->body.find("\nstrata_prefix_cache_hit_rate 0.0\n") != std::string::npos;
+        EXPECT_NE(no_hits, caching) << metrics->body;
+        if (caching) {
+          EXPECT_GT(metric(client, "strata_kv_blocks_cached"), 0);
+        } else {
+          EXPECT_EQ(metric(client, "strata_kv_blocks_cached"), 0);
+        }
+      });
+    }
   }
 }
 

@@ -345,7 +345,8 @@ int run_serve(const ServeFlags& flags, const std::vector<std::string>& argv) {
     });
     if (*rank == 0) {
       std::cout << "strata serve: ready: " << mesh.to_string() << ", " << session.num_blocks()
-                << " KV cache blocks of " << kBlockTokens << " tokens" << std::endl;
+                << " KV cache blocks of " << kBlockTokens << " tokens, prefix caching "
+                << (config.serve.prefix_cache ? "on" : "off") << std::endl;
     }
     // Rank 0: a thread waits for SIGINT or SIGTERM and stops the engine. Leaving this scope
     // any other way (an error), the watcher is woken by a signal of our own and joined.

@@ -154,6 +154,7 @@ struct ServeConfig {
   double request_timeout_s = 600.0;  // a sequence not finished this long after arrival is cancelled
   double max_request_mb = 16.0;      // a request body over this many MiB gets 413
   int64_t threads = 0;               // intra-op threads per rank; 0 = max(1, cores / local ranks)
+  bool prefix_cache = true;  // full KV blocks are kept and shared by sequences with the same prefix
 };
 
 struct Config {

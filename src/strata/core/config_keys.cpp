@@ -124,6 +124,7 @@ const std::vector<Key>& keys() {
       STRATA_CONFIG_KEY(serve, max_queue),
       STRATA_CONFIG_KEY(serve, request_timeout_s),
       STRATA_CONFIG_KEY(serve, max_request_mb),
+      STRATA_CONFIG_KEY(serve, prefix_cache),
       STRATA_CONFIG_KEY(serve, threads),
   };
   return table;

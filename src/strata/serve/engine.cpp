@@ -33,7 +33,7 @@ Engine::Engine(ServedStage& stage, Comm& world, const ServeConfig& config,
       world_(world),
       config_(config),
       tokenizer_(tokenizer),
-      scheduler_(num_blocks, config.max_batch_tokens) {
+      scheduler_(num_blocks, config.max_batch_tokens, config.prefix_cache) {
   update_gauges();
 }
 
@@ -93,6 +93,9 @@ void Engine::update_gauges(const std::vector<StepEntry>& running_step) {
   for (const StepEntry& entry : running_step) in_flight += entry.rows;
   metrics_.kv_tokens_stored = scheduler_.tokens_stored() + in_flight;
   metrics_.preemptions = scheduler_.preemptions();
+  metrics_.kv_blocks_cached = scheduler_.pool().num_cached();
+  metrics_.prefix_cache_queries = scheduler_.prefix_queried_tokens();
+  metrics_.prefix_cache_hits = scheduler_.prefix_hit_tokens();
 }
 
 void Engine::finish(const std::shared_ptr<Sequence>& sequence, FinishReason reason) {
@@ -164,6 +167,7 @@ void Engine::apply(const std::vector<StepEntry>& step, const at::Tensor& logits)
       row += entry.rows;
     }
     sequence.computed += entry.rows;
+    scheduler_.cache_filled_blocks(sequence);
     if (sequence.computed < static_cast<int64_t>(sequence.tokens.size())) continue;
     // The last row samples (with all rows returned, it is already counted).
     const at::Tensor sampled = all_rows ? logits[row - 1] : logits[row++];

@@ -65,6 +65,18 @@ std::string ServeMetrics::prometheus() const {
   scalar(out, "strata_kv_blocks_free", "gauge", "KV cache blocks free.", kv_blocks_free);
   scalar(out, "strata_kv_tokens_stored", "gauge", "Positions cached in the used KV blocks.",
          kv_tokens_stored);
+  scalar(out, "strata_kv_blocks_cached", "gauge",
+         "Free KV blocks whose contents are kept for prefix caching.", kv_blocks_cached);
+  scalar(out, "strata_prefix_cache_queries_total", "counter",
+         "Tokens of admitted sequences looked up in the prefix cache.", prefix_cache_queries);
+  scalar(out, "strata_prefix_cache_hits_total", "counter",
+         "Tokens of admitted sequences found in the prefix cache.", prefix_cache_hits);
+  out << "# HELP strata_prefix_cache_hit_rate Prefix cache hits over queries (0 before any).\n"
+      << "# TYPE strata_prefix_cache_hit_rate gauge\nstrata_prefix_cache_hit_rate "
+      << number(prefix_cache_queries > 0 ? static_cast<double>(prefix_cache_hits) /
+                                               static_cast<double>(prefix_cache_queries)
+                                         : 0.0)
+      << "\n";
   out << time_to_first_token.prometheus("strata_time_to_first_token_seconds",
                                         "Seconds from a request's arrival to its first token.");
   out << time_per_output_token.prometheus("strata_time_per_output_token_seconds",

@@ -33,6 +33,9 @@ struct ServeMetrics {
   int64_t running = 0;      // sequences holding KV blocks
   int64_t kv_blocks_used = 0, kv_blocks_free = 0;
   int64_t kv_tokens_stored = 0;  // positions cached in the used blocks (or being written)
+  int64_t kv_blocks_cached = 0;  // free blocks kept for prefix caching (counted in kv_blocks_free)
+  // Prefix caching: tokens of admitted sequences, and those found in cached blocks.
+  int64_t prefix_cache_queries = 0, prefix_cache_hits = 0;
   // Seconds from a request's arrival to its first token; between consecutive tokens. Buckets
   // from 1 ms doubling to about 33 s.
   Histogram time_to_first_token{0.001, 2.0, 16};

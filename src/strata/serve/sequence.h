@@ -34,6 +34,11 @@ struct Sequence {
   // Engine thread only.
   int64_t computed = 0;         // leading tokens whose keys and values are in `blocks`
   std::vector<int64_t> blocks;  // block table: position p lives in blocks[p / kBlockTokens]
+  // Prefix caching: the content keys of the full blocks of `tokens` known so far (block_key
+  // chained; `tokens` only grow, so they stay valid), and how many leading blocks of `blocks`
+  // were offered to the pool's cache.
+  std::vector<uint64_t> block_keys;
+  int64_t blocks_offered = 0;
   ServeClock::time_point last_token_time;
 
   // Published by the engine under its mutex.
