@@ -3,14 +3,17 @@
 // serve/, 16-token blocks), for several S. A step's time is about fixed + S x per-sequence;
 // continuous batching gains over static batching as much as the fixed part dominates, so this
 // splits the two (least squares over S). Prints one JSON object per S: median seconds per step
-// over the rounds and its range, then one with the fit.
+// over the rounds and its range, then one with the fit, then one with the bound a decode step
+// at batch 1 cannot beat: the time to stream every weight once at the machine's memory
+// bandwidth, measured here as the fastest of several summing passes over a buffer of
+// --stream-mb MiB (far larger than the caches) on the same threads.
 //
 // --dtype bf16 serves the model in bfloat16 (weights and KV cache), as `strata serve --set
 // train.precision=bf16` does.
 //
 //   serve_step [--threads 2] [--d-model 256] [--layers 4] [--heads 8] [--vocab 256]
 //              [--context 48] [--sequences 1,2,4,8,16] [--steps 50] [--rounds 5]
-//              [--dtype fp32|bf16]
+//              [--dtype fp32|bf16] [--stream-mb 1024]
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
@@ -56,6 +59,22 @@ double median(std::vector<double> values) {
   return values[values.size() / 2];
 }
 
+// Bytes per second that a read of a `megabytes` MiB float32 buffer runs at on the current
+// threads: the fastest of `passes` reductions (at::sum streams its input once, vectorized and
+// split over the threads). The buffer is written first, so its pages are backed.
+double read_bandwidth(int64_t megabytes, int passes) {
+  const at::Tensor buffer = at::ones({megabytes * 1024 * 1024 / 4}, at::kFloat);
+  double best = 0;
+  for (int pass = 0; pass <= passes; ++pass) {
+    const auto start = Clock::now();
+    const double total = buffer.sum().item<double>();
+    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    if (total <= 0) return 0;  // keeps the sum from being optimized away
+    if (pass > 0) best = std::max(best, static_cast<double>(buffer.nbytes()) / seconds);
+  }
+  return best;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -75,6 +94,9 @@ int main(int argc, char** argv) {
   app.add_option("--rounds", rounds)->check(CLI::PositiveNumber);
   std::string dtype_name = "fp32";
   app.add_option("--dtype", dtype_name)->check(CLI::IsMember({"fp32", "bf16"}));
+  int64_t stream_mb = 1024;
+  app.add_option("--stream-mb", stream_mb, "MiB read to measure the memory bandwidth")
+      ->check(CLI::PositiveNumber);
   CLI11_PARSE(app, argc, argv);
   const at::ScalarType dtype = dtype_name == "bf16" ? at::kBFloat16 : at::kFloat;
   at::set_num_threads(threads);
@@ -136,5 +158,19 @@ int main(int argc, char** argv) {
   const double fixed = (sum_t - per_sequence * sum_s) / n;
   std::printf("{\"fixed_s\": %.6g, \"per_sequence_s\": %.6g, \"fixed_over_per_sequence\": %.3g}\n",
               fixed, per_sequence, fixed / per_sequence);
+
+  // Every parameter is read once per step (a tied head reads the embedding table whole).
+  double weight_bytes = 0;
+  for (const auto& parameter : model.parameters()) {
+    weight_bytes += static_cast<double>(parameter.value.nbytes());
+  }
+  const double bandwidth = read_bandwidth(stream_mb, 5);
+  const auto one = std::find(counts.begin(), counts.end(), 1);
+  const double step_one = one == counts.end() ? 0 : median(seconds[one - counts.begin()]);
+  std::printf(
+      "{\"weight_bytes\": %.6g, \"bandwidth_bytes_per_s\": %.6g, \"weight_stream_s\": %.6g, "
+      "\"step_1_over_stream\": %.4g}\n",
+      weight_bytes, bandwidth, weight_bytes / bandwidth,
+      step_one > 0 ? step_one / (weight_bytes / bandwidth) : 0.0);
   return 0;
 }

@@ -2,7 +2,9 @@
 # One serving engine step alone (bench/serve_step: GPT::forward_paged over S decoding
 # sequences), as rows bench/record.sh can record: per S the median step time over the rounds,
 # and the fit of step time = fixed + S x per-sequence that decides how much continuous
-# batching can gain over static batching (docs/serving.md).
+# batching can gain over static batching (docs/serving.md), and (with S 1 among the counts) the
+# batch-1 step over the time to read every weight once at the memory bandwidth serve_step
+# measures.
 #
 #   bench/serve_step.sh [BUILD_DIR] [serve_step flags...]   e.g. --sequences 1,8,16 --rounds 5
 #
@@ -36,6 +38,13 @@ for r in lines:
     if "sequences" in r:
         rows.append({"name": f"S {r['sequences']}", "metric": f"seconds per decode step (context {r['context']})",
                      "value": r["step_s"], "spread": [r["min_s"], r["max_s"]]})
+    elif "weight_bytes" in r:
+        rows.append({"name": "weight stream", "metric": "seconds to read every weight once at the measured bandwidth",
+                     "value": r["weight_stream_s"], "weight_bytes": r["weight_bytes"],
+                     "bandwidth_gb_per_s": r["bandwidth_bytes_per_s"] / 1e9})
+        if r["step_1_over_stream"] > 0:
+            rows.append({"name": "S 1 / weight stream", "metric": "decode step at batch 1 over the weight stream time",
+                         "value": r["step_1_over_stream"]})
     else:
         rows.append({"name": "fixed", "metric": "seconds per step, fitted fixed part", "value": r["fixed_s"]})
         rows.append({"name": "per sequence", "metric": "seconds per step and sequence, fitted",
