@@ -18,7 +18,7 @@ bench=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 build=${1:-build}
 [[ -d $build ]] || build="$bench/../$build"
 build=$(cd "$build" 2>/dev/null && pwd) || { echo "all: no build dir ${1:-build}" >&2; exit 2; }
-for binary in src/strata bench/matmul_peak bench/serve_load bench/serve_step bench/onebit_allreduce; do
+for binary in src/strata bench/matmul_peak bench/serve_load bench/serve_bench bench/serve_step bench/onebit_allreduce; do
   [[ -x $build/$binary ]] || { echo "all: $build/$binary missing; cmake --build $build" >&2; exit 2; }
 done
 
@@ -28,7 +28,8 @@ export IDLE_WAIT_S=${IDLE_WAIT_S:-600}  # each record waits up to 10 min for an 
 if [[ -n ${SMOKE:-} ]]; then
   # Later knobs win: these shrink every record's model and run; nothing lands in bench/results/.
   tiny=(ROUNDS=2 STEPS=2 WARMUP=1 D_MODEL=64 N_HEADS=2 N_LAYERS=2 SEQ_LEN=32 BATCH=4
-        REQUESTS=8 PROMPT_MIN=4 PROMPT_MAX=12 SHORT_TOKENS=4 LONG_TOKENS=12 ELEMENTS=65536 CALLS=2)
+        REQUESTS=8 PROMPT_MIN=4 PROMPT_MAX=12 SHORT_TOKENS=4 LONG_TOKENS=12 ELEMENTS=65536 CALLS=2
+        OUTPUT_MAX=12 SHARED_PREFIX=8 'RATES=16 64' DURATION=1)
   smoke_dir=$(mktemp -d)
   trap 'rm -rf "$smoke_dir"' EXIT
   export RESULTS=$smoke_dir/results SAMPLE_S=1 IDLE_WAIT_S=0
@@ -102,13 +103,25 @@ record serve_load --title "Serving under load: continuous against static batchin
 # a served LLM's do, where a step's time grows slowly with its sequences (GPT-2 small's shape).
 record serve_load_d768 --title "Serving under load: continuous against static batching (d_model 768, 12 layers, 1 rank x 2 threads)" \
   "${serve_targets[@]}" ROUNDS=5 REQUESTS=256 D_MODEL=768 N_LAYERS=12 N_HEADS=12 bench/serve_load.sh "$build"
+# Open-loop serving (vLLM's benchmark_serving): goodput under TTFT and TPOT SLOs on a Poisson
+# sweep, continuous batching against static batches and one request at a time; and the prefix
+# cache against none on requests sharing a 512-token system prompt (docs/serving.md).
+record serve_bench_goodput --title "Open-loop serving goodput: continuous against static batching and one at a time (d_model 256, 2 threads)" \
+  --target 'continuous/static>=2.0' --target 'continuous/one>=4.0' \
+  SCENARIO=goodput bench/serve_bench.sh "$build"
+record serve_bench_goodput_d768 --title "Open-loop serving goodput: continuous against static batching and one at a time (d_model 768, 12 layers, 2 threads)" \
+  --target 'continuous/static>=2.0' --target 'continuous/one>=4.0' \
+  SCENARIO=goodput D_MODEL=768 N_LAYERS=12 N_HEADS=12 'RATES=1 2 3 4 6 8 12 16 20 24' bench/serve_bench.sh "$build"
+record serve_bench_prefix_d768 --title "Prefix cache: 64 requests sharing a 512-token system prompt, cached against uncached (d_model 768, 12 layers, 2 threads)" \
+  --target 'ttft p50 uncached/cached>=4.0' --target 'output tok/s cached/uncached>=1.5' --target 'identical outputs>=1' \
+  SCENARIO=prefix ROUNDS=5 D_MODEL=768 N_LAYERS=12 N_HEADS=12 SEQ_LEN=1024 bench/serve_bench.sh "$build"
 
 # The two pieces the serving and 1-bit Adam pages reason from: a decode step's fixed and
 # per-sequence cost, and the 1-bit codec against the float32 all-reduce.
 record serve_step --title "One serving engine step: decode time by batch size (d_model 256, 2 threads)" \
   bench/serve_step.sh "$build" --sequences 1,8,16
 record serve_step_d768 --title "One serving engine step: decode time by batch size (d_model 768, 12 layers, 2 threads)" \
-  bench/serve_step.sh "$build" --d-model 768 --layers 12 --heads 12 --sequences 1,8,16 --steps 20
+  --target 'S 1 / weight stream<=1.3' bench/serve_step.sh "$build" --d-model 768 --layers 12 --heads 12 --sequences 1,8,16 --steps 20
 record onebit_allreduce --title "1-bit compressed all-reduce against float32, 2 ranks, shared memory and TCP (3.2 M floats)" \
   bench/onebit_allreduce.sh "$build"
 
