@@ -154,10 +154,13 @@ int main(int argc, char** argv) {
     sum_ss += S * S;
     sum_st += S * t;
   }
-  const double per_sequence = (n * sum_st - sum_s * sum_t) / (n * sum_ss - sum_s * sum_s);
-  const double fixed = (sum_t - per_sequence * sum_s) / n;
-  std::printf("{\"fixed_s\": %.6g, \"per_sequence_s\": %.6g, \"fixed_over_per_sequence\": %.3g}\n",
-              fixed, per_sequence, fixed / per_sequence);
+  if (counts.size() >= 2) {  // a line needs two batch sizes
+    const double per_sequence = (n * sum_st - sum_s * sum_t) / (n * sum_ss - sum_s * sum_s);
+    const double fixed = (sum_t - per_sequence * sum_s) / n;
+    std::printf(
+        "{\"fixed_s\": %.6g, \"per_sequence_s\": %.6g, \"fixed_over_per_sequence\": %.3g}\n", fixed,
+        per_sequence, fixed / per_sequence);
+  }
 
   // Every parameter is read once per step (a tied head reads the embedding table whole).
   double weight_bytes = 0;
