@@ -29,7 +29,7 @@ if [[ -n ${SMOKE:-} ]]; then
   # Later knobs win: these shrink every record's model and run; nothing lands in bench/results/.
   tiny=(ROUNDS=2 STEPS=2 WARMUP=1 D_MODEL=64 N_HEADS=2 N_LAYERS=2 SEQ_LEN=32 BATCH=4
         REQUESTS=8 PROMPT_MIN=4 PROMPT_MAX=12 SHORT_TOKENS=4 LONG_TOKENS=12 ELEMENTS=65536 CALLS=2
-        OUTPUT_MAX=12 SHARED_PREFIX=8 'RATES=16 64' DURATION=1)
+        OUTPUT_MAX=12 SHARED_PREFIX=8 'RATES=16 64' DURATION=1 KV_CACHE_MB=64)
   smoke_dir=$(mktemp -d)
   trap 'rm -rf "$smoke_dir"' EXIT
   export RESULTS=$smoke_dir/results SAMPLE_S=1 IDLE_WAIT_S=0

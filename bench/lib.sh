@@ -4,6 +4,8 @@
 #   bench_binary NAME             sets binary to BUILD_DIR/bench/NAME; exits 2 when it is missing
 #   bench_workdir                 sets work: $KEEP if given (kept), else a temp dir removed on exit
 #   bench_header                  prints the machine, date and load lines every record starts with
+#   bench_serve_checkpoint        trains the one-step checkpoint of the benchmark GPT that the
+#                                 serving benchmarks serve, in $work; sets checkpoint
 # shellcheck shell=bash
 
 bench_init() {
@@ -53,4 +55,29 @@ norm = "layernorm"
 activation = "gelu"
 tie_embeddings = true
 TOML
+}
+
+# The checkpoint a serving benchmark serves: the benchmark GPT after one synthetic step (its
+# weights only have to be some weights), trained on THREADS threads in $work.
+bench_serve_checkpoint() {
+  {
+    bench_model_section
+    cat <<TOML
+[train]
+steps = 1
+global_batch = 1
+micro_batch = 1
+warmup_steps = 0
+threads = $THREADS
+[data]
+source = "synthetic"
+[log]
+progress = "none"
+dir = "$work/log"
+[checkpoint]
+dir = "$work/ckpt"
+TOML
+  } >"$work/model.toml"
+  "$strata" train "$work/model.toml" >"$work/train.log" 2>&1
+  checkpoint="$work/ckpt/step_00000001"
 }

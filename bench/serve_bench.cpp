@@ -21,6 +21,8 @@
 #include <random>
 #include <thread>
 
+#include "percentile.h"
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -192,13 +194,6 @@ Result result_of(const Stream& stream, Clock::time_point arrival, int64_t own_to
     result.text = stream.text;
   }
   return result;
-}
-
-double percentile(std::vector<double> values, double p) {
-  if (values.empty()) return 0;
-  std::sort(values.begin(), values.end());
-  const size_t index = std::min(values.size() - 1, static_cast<size_t>(p * values.size()));
-  return values[index];
 }
 
 double mean(const std::vector<double>& values) {

@@ -92,26 +92,7 @@ cleanup() {
 }
 trap cleanup EXIT
 bench_header
-{
-  bench_model_section
-  cat <<TOML
-[train]
-steps = 1
-global_batch = 1
-micro_batch = 1
-warmup_steps = 0
-threads = $THREADS
-[data]
-source = "synthetic"
-[log]
-progress = "none"
-dir = "$work/log"
-[checkpoint]
-dir = "$work/ckpt"
-TOML
-} >"$work/model.toml"
-"$strata" train "$work/model.toml" >"$work/train.log" 2>&1
-checkpoint="$work/ckpt/step_00000001"
+bench_serve_checkpoint
 
 # start_server NAME [SET...]: starts `strata serve` on the checkpoint with the extra config
 # overrides and sets `port` once it is ready. The queue is as long as the workload, so an

@@ -18,6 +18,8 @@
 #include <random>
 #include <thread>
 
+#include "percentile.h"
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -80,13 +82,6 @@ Result send(const std::string& host, int port, const Request& request) {
   result.tokens = request.max_tokens;  // greedy, no stop strings: every token is generated
   if (result.tokens > 1) result.tpot = (result.latency - result.ttft) / (result.tokens - 1);
   return result;
-}
-
-double percentile(std::vector<double> values, double p) {
-  if (values.empty()) return 0;
-  std::sort(values.begin(), values.end());
-  const size_t index = std::min(values.size() - 1, static_cast<size_t>(p * values.size()));
-  return values[index];
 }
 
 // A gauge of the server's /metrics text (0 when absent).

@@ -33,26 +33,7 @@ fi
 
 bench_workdir
 bench_header
-{
-  bench_model_section
-  cat <<TOML
-[train]
-steps = 1
-global_batch = 1
-micro_batch = 1
-warmup_steps = 0
-threads = $THREADS
-[data]
-source = "synthetic"
-[log]
-progress = "none"
-dir = "$work/log"
-[checkpoint]
-dir = "$work/ckpt"
-TOML
-} >"$work/model.toml"
-"$strata" train "$work/model.toml" >"$work/train.log" 2>&1
-checkpoint="$work/ckpt/step_00000001"
+bench_serve_checkpoint
 
 "$strata" serve --checkpoint "$checkpoint" --port 0 --set "serve.threads=$THREADS" >"$work/serve.log" 2>&1 &
 server=$!
