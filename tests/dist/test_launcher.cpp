@@ -26,25 +26,42 @@ TEST(Launcher, ThreadsPerRank) {
 }
 
 TEST(Launcher, CommandForFewerRanksThanCores) {
+  ScopedEnv tunables("GLIBC_TUNABLES", nullptr);
   const auto command = mpirun_command(4, {"strata", "train", "--config", "a.toml"}, 8, false);
   ASSERT_FALSE(command.empty());
   EXPECT_NE(command[0].find("mpirun"), std::string::npos);
   const std::vector<std::string> rest(command.begin() + 1, command.end());
   EXPECT_EQ(rest, (std::vector<std::string>{"-np", "4", "-x", "OMP_NUM_THREADS=2", "-x",
                                             "OPENBLAS_NUM_THREADS=2", "-x", "STRATA_THREADS=2",
-                                            "strata", "train", "--config", "a.toml"}));
+                                            "-x", "GLIBC_TUNABLES=glibc.malloc.hugetlb=1", "strata",
+                                            "train", "--config", "a.toml"}));
 }
 
 TEST(Launcher, CommandOversubscribedAsRoot) {
+  ScopedEnv tunables("GLIBC_TUNABLES", nullptr);
   const auto command = mpirun_command(5, {"strata"}, 2, true);
   const std::vector<std::string> rest(command.begin() + 1, command.end());
-  EXPECT_EQ(rest, (std::vector<std::string>{"-np", "5", "--oversubscribe", "--allow-run-as-root",
-                                            "-x", "OMP_WAIT_POLICY=passive", "-x",
-                                            "OMP_NUM_THREADS=1", "-x", "OPENBLAS_NUM_THREADS=1",
-                                            "-x", "STRATA_THREADS=1", "strata"}));
+  EXPECT_EQ(rest,
+            (std::vector<std::string>{"-np", "5", "--oversubscribe", "--allow-run-as-root", "-x",
+                                      "OMP_WAIT_POLICY=passive", "-x", "OMP_NUM_THREADS=1", "-x",
+                                      "OPENBLAS_NUM_THREADS=1", "-x", "STRATA_THREADS=1", "-x",
+                                      "GLIBC_TUNABLES=glibc.malloc.hugetlb=1", "strata"}));
   // Exactly as many ranks as cores is not oversubscribed.
   const auto exact = mpirun_command(2, {"strata"}, 2, false);
   EXPECT_EQ(std::count(exact.begin(), exact.end(), "--oversubscribe"), 0);
+}
+
+TEST(Launcher, RanksMallocOnHugePagesKeepingTheUsersTunables) {
+  EXPECT_EQ(with_huge_page_malloc(nullptr), "glibc.malloc.hugetlb=1");
+  EXPECT_EQ(with_huge_page_malloc(""), "glibc.malloc.hugetlb=1");
+  EXPECT_EQ(with_huge_page_malloc("glibc.malloc.arena_max=2"),
+            "glibc.malloc.arena_max=2:glibc.malloc.hugetlb=1");
+  EXPECT_EQ(with_huge_page_malloc("glibc.malloc.hugetlb=0"), "glibc.malloc.hugetlb=0");
+  ScopedEnv tunables("GLIBC_TUNABLES", "glibc.malloc.arena_max=2");
+  const auto command = mpirun_command(2, {"strata"}, 2, false);
+  EXPECT_EQ(std::count(command.begin(), command.end(),
+                       "GLIBC_TUNABLES=glibc.malloc.arena_max=2:glibc.malloc.hugetlb=1"),
+            1);
 }
 
 TEST(Launcher, ForwardsTheApiKeyByNameOnly) {

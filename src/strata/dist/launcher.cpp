@@ -79,6 +79,12 @@ int threads_per_rank(int cores, int local_ranks) {
   return std::max(1, cores / std::max(1, local_ranks));
 }
 
+std::string with_huge_page_malloc(const char* tunables) {
+  const std::string given = tunables == nullptr ? "" : tunables;
+  if (given.find("glibc.malloc.hugetlb=") != std::string::npos) return given;  // the user's
+  return given.empty() ? kHugePageMalloc : given + ":" + kHugePageMalloc;
+}
+
 std::vector<std::string> mpirun_command(int nproc, const std::vector<std::string>& program_args) {
   return mpirun_command(nproc, program_args, available_cores(), geteuid() == 0);
 }
@@ -100,6 +106,8 @@ std::vector<std::string> mpirun_command(int nproc, const std::vector<std::string
     command.push_back("-x");
     command.push_back(std::string(variable) + "=" + threads);
   }
+  command.push_back("-x");
+  command.push_back("GLIBC_TUNABLES=" + with_huge_page_malloc(std::getenv("GLIBC_TUNABLES")));
   if (std::getenv("STRATA_API_KEY")) {
     command.push_back("-x");
     command.push_back("STRATA_API_KEY");
