@@ -43,17 +43,23 @@ struct Result {
   std::string text;         // its own generated text
 };
 
+// Lengths in tokens drawn lognormal with the given mean and sigma of the underlying normal,
+// clamped to [min, max]: ShareGPT's prompt and output lengths are roughly lognormal, a long
+// tail of long ones.
+struct Lengths {
+  double mean = 64, sigma = 0.8;
+  int min = 2, max = 128;
+};
+
 struct Workload {
-  int prompt_min = 4, prompt_max = 256, output_min = 2, output_max = 128;
-  double prompt_mean = 64, prompt_sigma = 0.8, output_mean = 64, output_sigma = 0.8;
+  Lengths prompt{64, 0.8, 4, 256}, output{64, 0.8, 2, 128};
   int shared_prefix = 0;
 };
 
-// A lognormal draw with the given mean (in tokens) and sigma of the underlying normal, clamped:
-// ShareGPT's prompt and output lengths are roughly lognormal, a long tail of long ones.
-int lognormal_length(std::mt19937_64& random, double mean, double sigma, int low, int high) {
-  std::lognormal_distribution<double> length(std::log(mean) - sigma * sigma / 2, sigma);
-  return std::clamp(static_cast<int>(std::lround(length(random))), low, high);
+int lognormal_length(std::mt19937_64& random, const Lengths& lengths) {
+  std::lognormal_distribution<double> length(
+      std::log(lengths.mean) - lengths.sigma * lengths.sigma / 2, lengths.sigma);
+  return std::clamp(static_cast<int>(std::lround(length(random))), lengths.min, lengths.max);
 }
 
 std::string letters(std::mt19937_64& random, int count) {
@@ -76,11 +82,9 @@ std::vector<Request> make_workload(int count, double rate, uint64_t seed, const 
     if (i > 0 && !std::isinf(rate)) clock += gap(random);
     Request& request = requests[i];
     request.arrival = clock;
-    const int own = lognormal_length(random, shape.prompt_mean, shape.prompt_sigma,
-                                     shape.prompt_min, shape.prompt_max);
+    const int own = lognormal_length(random, shape.prompt);
     request.prompt = prefix + letters(random, own);
-    request.output_tokens = lognormal_length(random, shape.output_mean, shape.output_sigma,
-                                             shape.output_min, shape.output_max);
+    request.output_tokens = lognormal_length(random, shape.output);
   }
   return requests;
 }
@@ -249,18 +253,17 @@ int main(int argc, char** argv) {
   app.add_option("--mode", mode, "continuous, static or one")
       ->check(CLI::IsMember({"continuous", "static", "one"}));
   app.add_option("--batch", batch, "Static batch size")->check(CLI::PositiveNumber);
-  app.add_option("--prompt-mean", shape.prompt_mean, "Mean own prompt length (tokens)")
-      ->check(CLI::PositiveNumber);
-  app.add_option("--prompt-sigma", shape.prompt_sigma, "Sigma of the prompt length's log")
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("--prompt-min", shape.prompt_min)->check(CLI::PositiveNumber);
-  app.add_option("--prompt-max", shape.prompt_max)->check(CLI::PositiveNumber);
-  app.add_option("--output-mean", shape.output_mean, "Mean output length (tokens)")
-      ->check(CLI::PositiveNumber);
-  app.add_option("--output-sigma", shape.output_sigma, "Sigma of the output length's log")
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("--output-min", shape.output_min)->check(CLI::PositiveNumber);
-  app.add_option("--output-max", shape.output_max)->check(CLI::PositiveNumber);
+  // --prompt-mean, --prompt-sigma, --prompt-min, --prompt-max; the same for --output-.
+  auto add_lengths = [&app](const std::string& what, Lengths& lengths, const std::string& of) {
+    app.add_option("--" + what + "-mean", lengths.mean, "Mean " + of + " length (tokens)")
+        ->check(CLI::PositiveNumber);
+    app.add_option("--" + what + "-sigma", lengths.sigma, "Sigma of the " + of + " length's log")
+        ->check(CLI::NonNegativeNumber);
+    app.add_option("--" + what + "-min", lengths.min)->check(CLI::PositiveNumber);
+    app.add_option("--" + what + "-max", lengths.max)->check(CLI::PositiveNumber);
+  };
+  add_lengths("prompt", shape.prompt, "own prompt");
+  add_lengths("output", shape.output, "output");
   app.add_option("--shared-prefix", shape.shared_prefix, "Tokens of a system prompt all share")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--slo-ttft", slo_ttft, "Goodput SLO on time to first token (s)")
@@ -270,7 +273,7 @@ int main(int argc, char** argv) {
   app.add_option("--max-seconds", max_seconds, "Send nothing after this long; a request's bound")
       ->check(CLI::PositiveNumber);
   CLI11_PARSE(app, argc, argv);
-  if (shape.prompt_min > shape.prompt_max || shape.output_min > shape.output_max) {
+  if (shape.prompt.min > shape.prompt.max || shape.output.min > shape.output.max) {
     std::fprintf(stderr, "serve_bench: --prompt-min/--output-min exceed their maximum\n");
     return 2;
   }

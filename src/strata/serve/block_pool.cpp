@@ -79,18 +79,14 @@ int64_t BlockPool::take_prefix(const int64_t* tokens, const std::vector<uint64_t
   for (; run < max_blocks; ++run) {
     auto keyed = keyed_.find(keys[run]);
     if (keyed == keyed_.end()) break;
-    const Block& entry = blocks_[keyed->second];
+    Block& entry = blocks_[keyed->second];
     const uint64_t parent = run == 0 ? 0 : keys[run - 1];
     if (entry.parent != parent ||
         !std::equal(entry.tokens.begin(), entry.tokens.end(), tokens + run * kBlockTokens)) {
       break;  // a hash collision: not this prefix
     }
-  }
-  for (int64_t i = 0; i < run; ++i) {
-    const int64_t block = keyed_.at(keys[i]);
-    Block& entry = blocks_[block];
     if (entry.holders++ == 0) released_.erase(entry.entry);
-    table.push_back(block);
+    table.push_back(keyed->second);
   }
   return run;
 }

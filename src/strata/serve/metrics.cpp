@@ -12,9 +12,13 @@ namespace {
 std::string number(double value) { return config_detail::format_double(value); }
 
 void scalar(std::ostringstream& out, const std::string& name, const char* type, const char* help,
-            int64_t value) {
+            const std::string& value) {
   out << "# HELP " << name << " " << help << "\n# TYPE " << name << " " << type << "\n"
       << name << " " << value << "\n";
+}
+void scalar(std::ostringstream& out, const std::string& name, const char* type, const char* help,
+            int64_t value) {
+  scalar(out, name, type, help, std::to_string(value));
 }
 
 }  // namespace
@@ -71,12 +75,11 @@ std::string ServeMetrics::prometheus() const {
          "Tokens of admitted sequences looked up in the prefix cache.", prefix_cache_queries);
   scalar(out, "strata_prefix_cache_hits_total", "counter",
          "Tokens of admitted sequences found in the prefix cache.", prefix_cache_hits);
-  out << "# HELP strata_prefix_cache_hit_rate Prefix cache hits over queries (0 before any).\n"
-      << "# TYPE strata_prefix_cache_hit_rate gauge\nstrata_prefix_cache_hit_rate "
-      << number(prefix_cache_queries > 0 ? static_cast<double>(prefix_cache_hits) /
+  scalar(out, "strata_prefix_cache_hit_rate", "gauge",
+         "Prefix cache hits over queries (0 before any).",
+         number(prefix_cache_queries > 0 ? static_cast<double>(prefix_cache_hits) /
                                                static_cast<double>(prefix_cache_queries)
-                                         : 0.0)
-      << "\n";
+                                         : 0.0));
   out << time_to_first_token.prometheus("strata_time_to_first_token_seconds",
                                         "Seconds from a request's arrival to its first token.");
   out << time_per_output_token.prometheus("strata_time_per_output_token_seconds",

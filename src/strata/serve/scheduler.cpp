@@ -66,14 +66,18 @@ void Scheduler::cache_filled_blocks(Sequence& sequence) {
   sequence.blocks_offered = full;
 }
 
+void Scheduler::release_blocks(Sequence& sequence) {
+  pool_.release(sequence.blocks);
+  sequence.computed = 0;
+  sequence.blocks_offered = 0;
+}
+
 void Scheduler::add(std::shared_ptr<Sequence> sequence) { waiting_.push_back(std::move(sequence)); }
 
 void Scheduler::preempt(size_t running_index) {
   std::shared_ptr<Sequence> victim = running_[running_index];
   running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(running_index));
-  pool_.release(victim->blocks);
-  victim->computed = 0;
-  victim->blocks_offered = 0;
+  release_blocks(*victim);
   waiting_.push_front(std::move(victim));
   ++preemptions_;
 }
@@ -114,9 +118,7 @@ std::vector<StepEntry> Scheduler::schedule() {
     const int64_t needed =
         blocks_for(sequence->computed + rows) - static_cast<int64_t>(sequence->blocks.size());
     if (needed > pool_.num_free()) {  // it waits, holding nothing
-      pool_.release(sequence->blocks);
-      sequence->computed = 0;
-      sequence->blocks_offered = 0;
+      release_blocks(*sequence);
       break;
     }
     STRATA_CHECK(pool_.allocate(needed, sequence->blocks), "blocks were counted free");
@@ -135,9 +137,7 @@ void Scheduler::remove(const std::shared_ptr<Sequence>& sequence) {
   if (running != running_.end()) running_.erase(running);
   auto waiting = std::find(waiting_.begin(), waiting_.end(), sequence);
   if (waiting != waiting_.end()) waiting_.erase(waiting);
-  pool_.release(sequence->blocks);
-  sequence->computed = 0;
-  sequence->blocks_offered = 0;
+  release_blocks(*sequence);
 }
 
 int64_t Scheduler::tokens_stored() const {

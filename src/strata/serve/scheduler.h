@@ -57,6 +57,8 @@ class Scheduler {
 
  private:
   void preempt(size_t running_index);
+  // Lets go of the sequence's blocks: nothing of it is computed any more.
+  void release_blocks(Sequence& sequence);
   // Takes the cached blocks of the sequence's longest cached prefix (none without caching).
   void take_cached_prefix(Sequence& sequence);
 
