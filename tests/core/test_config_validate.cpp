@@ -277,6 +277,7 @@ TEST(ConfigValidate, SizesAndRanges) {
       {"fault.max_restarts=-1", "fault.max_restarts (-1) must be >= 0 (0 = no restarts)"},
       {"fault.restart_backoff_s=-1", "fault.restart_backoff_s (-1.0) must be >= 0.0"},
       {"fault.step_timeout_s=-5", "fault.step_timeout_s (-5.0) must be >= 0.0"},
+      {"fault.min_hosts=0", "fault.min_hosts (0) must be >= 1"},
       {"log.dir=", "log.dir must not be empty"},
       {"log.every=0", "log.every (0) must be >= 1"},
       {"serve.host=", "serve.host must not be empty"},

@@ -6,6 +6,7 @@
 
 #include "expect_error.h"
 #include "strata/core/error.h"
+#include "strata/dist/hosts.h"
 #include "strata/dist/launcher.h"
 #include "test_support.h"
 
@@ -13,6 +14,12 @@ namespace strata {
 namespace {
 
 using testing::ScopedEnv;
+
+std::string joined(const std::vector<std::string>& words) {
+  std::string text;
+  for (const std::string& word : words) text += word + " ";
+  return text;
+}
 
 TEST(Launcher, ThreadsPerRank) {
   EXPECT_EQ(threads_per_rank(8, 1), 8);
@@ -27,7 +34,8 @@ TEST(Launcher, ThreadsPerRank) {
 
 TEST(Launcher, CommandForFewerRanksThanCores) {
   ScopedEnv tunables("GLIBC_TUNABLES", nullptr);
-  const auto command = mpirun_command(4, {"strata", "train", "--config", "a.toml"}, 8, false);
+  const auto command =
+      mpirun_command(LaunchTarget{4}, {"strata", "train", "--config", "a.toml"}, 8, false);
   ASSERT_FALSE(command.empty());
   EXPECT_NE(command[0].find("mpirun"), std::string::npos);
   const std::vector<std::string> rest(command.begin() + 1, command.end());
@@ -39,7 +47,7 @@ TEST(Launcher, CommandForFewerRanksThanCores) {
 
 TEST(Launcher, CommandOversubscribedAsRoot) {
   ScopedEnv tunables("GLIBC_TUNABLES", nullptr);
-  const auto command = mpirun_command(5, {"strata"}, 2, true);
+  const auto command = mpirun_command(LaunchTarget{5}, {"strata"}, 2, true);
   const std::vector<std::string> rest(command.begin() + 1, command.end());
   EXPECT_EQ(rest,
             (std::vector<std::string>{"-np", "5", "--oversubscribe", "--allow-run-as-root", "-x",
@@ -47,7 +55,7 @@ TEST(Launcher, CommandOversubscribedAsRoot) {
                                       "OPENBLAS_NUM_THREADS=1", "-x", "STRATA_THREADS=1", "-x",
                                       "GLIBC_TUNABLES=glibc.malloc.hugetlb=1", "strata"}));
   // Exactly as many ranks as cores is not oversubscribed.
-  const auto exact = mpirun_command(2, {"strata"}, 2, false);
+  const auto exact = mpirun_command(LaunchTarget{2}, {"strata"}, 2, false);
   EXPECT_EQ(std::count(exact.begin(), exact.end(), "--oversubscribe"), 0);
 }
 
@@ -58,7 +66,7 @@ TEST(Launcher, RanksMallocOnHugePagesKeepingTheUsersTunables) {
             "glibc.malloc.arena_max=2:glibc.malloc.hugetlb=1");
   EXPECT_EQ(with_huge_page_malloc("glibc.malloc.hugetlb=0"), "glibc.malloc.hugetlb=0");
   ScopedEnv tunables("GLIBC_TUNABLES", "glibc.malloc.arena_max=2");
-  const auto command = mpirun_command(2, {"strata"}, 2, false);
+  const auto command = mpirun_command(LaunchTarget{2}, {"strata"}, 2, false);
   EXPECT_EQ(std::count(command.begin(), command.end(),
                        "GLIBC_TUNABLES=glibc.malloc.arena_max=2:glibc.malloc.hugetlb=1"),
             1);
@@ -66,9 +74,66 @@ TEST(Launcher, RanksMallocOnHugePagesKeepingTheUsersTunables) {
 
 TEST(Launcher, ForwardsTheApiKeyByNameOnly) {
   ScopedEnv key("STRATA_API_KEY", "secret-key");
-  const auto command = mpirun_command(2, {"strata", "serve"}, 2, false);
+  const auto command = mpirun_command(LaunchTarget{2}, {"strata", "serve"}, 2, false);
   EXPECT_EQ(std::count(command.begin(), command.end(), "STRATA_API_KEY"), 1);
   for (const auto& arg : command) EXPECT_EQ(arg.find("secret-key"), std::string::npos) << arg;
+}
+
+TEST(Launcher, CommandOnHosts) {
+  ScopedEnv tunables("GLIBC_TUNABLES", nullptr);
+  ScopedEnv attempt("STRATA_ATTEMPT", "1");
+  LaunchTarget target{0, {{"h1", 2}, {"h2", 2}}, "10.0.0.0/24"};
+  EXPECT_EQ(target.world(), 4);
+  const auto command = mpirun_command(target, {"/opt/strata", "train"}, 4, false);
+  const std::vector<std::string> rest(command.begin() + 1, command.end());
+  // Two ranks a host on four cores: two threads each; the hosts' slots, no oversubscription;
+  // this environment's STRATA_ variables forwarded by name; TCP and daemons on the subnet.
+  const std::vector<std::string> head = {"-np",       "4",  "--host",
+                                         "h1:2,h2:2", "-x", "OMP_NUM_THREADS=2"};
+  EXPECT_TRUE(std::equal(head.begin(), head.end(), rest.begin())) << joined(rest);
+  EXPECT_EQ(std::count(rest.begin(), rest.end(), "STRATA_ATTEMPT"), 1);
+  const std::vector<std::string> tail = {
+      "--mca",       "btl_tcp_if_include", "10.0.0.0/24", "--mca", "oob_tcp_if_include",
+      "10.0.0.0/24", "/opt/strata",        "train"};
+  EXPECT_TRUE(std::equal(tail.begin(), tail.end(), rest.end() - tail.size())) << joined(rest);
+  EXPECT_EQ(std::count(rest.begin(), rest.end(), "--oversubscribe"), 0);
+
+  target.nproc = 3;  // fewer ranks than slots
+  EXPECT_EQ(mpirun_command(target, {"strata"}, 4, false)[2], "3");
+  target.nproc = 5;
+  EXPECT_EQ(testing::user_error([&] { mpirun_command(target, {"strata"}, 4, false); }),
+            "--nproc 5 is more ranks than the 4 slots of the hosts (h1:2,h2:2): lower --nproc or "
+            "give the hosts more slots");
+}
+
+TEST(Hosts, ParsesHostListsAndHostfiles) {
+  EXPECT_EQ(parse_hosts("a:2,b:2,c", "--hosts"), (std::vector<Host>{{"a", 2}, {"b", 2}, {"c", 1}}));
+  EXPECT_EQ(parse_hosts("a,a:3", "--hosts"), (std::vector<Host>{{"a", 4}}));
+  EXPECT_EQ(host_list({{"a", 2}, {"b", 1}}), "a:2,b:1");
+  EXPECT_EQ(host_names({{"a", 2}, {"b", 1}}), "a, b");
+  EXPECT_EQ(total_slots({{"a", 2}, {"b", 1}}), 3);
+  EXPECT_EQ(testing::user_error([] { parse_hosts("a:0", "--hosts"); }),
+            "--hosts: slots '0' must be a positive integer");
+  EXPECT_EQ(testing::user_error([] { parse_hosts("a b", "--hosts"); }),
+            "--hosts a b: 'a b' is not NAME or NAME:SLOTS");
+  EXPECT_CONTAINS(testing::user_error([] { parse_hosts("", "--hosts"); }), "names no host");
+
+  testing::TempDir dir;
+  const std::string path = dir.file("hosts");
+  testing::write_bytes(path,
+                       "# the cluster\nnode1 slots=8\n\nnode2 slots=4 max_slots=8  # two\nnode3\n");
+  EXPECT_EQ(read_hostfile(path), (std::vector<Host>{{"node1", 8}, {"node2", 4}, {"node3", 1}}));
+  testing::write_bytes(path, "node1 slots=8\nnode2 cpus=4\n");
+  EXPECT_EQ(testing::user_error([&] { read_hostfile(path); }),
+            "hostfile " + path + ", line 2: 'cpus=4' is not slots=N or max_slots=N");
+  testing::write_bytes(path, "node1 slots=x\n");
+  EXPECT_EQ(testing::user_error([&] { read_hostfile(path); }),
+            "hostfile " + path + ", line 1: slots 'x' must be a positive integer");
+  testing::write_bytes(path, "# nothing\n");
+  EXPECT_EQ(testing::user_error([&] { read_hostfile(path); }),
+            "hostfile " + path + ": names no host");
+  EXPECT_EQ(testing::user_error([&] { read_hostfile(dir.file("missing")); }),
+            "hostfile " + dir.file("missing") + ": cannot be read");
 }
 
 TEST(Launcher, WithoutOptionDropsTheOptionAndItsValue) {
@@ -79,7 +144,7 @@ TEST(Launcher, WithoutOptionDropsTheOptionAndItsValue) {
 }
 
 TEST(Launcher, CommandRejectsBadRankCounts) {
-  EXPECT_THROW(mpirun_command(0, {"strata"}, 4, false), UserError);
+  EXPECT_THROW(mpirun_command(LaunchTarget{0}, {"strata"}, 4, false), UserError);
   EXPECT_THROW(relaunch_under_mpirun(-1, {"strata"}), UserError);
 }
 

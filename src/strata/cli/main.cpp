@@ -97,15 +97,33 @@ int run_on_ranks(const std::function<void(int, int*)>& body) {
   return 0;
 }
 
-int run_train(const std::string& config_path, const std::vector<std::string>& overrides, int nproc,
-              const std::vector<std::string>& argv) {
+// Where `strata train` starts its ranks: --nproc on this machine, or on --hosts/--hostfile.
+struct TrainLaunch {
+  int nproc = 0;
+  std::string hosts, hostfile, iface;
+
+  LaunchTarget target() const {
+    LaunchTarget target{nproc, {}, iface};
+    if (!hostfile.empty()) target.hosts = read_hostfile(hostfile);
+    if (!hosts.empty()) target.hosts = parse_hosts(hosts, "--hosts");
+    STRATA_REQUIRE(iface.empty() || !target.hosts.empty(),
+                   "--iface needs --hosts or --hostfile (on one machine ranks share memory)");
+    return target;
+  }
+};
+
+int run_train(const std::string& config_path, const std::vector<std::string>& overrides,
+              const TrainLaunch& launch, const std::vector<std::string>& argv) {
   Config config = with_hf_model(load_config(config_path, overrides));
-  if (nproc > 0 && !started_by_mpi_launcher()) {
+  const LaunchTarget target = launch.target();
+  if (target.world() > 0 && !started_by_mpi_launcher()) {
     // Every config error before any rank starts (with parallel.auto, all but the layout's).
-    const Config validated = validate_config(config, nproc);
+    const Config validated = validate_config(config, target.world());
     // mpirun gives ranks a pseudo-terminal: tell them what the user's stdout really is.
     setenv("STRATA_STDOUT_IS_TTY", isatty(STDOUT_FILENO) ? "1" : "0", 1);
-    if (nproc > 1) return supervise_training(validated, nproc, argv);
+    if (target.world() > 1 || !target.hosts.empty()) {
+      return supervise_training(validated, target, argv);
+    }
   }
   return run_on_ranks([&](int world_size, int* rank) {
     config = alike_on_every_rank([&] { return validate_config(config, world_size); });
@@ -379,12 +397,21 @@ int main(int argc, char** argv) {
 
   std::string config_path;
   std::vector<std::string> overrides;
-  int nproc = 0;
+  TrainLaunch launch;
   auto* train = app.add_subcommand("train", "Train a model described by a TOML config");
   train->add_option("config", config_path, "Config file (TOML)")->required();
   train->add_option("--set", overrides, "Override a key: section.key=value (repeatable)");
-  train->add_option("--nproc", nproc, "Start N local ranks (re-executes under mpirun)")
+  train
+      ->add_option("--nproc", launch.nproc,
+                   "Start N ranks (re-executes under mpirun): here, or with --hosts/--hostfile "
+                   "on those hosts (default: one per slot)")
       ->check(CLI::PositiveNumber);
+  auto* hostfile = train->add_option("--hostfile", launch.hostfile,
+                                     "Open MPI hostfile of the hosts to run on (NAME slots=N)");
+  train->add_option("--hosts", launch.hosts, "Hosts to run on: NAME:SLOTS,... (e.g. a:2,b:2)")
+      ->excludes(hostfile);
+  train->add_option("--iface", launch.iface,
+                    "With hosts: the network interface or subnet (10.0.0.0/24) ranks use");
 
   int world_size = 1;
   auto* config = app.add_subcommand("config", "Print the effective, validated config");
@@ -519,7 +546,7 @@ int main(int argc, char** argv) {
   if (!error) args[0] = self.string();
 
   try {
-    if (*train) return run_train(config_path, overrides, nproc, args);
+    if (*train) return run_train(config_path, overrides, launch, args);
     if (*config) {
       STRATA_REQUIRE(
           old_nproc.empty(), "strata config --nproc is now --ranks (the ranks to ",

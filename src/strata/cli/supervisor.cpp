@@ -3,32 +3,42 @@
 // forwarded to it.
 #include "strata/cli/supervisor.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <csignal>
 #include <cstring>
 #include <fstream>
+#include <iomanip>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <regex>
+#include <sstream>
 #include <thread>
 
 #include "strata/ckpt/checkpoint.h"
 #include "strata/core/error.h"
 #include "strata/dist/launcher.h"
+#include "strata/dist/mesh.h"
 
 namespace strata {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// How long mpirun gets to end its ranks after a stop signal before it is killed.
+// How long mpirun gets to end its ranks after a stop signal, or after a rank reported the job's
+// failure, before it is ended: on hosts, the daemon of a host whose link is cut never answers
+// mpirun's kill order, and mpirun would wait for it forever.
 constexpr double kStopGraceS = 10.0;
+// How long a host gets to start a daemon that reaches this machine back (elastic restarts).
+constexpr double kHostProbeTimeoutS = 20.0;
 
 volatile sig_atomic_t stop_signal = 0;
 volatile pid_t running_job = 0;
@@ -78,6 +88,44 @@ void write_all(int fd, const char* data, size_t size) {
   std::_Exit(2);
 }
 
+// This process's children by /proc (their parent pid).
+std::vector<pid_t> children() {
+  std::vector<pid_t> found;
+  DIR* proc = opendir("/proc");
+  if (proc == nullptr) return found;
+  const pid_t self = getpid();
+  while (const dirent* entry = readdir(proc)) {
+    const pid_t pid = std::atoi(entry->d_name);
+    if (pid <= 0) continue;
+    std::ifstream stat(str("/proc/", pid, "/stat"));
+    std::string text((std::istreambuf_iterator<char>(stat)), {});
+    const size_t name_end = text.rfind(')');  // "pid (name) state ppid ..."
+    if (name_end == std::string::npos) continue;
+    std::istringstream rest(text.substr(name_end + 1));
+    std::string state;
+    pid_t parent = 0;
+    if (rest >> state >> parent && parent == self) found.push_back(pid);
+  }
+  closedir(proc);
+  return found;
+}
+
+// Ends what an attempt left behind. The supervisor is a child subreaper, so every process
+// mpirun started here and orphaned (an rsh/ssh agent and the daemon of a host whose link was
+// cut, which mpirun cannot reach to end; their ranks) becomes its child: killed and reaped, in
+// rounds, since each one killed hands its own children over.
+void end_leftovers() {
+  for (int round = 0; round < 16; ++round) {
+    const std::vector<pid_t> left = children();
+    if (left.empty()) return;
+    for (pid_t pid : left) kill(pid, SIGKILL);
+    for (pid_t pid : left) {
+      while (waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
+      }
+    }
+  }
+}
+
 AttemptResult run_attempt(const std::vector<std::string>& command, int attempt) {
   int pipe_fds[2];
   STRATA_REQUIRE(pipe2(pipe_fds, O_CLOEXEC) == 0, "cannot create a pipe: ", std::strerror(errno));
@@ -94,7 +142,8 @@ AttemptResult run_attempt(const std::vector<std::string>& command, int attempt) 
   std::string line;
   bool exited = false;
   int status = 0;
-  Clock::time_point stop_seen{};
+  Clock::time_point stop_seen{};  // a stop signal or the job's failure, first seen
+  bool term_sent = false;
   for (bool open = true; open;) {
     pollfd entry{pipe_fds[0], POLLIN, 0};
     const int ready = poll(&entry, 1, 200);
@@ -118,9 +167,20 @@ AttemptResult run_attempt(const std::vector<std::string>& command, int attempt) 
     // mpirun gone but a straggler still holds the pipe: stop reading soon after.
     if (!exited && waitpid(pid, &status, WNOHANG) == pid) exited = true;
     if (exited && ready == 0) open = false;
-    if (stop_signal != 0 && !exited) {
+    const bool failed = !result.report.what.empty() || result.report.aborted;
+    if ((stop_signal != 0 || failed) && !exited) {
       if (stop_seen == Clock::time_point{}) stop_seen = Clock::now();
-      if (Clock::now() - stop_seen > std::chrono::duration<double>(kStopGraceS)) kill(pid, SIGKILL);
+      const double waited = std::chrono::duration<double>(Clock::now() - stop_seen).count();
+      // After a stop signal (already sent on as SIGTERM) mpirun is killed; after a failure it
+      // is asked to end first, then killed.
+      if (waited > (stop_signal != 0 ? 1 : 2) * kStopGraceS) {
+        kill(pid, SIGKILL);
+      } else if (waited > kStopGraceS && !term_sent && stop_signal == 0) {
+        std::cerr << prefix() << "mpirun has not ended the job " << kStopGraceS
+                  << " s after it failed (a host that does not answer?): ending it" << std::endl;
+        kill(pid, SIGTERM);
+        term_sent = true;
+      }
     }
   }
   if (!line.empty()) read_failure_line(line, &result.report);
@@ -128,6 +188,7 @@ AttemptResult run_attempt(const std::vector<std::string>& command, int attempt) 
   while (!exited && waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
   running_job = 0;
+  end_leftovers();
   result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   return result;
 }
@@ -144,6 +205,51 @@ int64_t last_completed_step(const std::string& log_dir) {
     }
   }
   return last;
+}
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+std::string ranks_on_hosts(const LaunchTarget& target) {
+  const size_t hosts = target.hosts.size();
+  return str(target.world(), " rank", target.world() == 1 ? "" : "s", " on ", hosts, " host",
+             hosts == 1 ? "" : "s", " (", host_list(target.hosts), ")");
+}
+
+// The hosts of `candidates` missing from `answering`.
+std::vector<Host> lost_hosts(const std::vector<Host>& candidates,
+                             const std::vector<Host>& answering) {
+  std::vector<Host> lost;
+  for (const Host& host : candidates) {
+    if (std::find(answering.begin(), answering.end(), host) == answering.end()) {
+      lost.push_back(host);
+    }
+  }
+  return lost;
+}
+
+// An elastic restart's hosts: those of `all` (with fault.elastic_grow) or of `current` that
+// answer a probe. Returns false, having said why, when fewer than fault.min_hosts do.
+bool elastic_hosts(const FaultConfig& fault, const std::vector<Host>& all, LaunchTarget* current) {
+  const auto start = Clock::now();
+  const std::vector<Host>& candidates = fault.elastic_grow ? all : current->hosts;
+  const std::vector<Host> answering =
+      reachable_hosts(candidates, interface_options(current->iface), kHostProbeTimeoutS);
+  const std::vector<Host> lost = lost_hosts(candidates, answering);
+  std::cerr << prefix() << "elastic: " << answering.size() << " of " << candidates.size()
+            << " hosts answer (" << host_names(answering) << ")"
+            << (lost.empty() ? "" : "; lost " + host_names(lost)) << "; probed in " << std::fixed
+            << std::setprecision(1) << seconds_since(start) << " s" << std::defaultfloat
+            << std::endl;
+  if (static_cast<int64_t>(answering.size()) < fault.min_hosts) {
+    std::cerr << prefix() << "giving up: " << answering.size() << " host"
+              << (answering.size() == 1 ? " answers" : "s answer")
+              << ", fewer than fault.min_hosts = " << fault.min_hosts << std::endl;
+    return false;
+  }
+  current->hosts = answering;
+  return true;
 }
 
 void sleep_unless_stopped(double seconds) {
@@ -180,14 +286,20 @@ void read_failure_line(const std::string& line, FailureReport* report) {
   }
 }
 
-int supervise_training(const Config& validated, int nproc,
+int supervise_training(const Config& validated, const LaunchTarget& target,
                        const std::vector<std::string>& program_args) {
   install_stop_handlers();
+  prctl(PR_SET_CHILD_SUBREAPER, 1);  // orphans of an attempt come back here (end_leftovers)
   const FaultConfig& fault = validated.fault;
   const std::string& checkpoint_root = validated.checkpoint.dir;
   std::vector<std::string> args = program_args;
+  LaunchTarget current = target;
+  bool replanned = validated.parallel.auto_layout;
   for (int attempt = 0;; ++attempt) {
-    const AttemptResult result = run_attempt(mpirun_command(nproc, args), attempt);
+    if (!current.hosts.empty()) {
+      std::cerr << prefix() << "starting " << ranks_on_hosts(current) << std::endl;
+    }
+    const AttemptResult result = run_attempt(mpirun_command(current, args), attempt);
     if (stop_signal != 0) {
       std::cerr << prefix() << "stopped by " << (stop_signal == SIGINT ? "SIGINT" : "SIGTERM")
                 << "; every rank has ended" << std::endl;
@@ -217,6 +329,25 @@ int supervise_training(const Config& validated, int nproc,
               << std::endl;
     sleep_unless_stopped(fault.restart_backoff_s);
     if (stop_signal != 0) return 128 + stop_signal;
+    if (fault.elastic && !current.hosts.empty()) {
+      const LaunchTarget before = current;
+      if (!elastic_hosts(fault, target.hosts, &current)) return result.exit_code;
+      current.nproc = std::min(target.world(), total_slots(current.hosts));
+      if (current.world() != before.world() && !replanned) {
+        // The planner chooses the layout for the new rank count, on the ranks (the same
+        // choice on every rank, printed by rank 0); the global batch stays.
+        std::cerr << prefix() << "elastic: layout " << to_string(mesh_shape_of(validated.parallel))
+                  << " on " << before.world() << " ranks; the next is the planner's for "
+                  << current.world() << " (parallel.auto), train.global_batch "
+                  << validated.train.global_batch << " kept" << std::endl;
+        args.push_back("--set");
+        args.push_back("parallel.auto=true");
+        replanned = true;
+      } else if (current.world() != before.world()) {
+        std::cerr << prefix() << "elastic: " << before.world() << " ranks, now " << current.world()
+                  << "; the planner chooses the layout (parallel.auto)" << std::endl;
+      }
+    }
     if (attempt == 0 && !checkpoint_root.empty()) {
       args.push_back("--set");
       args.push_back("checkpoint.resume=auto");

@@ -6,11 +6,16 @@
 // the job again after fault.restart_backoff_s, with checkpoint.resume = "auto", up to
 // fault.max_restarts times. A user error (exit code 2: bad config, no usable checkpoint) is
 // not retried. SIGINT or SIGTERM to the supervisor ends every rank and exits 130 or 143.
+// On hosts (--hosts, --hostfile) with fault.elastic, a restart first probes the hosts and goes
+// on with those that answer (at least fault.min_hosts), in the layout the planner chooses for
+// their slots (parallel.auto), train.global_batch kept; with fault.elastic_grow lost hosts that
+// answer again are taken back.
 #pragma once
 #include <string>
 #include <vector>
 
 #include "strata/core/config.h"
+#include "strata/dist/launcher.h"
 
 namespace strata {
 
@@ -28,9 +33,9 @@ struct FailureReport {
 // ending the others).
 void read_failure_line(const std::string& line, FailureReport* report);
 
-// Runs `program_args` on nproc ranks under mpirun until it succeeds, a user error, a stop
-// signal, or fault.max_restarts restarts; returns the exit code for the `strata` process.
-int supervise_training(const Config& validated, int nproc,
+// Runs `program_args` on the target's ranks under mpirun until it succeeds, a user error, a
+// stop signal, or fault.max_restarts restarts; returns the exit code for the `strata` process.
+int supervise_training(const Config& validated, const LaunchTarget& target,
                        const std::vector<std::string>& program_args);
 
 }  // namespace strata

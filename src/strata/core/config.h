@@ -135,13 +135,19 @@ struct FaultConfig {
   int64_t max_restarts = 3;        // restarts of the job by the supervisor; 0 = none
   double restart_backoff_s = 1.0;  // pause before each restart
   double step_timeout_s = 0.0;     // a rank with no step finished for this long exits; 0 = off
+  // With hosts (--hosts, --hostfile): a restart probes them and goes on with those that answer,
+  // in a layout the planner chooses for them (docs/launch.md, "Elastic restarts").
+  bool elastic = false;
+  int64_t min_hosts = 1;      // fewer hosts answering than this: give up
+  bool elastic_grow = false;  // a lost host that answers again is taken back at a restart
 };
 
 struct LogConfig {
   std::string dir = "runs/default";
   bool trace = false;
   ProgressDisplay progress = ProgressDisplay::automatic;
-  int64_t every = 1;  // plain progress line every N steps
+  int64_t every = 1;     // plain progress line every N steps
+  bool samples = false;  // log.dir/samples_rank_N.jsonl: the rows each step trained on
 };
 
 // [serve]: `strata serve`, the HTTP server with continuous batching (docs/serving.md).

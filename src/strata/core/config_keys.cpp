@@ -111,11 +111,15 @@ const std::vector<Key>& keys() {
       STRATA_CONFIG_KEY(fault, max_restarts),
       STRATA_CONFIG_KEY(fault, restart_backoff_s),
       STRATA_CONFIG_KEY(fault, step_timeout_s),
+      STRATA_CONFIG_KEY(fault, elastic),
+      STRATA_CONFIG_KEY(fault, min_hosts),
+      STRATA_CONFIG_KEY(fault, elastic_grow),
 
       STRATA_CONFIG_KEY(log, dir),
       STRATA_CONFIG_KEY(log, trace),
       STRATA_CONFIG_KEY(log, progress),
       STRATA_CONFIG_KEY(log, every),
+      STRATA_CONFIG_KEY(log, samples),
 
       STRATA_CONFIG_KEY(serve, host),
       STRATA_CONFIG_KEY(serve, port),

@@ -184,6 +184,7 @@ void check_checkpoint_fault_and_log(const Config& config, Problems& problems) {
   require_at_least<double>(problems, "fault.restart_backoff_s", fault.restart_backoff_s, 0.0);
   require_at_least<double>(problems, "fault.step_timeout_s", fault.step_timeout_s, 0.0,
                            " (0 = no step watchdog)");
+  require_at_least<int64_t>(problems, "fault.min_hosts", fault.min_hosts, 1);
   const LogConfig& log = config.log;
   if (log.dir.empty()) problems.push_back("log.dir must not be empty");
   require_at_least<int64_t>(problems, "log.every", log.every, 1);

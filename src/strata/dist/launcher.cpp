@@ -1,5 +1,5 @@
-// The local launcher: re-executing this command line under mpirun, and the per-rank thread
-// counts that keep N ranks on one machine from thrashing its cores.
+// The launcher: re-executing this command line under mpirun, here or on hosts, and the
+// per-rank thread counts that keep N ranks on one machine from thrashing its cores.
 #include "strata/dist/launcher.h"
 
 #include <sched.h>
@@ -15,6 +15,8 @@
 
 #include "strata/core/error.h"
 #include "strata/kernels/cpu.h"
+
+extern char** environ;
 
 namespace strata {
 namespace {
@@ -36,8 +38,9 @@ int positive_env(const char* name) {
   return static_cast<int>(parsed);
 }
 
-// The mpirun on $PATH, else plain "mpirun" (execvp then reports it missing).
-std::string find_mpirun() {
+}  // namespace
+
+std::string mpirun_path() {
   const char* path = env("PATH");
   std::string dirs = path ? path : "/usr/bin:/bin";
   size_t start = 0;
@@ -51,7 +54,10 @@ std::string find_mpirun() {
   return "mpirun";
 }
 
-}  // namespace
+std::vector<std::string> interface_options(const std::string& iface) {
+  if (iface.empty()) return {};
+  return {"--mca", "btl_tcp_if_include", iface, "--mca", "oob_tcp_if_include", iface};
+}
 
 bool started_by_mpi_launcher() {
   for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "SLURM_PROCID"}) {
@@ -85,19 +91,38 @@ std::string with_huge_page_malloc(const char* tunables) {
   return given.empty() ? kHugePageMalloc : given + ":" + kHugePageMalloc;
 }
 
-std::vector<std::string> mpirun_command(int nproc, const std::vector<std::string>& program_args) {
-  return mpirun_command(nproc, program_args, available_cores(), geteuid() == 0);
+std::vector<std::string> mpirun_command(const LaunchTarget& target,
+                                        const std::vector<std::string>& program_args) {
+  return mpirun_command(target, program_args, available_cores(), geteuid() == 0);
 }
 
-std::vector<std::string> mpirun_command(int nproc, const std::vector<std::string>& program_args,
-                                        int cores, bool as_root) {
+std::vector<std::string> mpirun_command(const LaunchTarget& target,
+                                        const std::vector<std::string>& program_args, int cores,
+                                        bool as_root) {
+  const int nproc = target.world();
   STRATA_REQUIRE(nproc >= 1, "--nproc (", nproc, ") must be at least 1");
   STRATA_REQUIRE(!program_args.empty(), "mpirun_command: no program to run");
-  const std::string threads = std::to_string(threads_per_rank(cores, nproc));
-  std::vector<std::string> command = {find_mpirun(), "-np", std::to_string(nproc)};
-  if (nproc > cores) command.push_back("--oversubscribe");
+  const bool on_hosts = !target.hosts.empty();
+  STRATA_REQUIRE(!on_hosts || nproc <= total_slots(target.hosts), "--nproc ", nproc,
+                 " is more ranks than the ", total_slots(target.hosts), " slots of the hosts (",
+                 host_list(target.hosts), "): lower --nproc or give the hosts more slots");
+  // The most ranks one machine runs: Open MPI fills each host's slots in turn.
+  int local_ranks = nproc;
+  if (on_hosts) {
+    local_ranks = 0;
+    for (const Host& host : target.hosts) local_ranks = std::max(local_ranks, host.slots);
+    local_ranks = std::min(local_ranks, nproc);
+  }
+  const std::string threads = std::to_string(threads_per_rank(cores, local_ranks));
+  std::vector<std::string> command = {mpirun_path(), "-np", std::to_string(nproc)};
+  if (on_hosts) {
+    command.push_back("--host");
+    command.push_back(host_list(target.hosts));
+  } else if (nproc > cores) {
+    command.push_back("--oversubscribe");
+  }
   if (as_root) command.push_back("--allow-run-as-root");
-  if (nproc > cores) {
+  if (local_ranks > cores) {
     // Ranks share cores: OpenMP threads that spin while they wait steal them from the others.
     command.push_back("-x");
     command.push_back("OMP_WAIT_POLICY=passive");
@@ -108,10 +133,17 @@ std::vector<std::string> mpirun_command(int nproc, const std::vector<std::string
   }
   command.push_back("-x");
   command.push_back("GLIBC_TUNABLES=" + with_huge_page_malloc(std::getenv("GLIBC_TUNABLES")));
-  if (std::getenv("STRATA_API_KEY")) {
-    command.push_back("-x");
-    command.push_back("STRATA_API_KEY");
+  // Passed by name, never by value (an API key stays out of every command line).
+  for (char** entry = environ; entry != nullptr && *entry != nullptr; ++entry) {
+    const std::string variable = *entry;
+    const std::string name = variable.substr(0, variable.find('='));
+    if (name == "STRATA_API_KEY" || (on_hosts && name.rfind("STRATA_", 0) == 0)) {
+      command.push_back("-x");
+      command.push_back(name);
+    }
   }
+  const std::vector<std::string> interface = interface_options(target.iface);
+  command.insert(command.end(), interface.begin(), interface.end());
   command.insert(command.end(), program_args.begin(), program_args.end());
   return command;
 }
@@ -130,7 +162,7 @@ std::vector<std::string> without_option(const std::vector<std::string>& args,
 }
 
 void relaunch_under_mpirun(int nproc, const std::vector<std::string>& program_args) {
-  const std::vector<std::string> command = mpirun_command(nproc, program_args);
+  const std::vector<std::string> command = mpirun_command(LaunchTarget{nproc}, program_args);
   std::vector<char*> argv;
   for (const std::string& arg : command) argv.push_back(const_cast<char*>(arg.c_str()));
   argv.push_back(nullptr);

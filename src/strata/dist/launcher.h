@@ -1,15 +1,39 @@
-// The local launcher: `strata train --nproc N` re-executes the same command line under
+// The launcher: `strata train --nproc N` re-executes the same command line under
 // mpirun with N ranks (adding --oversubscribe when N exceeds the cores, and the
-// allow-run-as-root switches when running as root), giving each rank
+// allow-run-as-root switches when running as root), or with --hosts/--hostfile on those
+// hosts through the agent Open MPI is configured with (ssh by default), giving each rank
 // max(1, cores / N) intra-op threads for ATen and OpenBLAS (OMP_NUM_THREADS,
 // OPENBLAS_NUM_THREADS, STRATA_THREADS), and OMP_WAIT_POLICY=passive when ranks outnumber cores
 // (spinning OpenMP threads would steal the cores of other ranks). Started by mpirun/srun
 // directly, nothing is relaunched.
 #pragma once
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "strata/dist/hosts.h"
+
 namespace strata {
+
+// Where a job's ranks run: nproc ranks on this machine, or ranks on hosts.
+struct LaunchTarget {
+  explicit LaunchTarget(int nproc = 0, std::vector<Host> hosts = {}, std::string iface = {})
+      : nproc(nproc), hosts(std::move(hosts)), iface(std::move(iface)) {}
+
+  int nproc = 0;            // ranks; with hosts, 0 = one per slot
+  std::vector<Host> hosts;  // empty: this machine
+  std::string iface;  // with hosts: the interface or subnet (10.0.0.0/24) for ranks and daemons
+
+  // The ranks it starts: nproc, or with hosts and nproc 0 every slot.
+  int world() const { return hosts.empty() || nproc > 0 ? nproc : total_slots(hosts); }
+};
+
+// The mpirun on $PATH, else plain "mpirun" (execvp then reports it missing).
+std::string mpirun_path();
+
+// Open MPI's options that keep the ranks' TCP transport and its daemons' control channel on
+// `iface` (an interface name or a CIDR subnet); none when it is empty.
+std::vector<std::string> interface_options(const std::string& iface);
 
 // True when this process was started by an MPI launcher (OMPI_COMM_WORLD_SIZE, PMI_SIZE,
 // PMIX_RANK or SLURM_PROCID in the environment).
@@ -35,7 +59,7 @@ inline constexpr const char* kHugePageMalloc = "glibc.malloc.hugetlb=1";
 // kHugePageMalloc added, unless it already sets glibc.malloc.hugetlb (the user's choice).
 std::string with_huge_page_malloc(const char* tunables);
 
-// The argv (argv[0] = mpirun path) that runs `program_args` on nproc local ranks:
+// The argv (argv[0] = mpirun path) that runs `program_args` on target.nproc local ranks:
 //   mpirun -np N [--oversubscribe] [--allow-run-as-root] -x OMP_NUM_THREADS=t
 //          -x OPENBLAS_NUM_THREADS=t -x STRATA_THREADS=t -x GLIBC_TUNABLES=...
 //          <program_args...>
@@ -44,10 +68,16 @@ std::string with_huge_page_malloc(const char* tunables);
 // --allow-run-as-root when the effective user is root, and `-x STRATA_API_KEY` (the name only:
 // the value stays out of every command line) when that variable is set. Throws UserError if
 // nproc < 1.
-std::vector<std::string> mpirun_command(int nproc, const std::vector<std::string>& program_args);
+// With hosts: `-np W --host a:2,b:2` instead of --oversubscribe (W = target.world(), at most
+// their slots), threads per rank from this machine's cores and the most ranks one host runs,
+// interface_options(iface), and every STRATA_* variable of this environment passed on by name
+// (ranks on other hosts get only what mpirun forwards).
+std::vector<std::string> mpirun_command(const LaunchTarget& target,
+                                        const std::vector<std::string>& program_args);
 // The same for a given core count and user (for tests and dry runs).
-std::vector<std::string> mpirun_command(int nproc, const std::vector<std::string>& program_args,
-                                        int cores, bool as_root);
+std::vector<std::string> mpirun_command(const LaunchTarget& target,
+                                        const std::vector<std::string>& program_args, int cores,
+                                        bool as_root);
 
 // `args` without the option `name` and its value (`name VALUE` or `name=VALUE`).
 std::vector<std::string> without_option(const std::vector<std::string>& args,

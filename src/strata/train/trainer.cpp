@@ -5,7 +5,9 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <limits>
 #include <map>
@@ -14,6 +16,7 @@
 #include "strata/ckpt/checkpoint.h"
 #include "strata/core/error.h"
 #include "strata/core/fault_injection.h"
+#include "strata/core/hash.h"
 #include "strata/core/memory.h"
 #include "strata/core/precision.h"
 #include "strata/core/stages.h"
@@ -135,6 +138,13 @@ Trainer::Trainer(const Config& config, Mesh& mesh, std::shared_ptr<TokenDataset>
     char name[32];
     std::snprintf(name, sizeof name, "/flight_rank_%05d.json", mesh_.rank());
     set_flight_record_path(config_.log.dir + name);
+    // One reader per row: the first stage's tp and cp rank 0 of each dp rank.
+    const MeshCoords& at = mesh_.coords();
+    if (config_.log.samples && at.pp == 0 && at.tp == 0 && at.cp == 0) {
+      std::snprintf(name, sizeof name, "/samples_rank_%05d.jsonl", mesh_.rank());
+      samples_ = std::make_unique<std::ofstream>(config_.log.dir + name, std::ios::app);
+      STRATA_REQUIRE(samples_->good(), "log.samples: cannot write ", config_.log.dir, name);
+    }
   }
   peak_flops_ = measure_matmul_peak_flops(dtype_);
 }
@@ -160,6 +170,7 @@ MicrobatchSource Trainer::microbatches_of(Split split, int64_t batch) const {
     const int64_t micro_batch = config_.parallel.micro_batch, T = config_.model.seq_len;
     const int64_t first_row = mesh_.coords().dp * rows_per_dp_rank_ + microbatch * micro_batch;
     const at::Tensor rows = dataset_->rows(split, batch, first_row, micro_batch, T);
+    if (samples_ && split == Split::Train) log_samples(batch, first_row, rows);
     Microbatch out{rows.narrow(1, 0, T), rows.narrow(1, 1, T), {}};
     if (config_.data.document_mask) {
       out.documents = dataset_->documents(split, batch, first_row, micro_batch, T).narrow(1, 0, T);
@@ -178,6 +189,21 @@ MicrobatchSource Trainer::microbatches_of(Split split, int64_t batch) const {
     }
     return out;
   };
+}
+
+void Trainer::log_samples(int64_t step, int64_t first_row, const at::Tensor& rows) const {
+  const char* attempt = std::getenv("STRATA_ATTEMPT");  // set by the supervisor
+  nlohmann::json record = {{"attempt", attempt ? std::atoll(attempt) : 0}, {"step", step + 1}};
+  const at::Tensor tokens = rows.contiguous();
+  const int64_t row_bytes = tokens.size(1) * static_cast<int64_t>(tokens.element_size());
+  const char* data = static_cast<const char*>(tokens.data_ptr());
+  nlohmann::json list = nlohmann::json::array();
+  for (int64_t row = 0; row < tokens.size(0); ++row) {
+    const std::string_view bytes(data + row * row_bytes, static_cast<size_t>(row_bytes));
+    list.push_back({first_row + row, hex64(fnv1a(bytes))});
+  }
+  record["rows"] = std::move(list);
+  *samples_ << record.dump() << std::endl;  // flushed: a killed rank keeps what it trained
 }
 
 double Trainer::loss_weight(Split split, int64_t batch, int64_t* loss_tokens) const {

@@ -2,6 +2,7 @@
 // -> clip -> update, with evaluation, checkpoints (save and resume) and metrics around it.
 #pragma once
 #include <functional>
+#include <iosfwd>
 #include <memory>
 #include <string>
 #include <vector>
@@ -111,8 +112,11 @@ class Trainer {
   std::unique_ptr<PipelineExecutor> executor_, eval_executor_;
   std::unique_ptr<Comm> tied_;  // first and last pipeline stage, for the tied embedding
   std::shared_ptr<TokenDataset> dataset_;
+  void log_samples(int64_t step, int64_t first_row, const at::Tensor& rows) const;
   int64_t rows_per_dp_rank_;  // sequences of the global batch this dp rank processes
-  double peak_flops_ = 0;     // measured matmul rate of this rank
+  // log.samples, on the ranks that read a step's inputs: the rows each microbatch trained on.
+  std::unique_ptr<std::ofstream> samples_;
+  double peak_flops_ = 0;  // measured matmul rate of this rank
   std::unique_ptr<Trace> trace_;
   std::unique_ptr<CommCheckpointGroup> checkpoint_group_;  // the world, for saves and resume
   std::unique_ptr<AsyncCheckpointer> async_checkpointer_;  // checkpoint.async only

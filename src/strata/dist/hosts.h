@@ -1,0 +1,40 @@
+// The hosts a job runs on: read from an Open MPI hostfile (`--hostfile FILE`) or a list
+// (`--hosts a:2,b:2`), handed to mpirun as `--host a:2,b:2`, and probed for which still
+// answer when the supervisor restarts a job elastically (docs/launch.md, "Several hosts").
+#pragma once
+#include <string>
+#include <vector>
+
+namespace strata {
+
+struct Host {
+  std::string name;
+  int slots = 1;  // ranks it may run
+
+  bool operator==(const Host& other) const { return name == other.name && slots == other.slots; }
+};
+
+// Open MPI's hostfile format: one host per line, `NAME [slots=N] [max_slots=M]`, `#` starts a
+// comment, blank lines are skipped; a host named twice adds its slots. Throws UserError naming
+// the file and line for anything else (an unknown key, slots < 1, no hosts at all).
+std::vector<Host> read_hostfile(const std::string& path);
+
+// "a:2,b:2,c" (slots default 1), as Open MPI's --host takes it. `option` names the flag in
+// errors ("--hosts").
+std::vector<Host> parse_hosts(const std::string& list, const std::string& option);
+
+// "a:2,b:2": the form mpirun's --host takes.
+std::string host_list(const std::vector<Host>& hosts);
+// "a, b" for messages.
+std::string host_names(const std::vector<Host>& hosts);
+
+int total_slots(const std::vector<Host>& hosts);
+
+// The hosts that answer: for each, `mpirun --host NAME:1 -np 1 true` (with the extra mpirun
+// arguments `mpirun_options`, e.g. the interface) through the same agent Open MPI starts ranks
+// with, all at once, each given `timeout_s`. A host whose daemon cannot start or cannot reach
+// this machine back (a dead host, a cut link) does not answer. Keeps the order of `hosts`.
+std::vector<Host> reachable_hosts(const std::vector<Host>& hosts,
+                                  const std::vector<std::string>& mpirun_options, double timeout_s);
+
+}  // namespace strata
