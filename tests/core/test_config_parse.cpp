@@ -135,8 +135,8 @@ TEST(ConfigParse, EnumKeysTakeOnlyTheirSpellings) {
   EXPECT_CONTAINS(parse_error("[model]\nactivation = \"relu\"\n"),
                   "model.activation must be \"gelu\" or \"swiglu\", got \"relu\" (run.toml:2:14)");
   EXPECT_CONTAINS(parse_error("[parallel]\npp_schedule = \"1F1B\"\n"),
-                  "parallel.schedule must be \"gpipe\", \"1f1b\", \"interleaved-1f1b\" or "
-                  "\"zb-h1\", got \"1F1B\"");
+                  "parallel.schedule must be \"gpipe\", \"1f1b\", \"interleaved-1f1b\", "
+                  "\"zb-h1\" or \"zb-v\", got \"1F1B\"");
   EXPECT_CONTAINS(parse_error("[model.moe]\nactivation = \"relu\"\n"),
                   "model.moe.activation must be \"gelu\" or \"swiglu\", got \"relu\"");
   EXPECT_CONTAINS(parse_error("[train]\nprecision = \"bfloat16\"\n"),
@@ -155,7 +155,7 @@ TEST(ConfigParse, EnumKeysTakeOnlyTheirSpellings) {
                   "key 'train.dtype' in run.toml:2:1 was replaced by train.precision");
   EXPECT_CONTAINS(parse_error("[data]\nsource = \"web\"\n"),
                   "data.source must be \"corpus\", \"synthetic\" or \"shards\", got \"web\"");
-  for (const char* schedule : {"gpipe", "1f1b", "interleaved-1f1b", "zb-h1"}) {
+  for (const char* schedule : {"gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zb-v"}) {
     const Config config =
         parse_config(str("[parallel]\npp_schedule = \"", schedule, "\"\n"), "run.toml");
     EXPECT_EQ(name_of(config.parallel.schedule), std::string(schedule));

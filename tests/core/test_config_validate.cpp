@@ -203,9 +203,9 @@ TEST(ConfigValidate, EnumsListTheAllowedValues) {
       {"model.norm=batchnorm",
        "model.norm must be \"layernorm\" or \"rmsnorm\", got \"batchnorm\""},
       {"model.activation=relu", "model.activation must be \"gelu\" or \"swiglu\", got \"relu\""},
-      {"parallel.schedule=zb-v",
-       "parallel.schedule must be \"gpipe\", \"1f1b\", \"interleaved-1f1b\" or \"zb-h1\", got "
-       "\"zb-v\""},
+      {"parallel.schedule=zb-h2",
+       "parallel.schedule must be \"gpipe\", \"1f1b\", \"interleaved-1f1b\", \"zb-h1\" or "
+       "\"zb-v\", got \"zb-h2\""},
       {"data.source=web",
        "data.source must be \"corpus\", \"synthetic\" or \"shards\", got \"web\""},
       {"checkpoint.resume=",

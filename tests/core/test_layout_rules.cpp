@@ -137,14 +137,15 @@ TEST(LayoutRules, DerivesDpAndMicrobatches) {
 // breaking somewhere in it.
 TEST(LayoutRules, QuickAnswerAgreesWithTheMessages) {
   const PipelineSchedule schedules[] = {PipelineSchedule::one_f_one_b, PipelineSchedule::zb_h1,
-                                        PipelineSchedule::interleaved_one_f_one_b};
+                                        PipelineSchedule::interleaved_one_f_one_b,
+                                        PipelineSchedule::zb_v};
   int valid = 0, invalid = 0;
   for (int64_t experts : {0, 4}) {
     for (int64_t tp : {0, 1, 2, 5}) {
       for (int64_t pp : {1, 2, 16}) {
         for (int64_t dp : {-1, 0, 2}) {
           for (int64_t ep : {1, 2, 8}) {
-            for (int64_t vpp : {1, 2}) {
+            for (int64_t vpp : {1, 2, 3}) {
               for (int64_t micro_batch : {1, 3}) {
                 for (PipelineSchedule schedule : schedules) {
                   for (bool sp : {false, true}) {
@@ -227,9 +228,33 @@ TEST(LayoutRules, ScheduleProblemsNameTheFlags) {
   EXPECT_EQ(joined(pipeline), "--microbatches (0) must be >= 1\n");
   pipeline.microbatches = 8;
   pipeline.schedule = PipelineSchedule::one_f_one_b;
-  EXPECT_EQ(joined(pipeline), "--vpp (2) > 1 needs --schedule interleaved-1f1b\n");
+  EXPECT_EQ(joined(pipeline),
+            "--vpp (2) > 1 needs --schedule interleaved-1f1b, or --schedule zb-v with --vpp 2\n");
   EXPECT_CONTAINS(testing::user_error([&] { check_schedule(pipeline, flags); }),
                   "--vpp (2) > 1 needs --schedule interleaved-1f1b");
+  // ZB-V: exactly two chunks (a V has two arms), a pipeline, and any number of microbatches.
+  pipeline.schedule = PipelineSchedule::zb_v;
+  for (int64_t m : {1, 3, 4, 7, 8, 9}) {
+    pipeline.microbatches = m;
+    EXPECT_EQ(joined(pipeline), "") << "m=" << m;
+  }
+  pipeline.vpp = 3;
+  EXPECT_EQ(joined(pipeline),
+            "--schedule zb-v needs --vpp 2 (two model chunks per stage, placed in a V: stage r "
+            "holds virtual stages r and 2 * pp - 1 - r), got 3\n");
+  pipeline.vpp = 2;
+  pipeline.pp = 1;
+  EXPECT_EQ(joined(pipeline), "--schedule zb-v needs --pp > 1\n");
+  pipeline.pp = 4;
+  pipeline.vpp = 1;
+  EXPECT_CONTAINS(
+      problems_of(pipeline, 4, 8, LayoutVocabulary::config(), model_shape()),
+      "parallel.schedule = \"zb-v\" needs parallel.vpp = 2 (two model chunks per stage");
+  // Two chunks on each of 8 stages need 16 layers.
+  pipeline.pp = 8;
+  pipeline.vpp = 2;
+  EXPECT_CONTAINS(problems_of(pipeline, 8, 8, LayoutVocabulary::config(), model_shape()),
+                  "model.n_layers (8) must be >= parallel.pp * parallel.vpp = 8 * 2 = 16");
 }
 
 // Serving's rules: tp * pp ranks, no other split, the model split over tp; no batch rules.

@@ -1,12 +1,13 @@
 // Pipeline parallelism on the real MPI transport: for every schedule and several microbatch
 // counts, 20 training steps equal the unsharded run; stage 0 holds at most p microbatches of
-// activations under 1F1B and ZB-H1 and m under GPipe; pipeline composes with tensor
+// activations under 1F1B, ZB-H1 and ZB-V and m under GPipe; pipeline composes with tensor
 // parallelism; bad requests fail before training with a message saying what would work.
 #include <gtest/gtest.h>
 
 #include "expect_error.h"
 #include "strata/core/error.h"
 #include "test_configs.h"
+#include "test_support.h"
 #include "train_support.h"
 
 namespace strata {
@@ -62,6 +63,20 @@ TEST(PipelineTraining, EveryScheduleEqualsUnsharded) {
           train_with(world, tiny_run(m), p, 1, PipelineSchedule::interleaved_one_f_one_b, 2);
       expect_same_losses(result, reference, "interleaved-1f1b v=2 m=" + std::to_string(m));
     }
+    // ZB-V: the first and last virtual stage (and the tied embedding's two copies) on rank 0,
+    // the turn of the V on rank p-1 handed over without MPI. Counted in half-stage chunks,
+    // rank 0 holds at most 2 min(p, m), exactly 2p once the warmup fills (m >= 2p-1).
+    const std::string what = str("zb-v p=", p, " m=", m);
+    TrainResult result = train_with(world, tiny_run(m), p, 1, PipelineSchedule::zb_v, 2);
+    expect_same_losses(result, reference, what);
+    if (world.rank() == 0) {
+      for (int64_t peak : result.peak_inflight) {
+        EXPECT_LE(peak, 2 * std::min(p, m)) << what;
+        if (m >= 2 * p - 1) {
+          EXPECT_EQ(peak, 2 * p) << what;
+        }
+      }
+    }
   }
 }
 
@@ -75,6 +90,61 @@ TEST(PipelineTraining, ComposesWithTensorParallelism) {
   config.parallel.sequence_parallel = true;
   expect_same_losses(train_with(world, config, pp, 2, PipelineSchedule::one_f_one_b, 1), reference,
                      "pp x tp2 with sp");
+  if (pp > 1) {
+    expect_same_losses(train_with(world, config, pp, 2, PipelineSchedule::zb_v, 2), reference,
+                       "zb-v pp x tp2 with sp");
+  }
+}
+
+// Checkpoints hold global tensors whatever the placement: written under ZB-V (rank 0 holds
+// the embedding in chunk 0 and the head's tied copy in chunk 1, and writes the first only),
+// resumed on one rank; written on one rank, resumed under ZB-V. Both continue the
+// uninterrupted run. The first 3 steps are warm-up whatever train.steps, so the runs of 3 and
+// 6 steps share their learning rates there.
+TEST(PipelineTraining, ZbVCheckpointsMoveToAndFromOneRank) {
+  Comm world = Comm::world(120);
+  if (world.size() < 2) GTEST_SKIP();
+  Comm self = world.split(world.rank(), 0, "self");
+  const int64_t p = world.size();
+  testing::TempDir local("strata-zbv-ckpt");
+  const std::string dir = testing::rank0_path(world, local.path());
+  auto run_of = [&](int64_t steps) {
+    Config config = tiny_run(2 * p);
+    config.train.steps = steps;
+    return config;
+  };
+  auto expect_continues = [&](const TrainResult& resumed, const TrainResult& uninterrupted,
+                              const std::string& what) {
+    ASSERT_EQ(resumed.first_step, 3) << what;
+    ASSERT_EQ(resumed.losses.size(), 3u) << what;
+    for (size_t i = 0; i < 3; ++i) {
+      EXPECT_NEAR(resumed.losses[i], uninterrupted.losses[3 + i],
+                  1e-4 * uninterrupted.losses[3 + i])
+          << what << ", step " << 4 + i;
+    }
+  };
+
+  Config written = run_of(6);
+  written.checkpoint.dir = dir + "/zb-v";
+  written.checkpoint.every = 3;
+  const TrainResult uninterrupted = train_with(world, written, p, 1, PipelineSchedule::zb_v, 2);
+  world.barrier();
+  Config on_one_rank = run_of(6);
+  on_one_rank.checkpoint.resume = written.checkpoint.dir + "/step_00000003";
+  expect_continues(train_with(self, on_one_rank, 1, 1, PipelineSchedule::one_f_one_b, 1),
+                   uninterrupted, "zb-v -> one rank");
+
+  // Written on one rank (rank 0's copy; the others write into directories of their own).
+  testing::TempDir own("strata-zbv-ckpt-own");
+  Config single = run_of(3);
+  single.checkpoint.dir = (world.rank() == 0 ? dir : own.path()) + "/single";
+  single.checkpoint.every = 3;
+  train_with(self, single, 1, 1, PipelineSchedule::one_f_one_b, 1);
+  world.barrier();
+  Config to_v = run_of(6);
+  to_v.checkpoint.resume = dir + "/single/step_00000003";
+  expect_continues(train_with(world, to_v, p, 1, PipelineSchedule::zb_v, 2), uninterrupted,
+                   "one rank -> zb-v");
 }
 
 TEST(PipelineTraining, ExplicitUnevenSplitEqualsUnsharded) {

@@ -21,8 +21,10 @@ std::vector<Layout> sweep(PipelineSchedule schedule) {
     for (int m = 1; m <= 3 * p; ++m) {
       for (int v = 1; v <= 3; ++v) {
         const bool interleaved = schedule == PipelineSchedule::interleaved_one_f_one_b;
-        if (!interleaved && v != 1) continue;
+        const bool v_shape = schedule == PipelineSchedule::zb_v;
+        if (!interleaved && !v_shape && v != 1) continue;
         if (interleaved && (v < 2 || p < 2 || m % p != 0)) continue;
+        if (v_shape && (v != 2 || p < 2)) continue;  // every m, odd ones and m < p included
         requests.push_back(testing::pipeline_layout(schedule, p, m, v));
       }
     }
@@ -71,7 +73,8 @@ TEST(Generators, EveryScheduleValidatesOverTheSweep) {
       ++checked;
     }
   }
-  EXPECT_EQ(checked, 3 * 108 + 42);  // 108 = sum of 3p over p = 1..8; interleaved 7 * 3 * 2
+  // 108 = sum of 3p over p = 1..8; interleaved 7 * 3 * 2; zb-v 105 = sum of 3p over p = 2..8.
+  EXPECT_EQ(checked, 3 * 108 + 42 + 105);
 }
 
 TEST(Generators, OneFOneBOrderOnEveryStage) {
@@ -164,6 +167,54 @@ void expect_user_error(const Layout& request, const LayoutVocabulary& names,
   testing::expect_user_error([&] { build_schedule(request, names); }, fragments);
 }
 
+// ZB-V: rank r holds virtual stage r as chunk 0 and 2p-1-r as chunk 1. Forwards run down the
+// ranks on chunk 0, turn on rank p-1 (a message to itself) and come back on chunk 1; the
+// backward starts on rank 0, where the last virtual stage is.
+TEST(Generators, ZbVPlacesTwoChunksPerRankInAV) {
+  for (int p = 2; p <= 8; ++p) {
+    const Schedule schedule = make_zb_v_schedule(p, 2 * p);
+    EXPECT_EQ(schedule.placement, ChunkPlacement::v_shape);
+    EXPECT_EQ(schedule.chunks, 2);
+    for (int r = 0; r < p; ++r) {
+      EXPECT_EQ(schedule.virtual_stage(r, 0), r);
+      EXPECT_EQ(schedule.virtual_stage(r, 1), 2 * p - 1 - r);
+      EXPECT_EQ(schedule.rank_of(r), r);
+      EXPECT_EQ(schedule.rank_of(2 * p - 1 - r), r);
+    }
+    // The turn: rank p-1's chunk 0 sends to its own chunk 1 (virtual stage p-1 to p).
+    const auto& turn = schedule.ranks[p - 1];
+    EXPECT_NE(std::find(turn.begin(), turn.end(), Action{ActionKind::SendActivation, 0, 0, p}),
+              turn.end());
+    EXPECT_NE(std::find(turn.begin(), turn.end(), Action{ActionKind::RecvActivation, 0, 1, p - 1}),
+              turn.end());
+    // Rank 0 holds both ends: nothing comes into its chunk 0 or goes out of its chunk 1.
+    for (const Action& action : schedule.ranks[0]) {
+      const bool receives_input = action.kind == ActionKind::RecvActivation && action.chunk == 0;
+      const bool sends_output = action.kind == ActionKind::SendActivation && action.chunk == 1;
+      EXPECT_FALSE(receives_input || sends_output) << to_string(action);
+      EXPECT_NE(action.kind, ActionKind::Backward) << to_string(action);
+    }
+  }
+}
+
+// The phases of rank r (generators.cpp): 2(p-r)-1 chunk-0 forwards, r pairs (chunk 1, chunk 0),
+// p-r chunk-1 triples F B W, steady rounds F B W on chunk 0 then chunk 1, cooldown.
+TEST(Generators, ZbVOrderOnEveryRank) {
+  const Schedule two = make_zb_v_schedule(2, 4);
+  EXPECT_EQ(joined(compute_order(two, 0)),
+            "F0.0 F1.0 F2.0 F0.1 Bi0.1 W0.1 F1.1 Bi1.1 W1.1 F3.0 Bi0.0 W0.0 F2.1 Bi2.1 W2.1 Bi1.0 "
+            "W1.0 F3.1 Bi3.1 W3.1 Bi2.0 W2.0 Bi3.0 W3.0");
+  EXPECT_EQ(joined(compute_order(two, 1)),
+            "F0.0 F0.1 F1.0 F1.1 Bi0.1 W0.1 F2.0 Bi0.0 W0.0 F2.1 Bi1.1 W1.1 F3.0 Bi1.0 W1.0 F3.1 "
+            "Bi2.1 W2.1 Bi2.0 Bi3.1 Bi3.0 W2.0 W3.1 W3.0");
+  const Schedule three = make_zb_v_schedule(3, 5);
+  EXPECT_EQ(joined(compute_order(three, 1)),
+            "F0.0 F1.0 F2.0 F0.1 F3.0 F1.1 Bi0.1 W0.1 F2.1 Bi1.1 W1.1 F4.0 Bi0.0 W0.0 F3.1 Bi2.1 "
+            "W2.1 Bi1.0 W1.0 F4.1 Bi3.1 W3.1 Bi2.0 Bi4.1 Bi3.0 W2.0 Bi4.0 W3.0 W4.1 W4.0");
+  // Fewer microbatches than the 2p-1 the phases are laid out for: the missing ones left out.
+  EXPECT_EQ(joined(compute_order(make_zb_v_schedule(3, 1), 0)), "F0.0 F0.1 Bi0.1 W0.1 Bi0.0 W0.0");
+}
+
 // The rule book's verdict (core/layout_rules.h), in the words of whoever asks.
 TEST(Generators, RejectedRequestsSayWhatWouldWork) {
   const LayoutVocabulary config = LayoutVocabulary::config();
@@ -179,7 +230,12 @@ TEST(Generators, RejectedRequestsSayWhatWouldWork) {
   expect_user_error(pipeline_layout(interleaved, 1, 4, 2), flag,
                     {"schedule=interleaved-1f1b needs pp > 1"});
   expect_user_error(pipeline_layout(PipelineSchedule::one_f_one_b, 4, 8, 2), flag,
-                    {"vpp (2) > 1 needs schedule=interleaved-1f1b"});
+                    {"vpp (2) > 1 needs schedule=interleaved-1f1b, or schedule=zb-v with vpp=2"});
+  const PipelineSchedule zb_v = PipelineSchedule::zb_v;
+  expect_user_error(pipeline_layout(zb_v, 4, 8, 1), config,
+                    {"parallel.schedule = \"zb-v\" needs parallel.vpp = 2", "got 1"});
+  expect_user_error(pipeline_layout(zb_v, 4, 8, 3), flag, {"schedule=zb-v needs vpp=2", "got 3"});
+  expect_user_error(pipeline_layout(zb_v, 1, 8, 2), flag, {"schedule=zb-v needs pp > 1"});
   expect_user_error(pipeline_layout(PipelineSchedule::one_f_one_b, 0, 8, 1), config,
                     {"parallel.pp (0) must be >= 1"});
   expect_user_error(pipeline_layout(PipelineSchedule::gpipe, -2, 8, 1), flag, {"pp (-2)"});

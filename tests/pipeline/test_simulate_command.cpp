@@ -117,7 +117,9 @@ TEST(SimulateCommand, SvgTimelineHasOneRowPerStage) {
 TEST(SimulateCommand, SvgOfEverySchedule) {
   for (const PipelineSchedule schedule : pipeline_schedules()) {
     const std::string name = name_of(schedule);
-    const int v = schedule == PipelineSchedule::interleaved_one_f_one_b ? 3 : 1;
+    const int v = schedule == PipelineSchedule::interleaved_one_f_one_b ? 3
+                  : schedule == PipelineSchedule::zb_v                  ? 2
+                                                                        : 1;
     const auto result = simulate_schedule(
         build_schedule(testing::pipeline_layout(schedule, 4, 8, v)), {StageCosts{}});
     const std::string svg = render_timeline_svg(result);
@@ -140,7 +142,9 @@ TEST(SimulateCommand, BadInputExitsTwoNamingTheFlag) {
   expect_usage_error({"--pp", "four", "--microbatches", "4", "--schedule", "1f1b"},
                      {"--pp 'four'", "whole number"});
   expect_usage_error({"--pp", "2", "--microbatches", "4", "--schedule", "zero-bubble"},
-                     {"--schedule 'zero-bubble'", "gpipe, 1f1b, interleaved-1f1b, zb-h1"});
+                     {"--schedule 'zero-bubble'", "gpipe, 1f1b, interleaved-1f1b, zb-h1, zb-v"});
+  expect_usage_error({"--pp", "4", "--microbatches", "8", "--schedule", "zb-v"},
+                     {"--schedule zb-v needs --vpp 2", "got 1"});
   expect_usage_error({"--pp", "2", "--microbatches", "4", "--schedule", "1f1b", "--vpp", "2"},
                      {"--vpp (2) > 1 needs --schedule interleaved-1f1b"});
   expect_usage_error({"--pp", "2", "--microbatches", "4", "--schedule", "1f1b", "--chunks", "2"},
@@ -162,6 +166,19 @@ TEST(SimulateCommand, BadInputExitsTwoNamingTheFlag) {
   expect_usage_error({"--pp", "2", "--microbatches", "4", "--schedule", "1f1b", "--svg",
                       "/nonexistent-directory/t.svg"},
                      {"--svg: cannot write"});
+}
+
+// issue 36's numbers at p = 4, m = 8, F = B = W: ZB-V 1.5 idle in 25.5 against 1F1B's 9 in 33.
+TEST(SimulateCommand, ZbVReport) {
+  const auto result = run_simulate(
+      {"--pp", "4", "--microbatches", "8", "--vpp", "2", "--schedule", "zb-v", "--json"});
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  const auto json = nlohmann::json::parse(result.out);
+  EXPECT_EQ(json["schedule"], "zb-v");
+  EXPECT_EQ(json["chunks"], 2);
+  EXPECT_DOUBLE_EQ(json["step_time"].get<double>(), 25.5);
+  EXPECT_NEAR(json["bubble_fraction"]["overall"].get<double>(), 1.5 / 25.5, 1e-9);
+  EXPECT_EQ(json["peak_inflight_chunks"], nlohmann::json::parse("[8, 8, 8, 8]"));
 }
 
 TEST(SimulateCommand, CostsPerStage) {

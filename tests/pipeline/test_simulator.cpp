@@ -1,6 +1,7 @@
 // The simulator against the closed forms of shared/reference/formulas.md ("Pipeline bubbles"):
 // idle time per step and activations in flight on stage 0 for GPipe, 1F1B, interleaved 1F1B
-// and ZB-H1, with equal and unequal F/B/W; plus the cost model's own rules (transfer time,
+// and ZB-H1, with equal and unequal F/B/W; ZB-V against issue 36's targets (a third of 1F1B's
+// bubble at most, 1F1B's peak activations); plus the cost model's own rules (transfer time,
 // per-stage costs, the timeline) and the JSON report.
 #include <gtest/gtest.h>
 
@@ -118,6 +119,87 @@ TEST(Simulator, ZeroBubbleH1BubbleIsAThirdOfOneFOneBWhenFEqualsBEqualsW) {
       EXPECT_NEAR(max_idle(zero_bubble) / max_idle(one_f_one_b), 1.0 / 3, kTolerance)
           << "p=" << p << " m=" << m;
     }
+  }
+}
+
+// ZB-V with F = B = W = c and m >= 2p-1 (every rank's warmup fills): each rank idles only
+// (p-1) c / 2, the fill and drain of half-stage chunks with the Ws moved into them: a sixth
+// of 1F1B's (p-1)(F+B+W) and half of ZB-H1's (p-1)(F+B-W), whatever m.
+TEST(Simulator, ZbVIdlesHalfAChunkPerStageWhenFEqualsBEqualsW) {
+  for (const double c : {1.0, 2.5}) {
+    for (int p = 2; p <= 8; ++p) {
+      for (int m = 2 * p - 1; m <= 3 * p; ++m) {
+        const auto result = simulate_schedule(make_zb_v_schedule(p, m), {costs(c, c, c)});
+        const std::string where = describe(result, costs(c, c, c));
+        EXPECT_NEAR(max_idle(result), (p - 1) * c / 2, kTolerance) << where;
+        EXPECT_NEAR(result.step_time, 3 * m * c + (p - 1) * c / 2, kTolerance) << where;
+        for (const StageReport& stage : result.per_stage) {
+          EXPECT_NEAR(stage.busy, 3 * m * c, kTolerance) << where;
+        }
+      }
+    }
+  }
+}
+
+// Issue 36's target: at p = 4, m = 8 and equal F, B, W the bubble is at most a third of 1F1B's
+// (1.5 / 25.5 = 5.9% against 9 / 33 = 27.3%; ZB-H1 3 / 27 = 11.1%). It holds wherever the
+// warmup fills (m >= 2p-1); with fewer microbatches ZB-V is still below 1F1B.
+TEST(Simulator, ZbVBubbleIsAtMostAThirdOfOneFOneB) {
+  const auto zb_v = simulate_schedule(make_zb_v_schedule(4, 8), {costs(1, 1, 1)});
+  const auto one_f_one_b = simulate_schedule(make_1f1b_schedule(4, 8), {costs(1, 1, 1)});
+  const auto zb_h1 = simulate_schedule(make_zb_h1_schedule(4, 8), {costs(1, 1, 1)});
+  EXPECT_NEAR(zb_v.step_time, 25.5, kTolerance);
+  EXPECT_NEAR(zb_v.bubble_fraction, 1.5 / 25.5, kTolerance);
+  EXPECT_NEAR(one_f_one_b.bubble_fraction, 9.0 / 33, kTolerance);
+  EXPECT_NEAR(zb_h1.bubble_fraction, 3.0 / 27, kTolerance);
+  EXPECT_LE(zb_v.bubble_fraction, one_f_one_b.bubble_fraction / 3);
+  for (int p = 2; p <= 8; ++p) {
+    for (int m = 1; m <= 3 * p; ++m) {
+      const auto v = simulate_schedule(make_zb_v_schedule(p, m), {costs(1, 1, 1)});
+      const auto baseline = simulate_schedule(make_1f1b_schedule(p, m), {costs(1, 1, 1)});
+      EXPECT_LT(v.bubble_fraction, baseline.bubble_fraction) << "p=" << p << " m=" << m;
+      if (m >= 2 * p - 1) {
+        EXPECT_LE(v.bubble_fraction, baseline.bubble_fraction / 3 + kTolerance)
+            << "p=" << p << " m=" << m;
+      }
+    }
+  }
+}
+
+// ZB-V never holds more than 1F1B's most loaded stage, min(p, m) microbatches of a whole
+// stage (2 min(p, m) half-stage chunks), and stage 0 holds exactly p once m >= 2p-1. Unlike
+// 1F1B's, the later stages hold as much as stage 0.
+TEST(Simulator, ZbVPeakInflightIsOneFOneBs) {
+  for (int p = 2; p <= 8; ++p) {
+    for (int m = 1; m <= 3 * p; ++m) {
+      const auto result = simulate_schedule(make_zb_v_schedule(p, m), {costs(1, 1, 1)});
+      const auto baseline = simulate_schedule(make_1f1b_schedule(p, m), {costs(1, 1, 1)});
+      const std::string where = str("p=", p, " m=", m);
+      double baseline_peak = 0;
+      for (const StageReport& stage : baseline.per_stage) {
+        baseline_peak = std::max(baseline_peak, stage.peak_inflight_microbatches);
+      }
+      EXPECT_EQ(baseline_peak, std::min(p, m)) << where;
+      for (int r = 0; r < p; ++r) {
+        const StageReport& stage = result.per_stage[r];
+        EXPECT_LE(stage.peak_inflight_chunks, 2 * std::min(p, m)) << where << " stage " << r;
+        EXPECT_LE(stage.peak_inflight_microbatches, baseline_peak) << where << " stage " << r;
+      }
+      if (m >= 2 * p - 1) {
+        EXPECT_EQ(result.per_stage[0].peak_inflight_chunks, 2 * p) << where;
+      }
+    }
+  }
+}
+
+// The turn of the V passes between two chunks of one rank and crosses no link. At p = 2, m = 1
+// (chunks of 1/2): the forward runs 4 chunks and crosses 2 links, the backward's input
+// gradients the same plus rank 1's chunk-1 W (its warmup runs it at once), then rank 0 runs its
+// chunk-0 W: 5 + 4C. A charged turn would make it 5 + 6C.
+TEST(Simulator, ZbVTurnCostsNoTransfer) {
+  for (const double c : {0.0, 0.25, 1.0}) {
+    const auto result = simulate_schedule(make_zb_v_schedule(2, 1), {costs(1, 1, 1, c)});
+    EXPECT_NEAR(result.step_time, 5 + 4 * c, kTolerance) << "C=" << c;
   }
 }
 

@@ -160,5 +160,41 @@ TEST(Validator, InterleavedMessagesWrapFromTheLastRankToTheFirst) {
   EXPECT_TRUE(validate_schedule(schedule).empty()) << report(validate_schedule(schedule));
 }
 
+// ZB-V over the (p, m) the rule book allows: p = 2, 3, 4, 8 with m = p, 2p, odd m above and
+// below 2p-1 (the microbatches its warmup is laid out for), and m = 1.
+TEST(Validator, AcceptsZbVForEveryMicrobatchCount) {
+  for (const int p : {2, 3, 4, 8}) {
+    for (const int m : {1, p, 2 * p, 2 * p - 1, 2 * p + 1, p + (p % 2 == 0 ? 1 : 2)}) {
+      const Schedule schedule = make_zb_v_schedule(p, m);
+      EXPECT_TRUE(validate_schedule(schedule).empty()) << "p=" << p << " m=" << m << "\n"
+                                                       << report(validate_schedule(schedule));
+    }
+  }
+}
+
+// The placement is part of the schedule: ZB-V's lists read as Megatron's interleaving name the
+// wrong peers, and a V has exactly two arms.
+TEST(Validator, ChecksTheVPlacement) {
+  Schedule misread = make_zb_v_schedule(3, 6);
+  misread.placement = ChunkPlacement::interleaved;
+  // Rank 0's chunk 1 is virtual stage 5 in the V but 3 when interleaved, whose input is stage 2.
+  const int index = find_action(misread, 0, Action{ActionKind::RecvActivation, 0, 1, 4});
+  expect_problem(misread, 0, index, "the peer of virtual stage 3 for this data is stage 2");
+
+  Schedule three_arms = make_interleaved_1f1b_schedule(2, 2, 3);
+  three_arms.placement = ChunkPlacement::v_shape;
+  EXPECT_CONTAINS(report(validate_schedule(three_arms)), "a V placement holds 2 chunks per rank");
+}
+
+// The turn of the V is a channel from rank p-1 to itself, ordered like any other.
+TEST(Validator, ZbVTurnMessagesKeepTheirOrder) {
+  Schedule schedule = make_zb_v_schedule(2, 4);
+  auto& rank1 = schedule.ranks[1];
+  const int first = find_action(schedule, 1, Action{ActionKind::RecvActivation, 0, 1, 1});
+  const int second = find_action(schedule, 1, Action{ActionKind::RecvActivation, 1, 1, 1});
+  std::swap(rank1[first], rank1[second]);
+  expect_problem(schedule, 1, first, "receive #0 of activations from rank 1 expects mb 1");
+}
+
 }  // namespace
 }  // namespace strata

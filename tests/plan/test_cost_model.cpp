@@ -302,6 +302,13 @@ TEST(CostModel, EachChoiceMovesTheRightTerm) {
   const Prediction interleaved = predict("tp=8,pp=8,vpp=2,micro_batch=1");
   EXPECT_LT(interleaved.bubble_fraction, base.bubble_fraction);
   EXPECT_GT(interleaved.inflight_microbatches, base.inflight_microbatches);
+  // ZB-V: a smaller bubble than ZB-H1's at 1F1B's peak activations, and no tied-embedding
+  // all-reduce (both copies on rank 0).
+  const Prediction zb_h1 = predict("tp=8,pp=8,micro_batch=1,schedule=zb-h1");
+  const Prediction zb_v = predict("tp=8,pp=8,vpp=2,micro_batch=1,schedule=zb-v");
+  EXPECT_LT(zb_v.bubble_fraction, zb_h1.bubble_fraction);
+  EXPECT_LT(zb_h1.bubble_fraction, base.bubble_fraction);
+  EXPECT_LE(zb_v.inflight_microbatches, 8 + 1e-9);  // p, 1F1B's stage 0
   // A tensor-parallel group across nodes is priced on the slow link and flagged.
   const Prediction wide = predict("tp=16,pp=4,micro_batch=1");
   EXPECT_TRUE(wide.tp_spans_nodes);

@@ -80,6 +80,10 @@ TEST(LayoutAgreement, ConfigValidationAndThePlannerGiveTheSameVerdict) {
       {{}, "pp=2,vpp=2"},                          // interleaved-1f1b by default
       {{}, "pp=2,vpp=2,schedule=1f1b"},            // chunks need interleaving
       {{}, "pp=2,schedule=interleaved-1f1b"},      // interleaving needs chunks
+      {{}, "pp=2,vpp=2,schedule=zb-v"},            //
+      {{}, "pp=2,schedule=zb-v"},                  // a V has two chunks per stage
+      {{}, "pp=2,vpp=3,schedule=zb-v"},            //
+      {{}, "pp=2,vpp=2,schedule=zb-v", 8, 12},     // any microbatches: 3 over 2 stages
       {{}, "pp=4,vpp=2"},                          // 8 chunks of 4 layers
       {{}, "pp=2,vpp=2", 8, 12},                   // 3 microbatches over 2 stages
       {{}, "vpp=2"},                               // chunks without a pipeline

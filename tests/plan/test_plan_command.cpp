@@ -189,8 +189,9 @@ TEST_F(PlanCommand, BadInputSaysWhatToChange) {
                "vpp (2) > 1 needs schedule=interleaved-1f1b");
   expect_error(with({"--layout", "ep=2"}), "needs a mixture-of-experts model");
   expect_error(with({"--layout", "tq=2"}), "unknown key 'tq'");
-  expect_error(with({"--layout", "pp=2,schedule=zb-v"}),
-               "schedule=zb-v must be gpipe, 1f1b, interleaved-1f1b, zb-h1");
+  expect_error(with({"--layout", "pp=2,schedule=zb-h2"}),
+               "schedule=zb-h2 must be gpipe, 1f1b, interleaved-1f1b, zb-h1, zb-v");
+  expect_error(with({"--layout", "pp=2,schedule=zb-v"}), "schedule=zb-v needs vpp=2");
   expect_error(with({"--layout", "tp=two"}), "tp=two is not a whole number");
   expect_error(with({"--layout", "cp=2,cp_comm=ulysses"}),
                "cp_comm=ulysses must be ring, all-gather, all-to-all");

@@ -4,6 +4,8 @@
 // stages and dp sizes.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "test_configs.h"
 #include "test_support.h"
 #include "train_support.h"
@@ -39,6 +41,7 @@ Outcome train_with(Comm& comm, Config config, const TestLayout& layout) {
   config.parallel.dp = layout.dp;
   config.parallel.tp = layout.tp;
   config.parallel.pp = layout.pp;
+  config.parallel.vpp = layout.vpp;
   config.parallel.sequence_parallel = layout.sequence_parallel;
   config.parallel.schedule = layout.schedule;
   Outcome run;
@@ -50,17 +53,22 @@ Outcome train_with(Comm& comm, Config config, const TestLayout& layout) {
   return run;
 }
 
-// The layouts each world size checks (every one with each ZeRO stage). Under zb-h1 the
-// gradients are complete only after the deferred weight-gradient (W) actions.
+// The layouts each world size checks (every one with each ZeRO stage). Under zb-h1 and zb-v
+// the gradients are complete only after the deferred weight-gradient (W) actions; under zb-v
+// rank 0 holds both copies of the tied embedding, in its two chunks.
 std::vector<TestLayout> layouts_for(int world) {
   switch (world) {
     case 4:
-      return {
-          data_parallel(4), with([](TestLayout& l) { l.dp = 2, l.tp = 2; }),
-          with([](TestLayout& l) { l.dp = 2, l.pp = 2, l.schedule = PipelineSchedule::zb_h1; })};
+      return {data_parallel(4), with([](TestLayout& l) { l.dp = 2, l.tp = 2; }),
+              with([](TestLayout& l) { l.dp = 2, l.pp = 2, l.schedule = PipelineSchedule::zb_h1; }),
+              with([](TestLayout& l) {
+                l.dp = 2, l.pp = 2, l.vpp = 2, l.schedule = PipelineSchedule::zb_v;
+              })};
     case 8:
-      return {
-          with([](TestLayout& l) { l.dp = 2, l.tp = 2, l.pp = 2, l.sequence_parallel = true; })};
+      return {with([](TestLayout& l) { l.dp = 2, l.tp = 2, l.pp = 2, l.sequence_parallel = true; }),
+              with([](TestLayout& l) {
+                l.dp = 2, l.tp = 2, l.pp = 2, l.vpp = 2, l.schedule = PipelineSchedule::zb_v;
+              })};
     default:
       return {data_parallel(world)};
   }
@@ -76,6 +84,8 @@ TEST(Zero, EveryStageAndLayoutEqualsSingleRank) {
   for (const TestLayout& layout : layouts_for(world.size())) {
     auto with_eval = [&](int64_t zero) {  // evaluation runs the forward-only schedule
       Config config = tiny_run(20, layout.dp, 2, zero);
+      // A layer for every virtual stage (zb-v: 2 per pipeline rank); the reference alike.
+      config.model.n_layers = std::max(config.model.n_layers, layout.pp * layout.vpp);
       config.train.eval_every = 10;
       config.train.eval_batches = 1;
       return config;

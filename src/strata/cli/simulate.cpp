@@ -181,7 +181,8 @@ CLI::App* add_simulate_command(CLI::App& app) {
   command->add_option("--pp", options->pp, "Pipeline stages p (required)")->type_name("P");
   command->add_option("--microbatches", options->microbatches, "Microbatches per step m (required)")
       ->type_name("M");
-  command->add_option("--vpp", options->vpp, "Model chunks per rank v (interleaved-1f1b)")
+  command
+      ->add_option("--vpp", options->vpp, "Model chunks per rank v (interleaved-1f1b; 2 for zb-v)")
       ->type_name("V");
   command->add_option("--chunks", options->old_chunks)->group("");  // the old name: an error
   command

@@ -16,7 +16,7 @@ enum class Norm { layernorm, rmsnorm };           // model.norm
 enum class Activation { gelu, swiglu };           // model.activation, model.moe.activation
 enum class AttentionKernel { blockwise, eager };  // model.attention
 // parallel.schedule; also the schedules the pipeline generators build.
-enum class PipelineSchedule { gpipe, one_f_one_b, interleaved_one_f_one_b, zb_h1 };
+enum class PipelineSchedule { gpipe, one_f_one_b, interleaved_one_f_one_b, zb_h1, zb_v };
 // parallel.cp_comm: how context-parallel attention moves keys and values between the cp ranks.
 enum class ContextParallelComm { ring, all_gather, all_to_all };
 // train.recompute: what a layer's backward recomputes instead of keeping (also the planner's).
@@ -69,11 +69,12 @@ struct Spellings<AttentionKernel> {
 };
 template <>
 struct Spellings<PipelineSchedule> {
-  static constexpr std::array<Spelling<PipelineSchedule>, 4> table{
+  static constexpr std::array<Spelling<PipelineSchedule>, 5> table{
       {{PipelineSchedule::gpipe, "gpipe"},
        {PipelineSchedule::one_f_one_b, "1f1b"},
        {PipelineSchedule::interleaved_one_f_one_b, "interleaved-1f1b"},
-       {PipelineSchedule::zb_h1, "zb-h1"}}};
+       {PipelineSchedule::zb_h1, "zb-h1"},
+       {PipelineSchedule::zb_v, "zb-v"}}};
 };
 template <>
 struct Spellings<ContextParallelComm> {

@@ -3,7 +3,43 @@
 
 #include <type_traits>
 
+#include "strata/core/error.h"
+
 namespace strata {
+
+int64_t StagePlacement::virtual_stage(int64_t rank, int64_t chunk) const {
+  STRATA_CHECK(rank >= 0 && rank < pp && chunk >= 0 && chunk < vpp, "rank ", rank, " chunk ", chunk,
+               " of pp ", pp, " vpp ", vpp);
+  if (kind == ChunkPlacement::v_shape) return chunk == 0 ? rank : 2 * pp - 1 - rank;
+  return chunk * pp + rank;
+}
+
+int64_t StagePlacement::rank_of(int64_t virtual_stage) const {
+  STRATA_CHECK(virtual_stage >= 0 && virtual_stage < virtual_stages(), "virtual stage ",
+               virtual_stage, " of ", virtual_stages());
+  if (kind == ChunkPlacement::v_shape) {
+    return virtual_stage < pp ? virtual_stage : 2 * pp - 1 - virtual_stage;
+  }
+  return virtual_stage % pp;
+}
+
+int64_t StagePlacement::chunk_of(int64_t virtual_stage) const {
+  STRATA_CHECK(virtual_stage >= 0 && virtual_stage < virtual_stages(), "virtual stage ",
+               virtual_stage, " of ", virtual_stages());
+  return virtual_stage / pp;  // the same for both: each chunk is a run of pp virtual stages
+}
+
+ChunkPlacement chunk_placement(PipelineSchedule schedule) {
+  return schedule == PipelineSchedule::zb_v ? ChunkPlacement::v_shape : ChunkPlacement::interleaved;
+}
+
+StagePlacement stage_placement(const Layout& layout) {
+  const StagePlacement placement{chunk_placement(layout.schedule), layout.pp, layout.vpp};
+  STRATA_CHECK(placement.kind != ChunkPlacement::v_shape || placement.vpp == 2,
+               "a V placement has 2 chunks per rank, not ", placement.vpp,
+               " (the rule book checks this first)");
+  return placement;
+}
 
 const std::vector<LayoutSetting>& layout_settings() {
   using V = LayoutVocabulary;

@@ -30,6 +30,37 @@ struct Layout {
   ContextParallelComm cp_comm = ContextParallelComm::ring;    // irrelevant at cp = 1
 };
 
+// Which pipeline rank holds each virtual stage, and as which of its chunks: the one answer
+// the schedules, the trainer's chunks, the tied embedding's group and the planner's stages all
+// read. With pp ranks of vpp chunks the model is cut into pp * vpp virtual stages of
+// contiguous layers, run in order.
+enum class ChunkPlacement {
+  // Megatron's interleaving (every schedule but zb-v): virtual stage s is chunk s / pp of rank
+  // s % pp, so rank 0 holds 0, pp, 2pp, ... and the data wraps from the last rank to the first.
+  interleaved,
+  // zb-v (vpp = 2): rank r holds virtual stage r as chunk 0 and 2pp - 1 - r as chunk 1. The
+  // data runs down the ranks and back up: the hand-over between the halves stays on rank pp - 1
+  // and the last virtual stage sits on rank 0 beside the first, so a microbatch's backward
+  // starts where its forward began.
+  v_shape,
+};
+
+struct StagePlacement {
+  ChunkPlacement kind = ChunkPlacement::interleaved;
+  int64_t pp = 1;
+  int64_t vpp = 1;
+
+  int64_t virtual_stages() const { return pp * vpp; }
+  int64_t virtual_stage(int64_t rank, int64_t chunk) const;
+  int64_t rank_of(int64_t virtual_stage) const;
+  int64_t chunk_of(int64_t virtual_stage) const;
+};
+
+// The placement the schedule runs its chunks on (v_shape for zb-v, else interleaved).
+ChunkPlacement chunk_placement(PipelineSchedule schedule);
+// layout.pp ranks of layout.vpp chunks, placed for layout.schedule.
+StagePlacement stage_placement(const Layout& layout);
+
 // What of a model the layout rules, the stage partition and the FLOP count look at, in
 // ModelConfig's words with its defaults resolved (ModelConfig::shape()).
 struct ModelShape {

@@ -246,15 +246,35 @@ void check_pipeline(const Layout& layout, int64_t microbatches, const LayoutVoca
                     Findings& found) {
   const int64_t pp = layout.pp, vpp = layout.vpp;
   const bool interleaved = layout.schedule == PipelineSchedule::interleaved_one_f_one_b;
-  if (vpp > 1 && pp == 1 && !interleaved) {
+  const bool v_shape = layout.schedule == PipelineSchedule::zb_v;
+  auto zb_v_setting = [&] {
+    return setting(names, names.schedule, name_of(PipelineSchedule::zb_v), true);
+  };
+  if (vpp > 1 && pp == 1 && !interleaved && !v_shape) {
     found.add([&] {
       return str(names.vpp, " (", vpp, ") > 1 needs ", names.pp,
                  " > 1: the model chunks are those of each pipeline stage");
     });
   }
-  if (vpp > 1 && !interleaved) {
-    found.add(
-        [&] { return str(names.vpp, " (", vpp, ") > 1 needs ", interleaved_setting(names)); });
+  if (vpp > 1 && !interleaved && !v_shape) {
+    found.add([&] {
+      return str(names.vpp, " (", vpp, ") > 1 needs ", interleaved_setting(names), ", or ",
+                 zb_v_setting(), " with ", setting(names, names.vpp, "2"));
+    });
+  }
+  // ZB-V's V has exactly two arms: rank r holds virtual stages r and 2 * pp - 1 - r. vpp is
+  // required rather than implied so that the chunk count, and the pp * vpp entries of
+  // parallel.pp_layers, read the same in every layout.
+  if (v_shape && vpp != 2) {
+    found.add([&] {
+      return str(zb_v_setting(), " needs ", setting(names, names.vpp, "2"),
+                 " (two model chunks per stage, placed in a V: stage r holds virtual stages r and "
+                 "2 * pp - 1 - r), got ",
+                 vpp);
+    });
+  }
+  if (v_shape && pp == 1) {
+    found.add([&] { return str(zb_v_setting(), " needs ", names.pp, " > 1"); });
   }
   if (!interleaved) return;
   if (vpp < 2) {

@@ -33,7 +33,8 @@ struct LayoutVerdict {
 //    (kv_heads / tp; when tp does not divide them they are expanded to the query heads) and
 //    cp divide one another;
 //  - pipeline: vpp > 1 needs pp > 1 and the interleaved-1f1b schedule, which needs vpp >= 2,
-//    pp > 1 and microbatches a multiple of pp;
+//    pp > 1 and microbatches a multiple of pp, or the zb-v schedule, which needs vpp = 2 and
+//    pp > 1 (any microbatches);
 //  - experts: ep divides dp * cp and the experts; ep > 1 needs experts;
 //  - batch: dp * micro_batch divides the global batch; a given microbatches equals the quotient.
 LayoutVerdict check_layout(const Layout& layout, const ModelShape& model, int64_t ranks,

@@ -141,7 +141,7 @@ std::vector<ShardedTensor> DataParallel::checkpoint_tensors(bool for_load) {
   const auto& state = optimizer_.begin_full_state(for_load);
   // Replicas are written once: by rank 0 of the parameter's data-parallel group (dp x cp, or
   // expert_dp for experts), by tp rank 0 unless split over tp, and the tied embedding by the
-  // first pipeline stage.
+  // first virtual pipeline stage.
   std::vector<ShardedTensor> tensors;
   const auto& buckets = buckets_.buckets();
   for (size_t b = 0; b < buckets.size(); ++b) {
@@ -150,7 +150,7 @@ std::vector<ShardedTensor> DataParallel::checkpoint_tensors(bool for_load) {
       const Parameter& parameter = *bucket.parameters[i];
       const bool writer = bucket.group->rank() == 0 &&
                           (parameter.spec.is_split_over(ShardAxis::Tp) || mesh_.coords().tp == 0) &&
-                          (!parameter.pp_tied || mesh_.pp_is_first_stage());
+                          !parameter.pp_tied_copy;
       const int64_t n = parameter.value.numel();
       const auto shape = parameter.value.sizes();
       auto view = [&](const at::Tensor& flat) {

@@ -27,7 +27,8 @@ class DataParallel final : public BackwardListener {
  public:
   // Takes over the parameters of `chunks` (their values and gradients become views of the
   // buckets) and wraps the chunks' units; pass it to the training executor as its
-  // BackwardListener. tied: the first and last pipeline stage (for the tied embedding), or null.
+  // BackwardListener. tied: the ranks of the first and last virtual pipeline stage (for the
+  // tied embedding), or null where one rank holds both or this rank holds neither.
   DataParallel(const std::vector<GPT*>& chunks, Mesh& mesh, const Config& config, Comm* tied);
   ~DataParallel() override;
   DataParallel(const DataParallel&) = delete;

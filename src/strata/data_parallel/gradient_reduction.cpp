@@ -189,8 +189,8 @@ void GradientReduction::sum_partial_gradients() {
   // Sums the reduction over dp does not cover (they commute with the dp average, so they
   // run on the own shards): parameters replicated over tp whose gradient each tp rank holds
   // only part of (norms under sequence parallelism, replicated kv heads), and the tied
-  // embedding's copies on the first and last pipeline stage. tp ranks hold the same buckets,
-  // and the tied embedding has a bucket of its own, so the shards line up.
+  // embedding's copies on the first and last virtual pipeline stage. tp ranks hold the same
+  // buckets, and the tied embedding has a bucket of its own, so the shards line up.
   auto& buckets = buckets_.buckets();
   if (mesh_.tp().size() > 1) {
     std::vector<at::Tensor> pieces =
@@ -205,11 +205,16 @@ void GradientReduction::sum_partial_gradients() {
       }
     }
   }
-  if (tied_ != nullptr) {
-    for (Bucket& bucket : buckets) {
-      if (bucket.pp_tied)
-        tied_->all_reduce(local_ ? bucket.grads : bucket.grad_shard, ReduceOp::Sum);
-    }
+  // The tied embedding's copies: summed over this rank's chunks first (zb-v holds the first and
+  // the last virtual stage on one rank), then over the ranks holding them.
+  std::vector<at::Tensor> tied;
+  for (Bucket& bucket : buckets) {
+    if (bucket.pp_tied) tied.push_back(local_ ? bucket.grads : bucket.grad_shard);
+  }
+  if (!tied.empty()) {
+    for (size_t i = 1; i < tied.size(); ++i) tied.front().add_(tied[i]);
+    if (tied_ != nullptr) tied_->all_reduce(tied.front(), ReduceOp::Sum);
+    for (size_t i = 1; i < tied.size(); ++i) tied[i].copy_(tied.front());
   }
   // Expert weights: an expert's local gradient already sums the losses of every ep rank whose
   // tokens it processed (each a dp rank's mean), so the average over expert_dp counts each dp

@@ -24,7 +24,8 @@ namespace strata {
 
 class GradientReduction {
  public:
-  // tied: the first and last pipeline stage (for the tied embedding), or null. The bytes the
+  // tied: the ranks of the first and last virtual pipeline stage (for the tied embedding), or
+  // null where one rank holds both or this rank holds neither. The bytes the
   // compressed reductions send, and those they stand for, go to `traffic`.
   GradientReduction(FlatBuckets& buckets, Mesh& mesh, Comm* tied,
                     const CompressionConfig& compression, CompressedTraffic& traffic);

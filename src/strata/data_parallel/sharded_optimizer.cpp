@@ -40,7 +40,7 @@ ShardedOptimizer::ShardedOptimizer(FlatBuckets& buckets, Mesh& mesh, const Train
 double ShardedOptimizer::clip_gradients(double max_norm, double unscale) {
   at::NoGradGuard no_grad;
   // Each parameter counted once: pieces split over tp each add their part, replicas over tp
-  // only on tp rank 0, the tied embedding only on the first stage; over the data-parallel
+  // only on tp rank 0, the tied embedding only on the first virtual stage; over the data-parallel
   // group the shards add up (stage >= 1) or are identical replicas (stage 0).
   // Local gradients (1-bit Adam) are each rank's own: no sum over the data-parallel group.
   const bool tp_first = mesh_.coords().tp == 0;
@@ -49,7 +49,7 @@ double ShardedOptimizer::clip_gradients(double max_norm, double unscale) {
   for (size_t g = 0; g < groups.size(); ++g) sums.push_back(at::zeros({1}, at::kDouble));
   auto& buckets = buckets_.buckets();
   auto add = [&](const Parameter& parameter, const Bucket& bucket, const at::Tensor& piece) {
-    if (parameter.pp_tied && !mesh_.pp_is_first_stage()) return;
+    if (parameter.pp_tied_copy) return;
     if (!parameter.spec.is_split_over(ShardAxis::Tp) && !tp_first) return;
     const size_t g =
         static_cast<size_t>(std::find(groups.begin(), groups.end(), bucket.group) - groups.begin());

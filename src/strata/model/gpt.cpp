@@ -71,6 +71,8 @@ GPT::GPT(const ModelConfig& config, const BlockSpec& block, uint64_t seed, at::S
   if (stage_.first || (stage_.last && config.tie_embeddings)) {
     token_embedding_ = add("embedding.token.weight", {V, C}, InitKind::Normal, std, true, 0);
     parameters_[token_embedding_].pp_tied = config.tie_embeddings && !(stage_.first && stage_.last);
+    parameters_[token_embedding_].pp_tied_copy =
+        parameters_[token_embedding_].pp_tied && !stage_.first;
   }
   if (block_.position == PositionEncoding::learned && stage_.first) {
     position_embedding_ = add("embedding.position.weight", {T, C}, InitKind::Normal, std, true);

@@ -50,9 +50,11 @@ struct Parameter {
   // Replicated over tp, but each tp rank's gradient is only its part of the sum (norms under
   // sequence parallelism, replicated key/value heads): the gradient is summed over tp.
   bool tp_partial_grad = false;
-  // Held by two pipeline stages (the tied token embedding: input on the first stage, head on
-  // the last): the copies' gradients are summed, and only the first stage's copy is saved.
+  // Held by two pipeline stages (the tied token embedding: input on the first virtual stage,
+  // head on the last): the copies' gradients are summed, and only the first stage's copy is
+  // saved and counted.
   bool pp_tied = false;
+  bool pp_tied_copy = false;  // the last virtual stage's copy of a pp_tied parameter
 };
 
 // Deterministic initialization from (seed, name) alone: the global tensor is drawn from a

@@ -92,6 +92,8 @@ Schedule build_schedule(const Layout& layout, const LayoutVocabulary& names) {
       return make_interleaved_1f1b_schedule(stages, microbatches, chunks);
     case PipelineSchedule::zb_h1:
       return make_zb_h1_schedule(stages, microbatches);
+    case PipelineSchedule::zb_v:
+      return make_zb_v_schedule(stages, microbatches);
   }
   STRATA_CHECK(false, "unknown schedule ", static_cast<int>(layout.schedule));
   return {};
@@ -117,10 +119,13 @@ Schedule make_gpipe_schedule(int stages, int microbatches) {
 }
 
 // Forward only (evaluation): every rank runs each microbatch through its chunks in order,
-// microbatch-major. Each (microbatch, chunk) depends only on entries earlier in the same order
-// on other ranks, and sends do not block, so the lists cannot deadlock.
-Schedule make_forward_only_schedule(int stages, int microbatches, int chunks) {
+// microbatch-major. Under either placement a rank's chunks are in virtual-stage order, so every
+// list follows the one global order (microbatch, virtual stage); each forward depends only on
+// an earlier entry of that order, and sends do not block, so the lists cannot deadlock.
+Schedule make_forward_only_schedule(int stages, int microbatches, int chunks,
+                                    ChunkPlacement placement) {
   Schedule schedule = empty_schedule("forward-only", stages, microbatches, chunks);
+  schedule.placement = placement;
   for (int rank = 0; rank < stages; ++rank) {
     RankListBuilder builder(&schedule, rank);
     for (int mb = 0; mb < microbatches; ++mb) {
@@ -253,6 +258,94 @@ Schedule make_zb_h1_schedule(int stages, int microbatches) {
     }
     // Flush: the weight gradients still queued.
     while (!deferred.empty()) run_oldest_weight();
+    STRATA_CHECK(builder.inflight() == 0, "rank ", rank);
+  }
+  return schedule;
+}
+
+// ZB-V (Qi et al. 2024, "Zero Bubble Pipeline Parallelism", ICLR, section 6). Two chunks per
+// rank placed in a V (ChunkPlacement::v_shape): rank r holds virtual stage r as chunk 0 and
+// 2p-1-r as chunk 1, so a microbatch's forward runs down the ranks and back up, and its
+// backward starts on rank 0, where the last virtual stage sits. The backward is split as in
+// ZB-H1 (B, then a W nobody waits for). In units of one chunk's F (= B = W here), the phases of
+// rank r are timed by when its inputs can first arrive:
+//  - warmup 1: microbatch k reaches chunk 0 at time r + k and microbatch 0 reaches chunk 1 at
+//    2p-1-r, so 2(p-r)-1 chunk-0 forwards fit before the first chunk-1 forward;
+//  - warmup 2: r pairs (chunk-1 forward, chunk-0 forward), as rank r+1 feeds chunk 1 one
+//    microbatch per two units while chunk 0's inputs keep coming;
+//  - warmup 3: p-r triples (chunk-1 F, B, W), the first gradients arriving for chunk 1; its W
+//    runs at once, so the activations in flight stay at 2p-1 chunks after each triple;
+//  - steady: rounds of F, B, W on chunk 0 then F, B, W on chunk 1: six units of work for six
+//    units of time, one microbatch through both chunks; once chunk 0 has run all forwards,
+//    p-r-1 more rounds without it let chunk 1 catch up;
+//  - cooldown: r pairs of B on both chunks, their Ws queued (gradients now arrive only as fast
+//    as the ranks nearer rank 0 release them), then p-r pairs (chunk-0 B, oldest chunk-0 W),
+//    then the queued Ws (chunk 1's, then chunk 0's).
+// Peak activations: 2p-1 chunks after the warmup, 2p inside a round: p microbatches' worth of
+// whole-stage activations, 1F1B's. With F = B = W the only idle time is the fill and drain, a
+// fraction of a chunk per rank, under a third of 1F1B's bubble for m >= 2p. The phases are
+// laid out for at least 2p-1 microbatches (warmup 1 on rank 0 needs that many); with fewer,
+// the actions of the microbatches that do not exist are left out, which keeps every
+// dependency and the order of every channel.
+Schedule make_zb_v_schedule(int stages, int microbatches) {
+  STRATA_CHECK(stages >= 2, "p=", stages);
+  Schedule schedule = empty_schedule(name_of(PipelineSchedule::zb_v), stages, microbatches, 2);
+  schedule.placement = ChunkPlacement::v_shape;
+  const int laid_out = std::max(microbatches, 2 * stages - 1);
+  for (int rank = 0; rank < stages; ++rank) {
+    RankListBuilder builder(&schedule, rank);
+    // Per chunk, the next microbatch of each kind, counted over the laid-out microbatches.
+    int next_forward[2] = {0, 0}, next_input_grad[2] = {0, 0}, next_weight[2] = {0, 0};
+    auto forward = [&](int chunk) {
+      if (next_forward[chunk] < microbatches) builder.forward(next_forward[chunk], chunk);
+      ++next_forward[chunk];
+    };
+    auto input_grad = [&](int chunk) {
+      const int mb = next_input_grad[chunk]++;
+      if (mb < microbatches) builder.backward(mb, chunk, ActionKind::BackwardInput);
+    };
+    auto weight = [&](int chunk) {
+      const int mb = next_weight[chunk]++;
+      if (mb < microbatches) builder.weight(mb, chunk);
+    };
+    auto backward_now = [&](int chunk) {
+      input_grad(chunk);
+      weight(chunk);
+    };
+    const int peak = 2 * stages;  // chunks in flight: 1F1B's p microbatches of a whole stage
+    // Warmup 1: chunk 0 alone.
+    for (int i = 0; i < 2 * (stages - rank) - 1; ++i) forward(0);
+    // Warmup 2: chunk 1's first inputs arrive between chunk 0's.
+    for (int i = 0; i < rank; ++i) {
+      forward(1);
+      forward(0);
+    }
+    STRATA_CHECK(builder.inflight() <= peak - 1, "rank ", rank);
+    // Warmup 3: chunk 1's first gradients, each backward completed at once.
+    for (int i = 0; i < stages - rank; ++i) {
+      forward(1);
+      backward_now(1);
+    }
+    STRATA_CHECK(builder.inflight() <= peak - 1, "rank ", rank);
+    // Steady: one microbatch through both chunks per round, then chunk 1 catches up.
+    const int rounds_with_forward = laid_out - next_forward[0];
+    for (int i = 0; i < rounds_with_forward + stages - rank - 1; ++i) {
+      if (i < rounds_with_forward) forward(0);
+      backward_now(0);
+      forward(1);
+      STRATA_CHECK(builder.inflight() <= peak, "rank ", rank, " round ", i);
+      backward_now(1);
+    }
+    STRATA_CHECK(next_forward[0] == laid_out && next_forward[1] == laid_out, "rank ", rank);
+    // Cooldown: Bs first on both chunks, then chunk 0's with a W each; the rest of the Ws last.
+    for (int i = 0; i < rank; ++i) {
+      input_grad(0);
+      input_grad(1);
+    }
+    for (int i = 0; i < stages - rank; ++i) backward_now(0);
+    STRATA_CHECK(next_input_grad[0] == laid_out && next_input_grad[1] == laid_out, "rank ", rank);
+    while (next_weight[1] < laid_out) weight(1);
+    while (next_weight[0] < laid_out) weight(0);
     STRATA_CHECK(builder.inflight() == 0, "rank ", rank);
   }
   return schedule;

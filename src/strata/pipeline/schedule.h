@@ -3,11 +3,14 @@
 // proves them complete and deadlock-free, the simulator times them, the executor runs them.
 //
 // Virtual stages: with v model chunks per rank, the model is cut into p*v virtual stages
-// s = 0..p*v-1, and virtual stage s lives on rank s % p as its chunk s / p (Megatron's
-// interleaving). With v = 1, virtual stage, rank and stage are the same number.
+// s = 0..p*v-1, placed on the ranks by the schedule's ChunkPlacement (core/layout.h): Megatron's
+// interleaving (s on rank s % p as its chunk s / p) or zb-v's V (rank r holds r and 2p-1-r).
+// With v = 1, virtual stage, rank and stage are the same number.
 #pragma once
 #include <string>
 #include <vector>
+
+#include "strata/core/layout.h"
 
 namespace strata {
 
@@ -25,7 +28,7 @@ enum class ActionKind {
 struct Action {
   ActionKind kind = ActionKind::Forward;
   int microbatch = 0;
-  int chunk = 0;  // which of this rank's v chunks (virtual stage chunk * p + rank)
+  int chunk = 0;  // which of this rank's v chunks (Schedule::virtual_stage maps it)
   // The virtual stage on the other end of a send or receive; -1 for compute actions.
   int peer_stage = -1;
 
@@ -44,15 +47,21 @@ bool is_recv(ActionKind kind);
 std::string to_string(const Action& action);
 
 struct Schedule {
-  std::string name;      // "gpipe", "1f1b", "interleaved-1f1b", "zb-h1", or a test's own
+  std::string name;      // "gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zb-v", or a test's own
   int stages = 1;        // p: pipeline ranks
   int microbatches = 1;  // m: microbatches per step
   int chunks = 1;        // v: model chunks (virtual stages) per rank
+  ChunkPlacement placement = ChunkPlacement::interleaved;  // which rank holds which stage
   std::vector<std::vector<Action>> ranks;  // ranks[r]: rank r's actions in execution order
 
+  StagePlacement stage_placement() const { return {placement, stages, chunks}; }
   int virtual_stages() const { return stages * chunks; }
-  int virtual_stage(int rank, int chunk) const { return chunk * stages + rank; }
-  int rank_of(int virtual_stage) const { return virtual_stage % stages; }
+  int virtual_stage(int rank, int chunk) const {
+    return static_cast<int>(stage_placement().virtual_stage(rank, chunk));
+  }
+  int rank_of(int virtual_stage) const {
+    return static_cast<int>(stage_placement().rank_of(virtual_stage));
+  }
 };
 
 // One line per action, rank by rank: a dump for debugging and for golden tests.

@@ -69,7 +69,10 @@ SimulationResult simulate_schedule(const Schedule& schedule, const std::vector<S
       end = start + compute_cost(action, cost_of(rank), schedule.chunks);
       stage.busy += end - start;
     } else if (is_send(action.kind)) {
-      value = start + cost_of(rank).transfer;  // arrival at the receiver
+      // Arrival at the receiver; a hand-over between two chunks of one rank (the turn of
+      // zb-v's V) crosses no link.
+      const bool local = schedule.rank_of(action.peer_stage) == rank;
+      value = start + (local ? 0.0 : cost_of(rank).transfer);
     } else {
       end = std::max(start, message);
     }

@@ -6,7 +6,8 @@
 //  - A rank's whole stage costs F forward, B input gradient, W weight gradient; a full backward
 //    costs B + W. With v chunks per rank a chunk costs a 1/v share of each.
 //  - A send costs its sender nothing (it is posted and waited on later); its message arrives C
-//    after the send is posted. A receive blocks its rank until the message has arrived.
+//    after the send is posted (at once when both chunks are on one rank: zb-v's turn). A
+//    receive blocks its rank until the message has arrived.
 //  - Every rank starts at time 0 and runs its list in order (the in-order execution of
 //    execution.h); the step ends when the last rank ends.
 // Idle time of a stage = step time - its compute time: waiting at the start, on receives, and

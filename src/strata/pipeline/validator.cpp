@@ -122,6 +122,7 @@ void check_message_order(const Schedule& schedule, std::vector<ScheduleProblem>*
     const auto& actions = schedule.ranks[rank];
     for (int index = 0; index < static_cast<int>(actions.size()); ++index) {
       const Action& action = actions[index];
+      if (is_compute(action.kind)) continue;
       const bool gradient =
           action.kind == ActionKind::SendGrad || action.kind == ActionKind::RecvGrad;
       const int stage = schedule.virtual_stage(rank, action.chunk);
@@ -237,6 +238,13 @@ std::vector<ScheduleProblem> validate_schedule(const Schedule& schedule) {
     problems.push_back({-1, -1,
                         str("p (", schedule.stages, "), m (", schedule.microbatches, ") and v (",
                             schedule.chunks, ") must all be at least 1")});
+    return problems;
+  }
+  if (schedule.placement == ChunkPlacement::v_shape && schedule.chunks != 2) {
+    problems.push_back({-1, -1,
+                        str("a V placement holds 2 chunks per rank (virtual stages r and 2p-1-r), "
+                            "not v = ",
+                            schedule.chunks)});
     return problems;
   }
   if (static_cast<int>(schedule.ranks.size()) != schedule.stages) {

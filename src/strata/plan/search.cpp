@@ -127,13 +127,16 @@ std::vector<PlanLayout> micro_batch_values(const PlanLayout& layout, const Searc
               [](PlanLayout& out, int64_t micro_batch) { out.micro_batch = micro_batch; });
 }
 
-// The schedule with its vpp: 1f1b, and with a pipeline zb-h1 and interleaving with chunks of
-// equal layers.
+// The schedule with its vpp: 1f1b, and with a pipeline zb-h1, and zb-v (2 chunks) and
+// interleaving with chunks of equal layers.
 std::vector<PlanLayout> schedule_values(const PlanLayout& layout, const SearchSpace& space) {
   std::vector<std::pair<PipelineSchedule, int64_t>> schedules = {
       {PipelineSchedule::one_f_one_b, 1}};
   if (layout.pp > 1) {
     schedules.push_back({PipelineSchedule::zb_h1, 1});
+    if (space.spec.n_layers % (layout.pp * 2) == 0) {
+      schedules.push_back({PipelineSchedule::zb_v, 2});
+    }
     for (int64_t vpp = 2; vpp <= kMaxVirtualStages; ++vpp) {
       if (space.spec.n_layers % (layout.pp * vpp) == 0) {
         schedules.push_back({PipelineSchedule::interleaved_one_f_one_b, vpp});

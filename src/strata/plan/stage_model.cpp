@@ -443,9 +443,12 @@ void add_head_communication(StageModel& last, const PlanInputs& inputs,
   last.forward_tp += layout.sequence_parallel ? collectives.tp_all_gather : 0.0;
   last.backward_tp +=
       layout.sequence_parallel ? collectives.tp_reduce_scatter : collectives.tp_block;
-  if (context.spec.tied_embeddings && layout.pp > 1) {
+  const StagePlacement placement = stage_placement(layout);
+  if (context.spec.tied_embeddings &&
+      placement.rank_of(0) != placement.rank_of(placement.virtual_stages() - 1)) {
     // The last stage's copy of the tied embedding and the first stage's are kept equal by
-    // all-reducing their gradients once per step (Megatron's embedding group).
+    // all-reducing their gradients once per step (Megatron's embedding group); under zb-v
+    // both copies are on rank 0, which adds them without communication.
     const GroupSpan end_stages = group_span(layout.tp * layout.cp * layout.dp * (layout.pp - 1), 2,
                                             inputs.cluster.devices_per_node);
     last.tied_embedding_sync = all_reduce_seconds(
@@ -481,10 +484,12 @@ std::vector<StageModel> stage_models(const PlanInputs& inputs, const PlanLayout&
   const LayerContext context{spec, layout, inputs.cluster.device, terms, collectives, core};
   const ParameterCounts counts = parameter_counts(spec);
 
+  // chunk_layers has one entry per virtual stage; the placement says which rank runs it.
+  const StagePlacement placement = stage_placement(layout);
   std::vector<StageModel> out(layout.pp);
   int64_t first_layer = 0;
   for (size_t chunk = 0; chunk < chunk_layers.size(); ++chunk) {
-    StageModel& stage = out[chunk % layout.pp];
+    StageModel& stage = out[placement.rank_of(static_cast<int64_t>(chunk))];
     const int64_t end_layer = first_layer + chunk_layers[chunk];
     for (int64_t layer = first_layer; layer < end_layer; ++layer) {
       const bool moe_layer = spec.is_moe_layer(layer);
@@ -495,9 +500,10 @@ std::vector<StageModel> stage_models(const PlanInputs& inputs, const PlanLayout&
     }
     first_layer = end_layer;
   }
-  add_embedding(out.front(), context);
-  add_head_compute(out.back(), context);
-  add_head_communication(out.back(), inputs, context);
+  const int64_t last_stage = placement.virtual_stages() - 1;
+  add_embedding(out[placement.rank_of(0)], context);
+  add_head_compute(out[placement.rank_of(last_stage)], context);
+  add_head_communication(out[placement.rank_of(last_stage)], inputs, context);
   add_transfers(out, inputs, context);
   return out;
 }

@@ -2,6 +2,7 @@
 #include "strata/train/pipeline_executor.h"
 
 #include <chrono>
+#include <deque>
 
 #include "strata/core/error.h"
 #include "strata/dist/comm.h"
@@ -99,6 +100,33 @@ PipelineStepStats PipelineExecutor::run(const MicrobatchSource& microbatches, in
   inflight_ = 0;
   std::vector<Work> sends;
   std::vector<at::Tensor> send_buffers;  // alive until their sends complete
+  // Messages between two chunks of this rank (zb-v's turn at the bottom of the V), in the order
+  // sent: the validated schedule receives each after its send, in the same order.
+  std::deque<at::Tensor> local_activations, local_grads;
+  // A message from `peer`: this rank's own, or received over pp, the wait counted.
+  auto receive = [&](const Action& action, int peer, int tag, std::deque<at::Tensor>& local) {
+    if (peer == rank_) {
+      STRATA_CHECK(!local.empty(), to_string(action), " before its message was sent");
+      at::Tensor message = std::move(local.front());
+      local.pop_front();
+      return message;
+    }
+    at::Tensor buffer = at::empty(activation_shape_, at::TensorOptions(dtype_));
+    auto start = Clock::now();
+    pp_.recv(buffer, peer, tag);
+    stats.wait_s += std::chrono::duration<double>(Clock::now() - start).count();
+    return buffer;
+  };
+  // `message` (contiguous) to `peer`: queued for this rank's own receive, or posted over pp and
+  // kept alive until the send completes.
+  auto send = [&](at::Tensor message, int peer, int tag, std::deque<at::Tensor>& local) {
+    if (peer == rank_) {
+      local.push_back(std::move(message));
+      return;
+    }
+    send_buffers.push_back(std::move(message));
+    sends.push_back(pp_.isend(send_buffers.back(), peer, tag));
+  };
   Trace unused(false, 0);
   Trace& trace = trace_ ? *trace_ : unused;
   const std::vector<Action>& actions = schedule_.ranks[rank_];
@@ -116,35 +144,30 @@ PipelineStepStats PipelineExecutor::run(const MicrobatchSource& microbatches, in
     const int peer = action.peer_stage >= 0 ? schedule_.rank_of(action.peer_stage) : -1;
     Trace::Scope scope(trace, kind_name(action.kind), step, action.microbatch);
     switch (action.kind) {
-      case ActionKind::RecvActivation: {
-        at::Tensor buffer = at::empty(activation_shape_, at::TensorOptions(dtype_));
-        auto start = Clock::now();
-        pp_.recv(buffer, peer, kActivationTag);
-        stats.wait_s += std::chrono::duration<double>(Clock::now() - start).count();
-        state(action.microbatch, action.chunk).input = buffer.set_requires_grad(true);
+      case ActionKind::RecvActivation:
+        state(action.microbatch, action.chunk).input =
+            receive(action, peer, kActivationTag, local_activations).set_requires_grad(true);
         break;
-      }
-      case ActionKind::RecvGrad: {
-        at::Tensor buffer = at::empty(activation_shape_, at::TensorOptions(dtype_));
-        auto start = Clock::now();
-        pp_.recv(buffer, peer, kGradTag);
-        stats.wait_s += std::chrono::duration<double>(Clock::now() - start).count();
-        state(action.microbatch, action.chunk).output_grad = buffer;
+      case ActionKind::RecvGrad:
+        state(action.microbatch, action.chunk).output_grad =
+            receive(action, peer, kGradTag, local_grads);
         break;
-      }
       case ActionKind::SendActivation: {
         MicrobatchState& s = state(action.microbatch, action.chunk);
-        send_buffers.push_back(s.output.detach().contiguous());
-        sends.push_back(pp_.isend(send_buffers.back(), peer, kActivationTag));
+        // Over MPI the receiver gets a copy by nature; handed over on this rank, the next
+        // chunk's input is copied too: a leaf of its own graph, it must not share storage with
+        // a tensor this chunk's backward reads.
+        const at::Tensor output = s.output.detach();
+        send(peer == rank_ ? output.clone() : output.contiguous(), peer, kActivationTag,
+             local_activations);
         if (forward_only_) release(s);
         break;
       }
       case ActionKind::SendGrad: {
         MicrobatchState& s = state(action.microbatch, action.chunk);
         STRATA_CHECK(s.input_grad.defined(), "no input gradient to send for ", to_string(action));
-        send_buffers.push_back(s.input_grad.contiguous());
+        send(s.input_grad.contiguous(), peer, kGradTag, local_grads);
         s.input_grad = at::Tensor();
-        sends.push_back(pp_.isend(send_buffers.back(), peer, kGradTag));
         break;
       }
       case ActionKind::Forward:
@@ -167,6 +190,8 @@ PipelineStepStats PipelineExecutor::run(const MicrobatchSource& microbatches, in
     if (listener_ && last_gradient_work) listener_->gradients_complete(action.chunk);
   }
   for (auto& work : sends) work.wait();
+  STRATA_CHECK(local_activations.empty() && local_grads.empty(),
+               "messages between this rank's chunks left unreceived");
   STRATA_CHECK(inflight_ == 0, inflight_, " microbatch activations still held after the step");
   states_.clear();
   return stats;

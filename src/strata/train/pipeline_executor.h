@@ -43,7 +43,8 @@ using MicrobatchSource = std::function<Microbatch(int64_t microbatch)>;
 
 class PipelineExecutor {
  public:
-  // chunks[c] is this rank's chunk c (virtual stage c * p + pp rank). activation_shape is
+  // chunks[c] is this rank's chunk c (virtual stage schedule.virtual_stage(pp rank, c); a
+  // message between two chunks of this rank is handed over without MPI). activation_shape is
   // one microbatch's activation between stages: (micro_batch, tokens per tp rank, d_model).
   // A schedule without backward actions (make_forward_only_schedule) runs forward only, for
   // evaluation: activations are dropped as soon as they are sent. trace may be null.

@@ -75,7 +75,8 @@ Trainer::Trainer(const Config& config, Mesh& mesh, std::shared_ptr<TokenDataset>
   install_memory_tracker();
   choose_product_routes(mesh_.world(), config_, training_products(config_));
   const ModelConfig& model = config_.model;
-  const int64_t p = mesh_.shape().pp, v = config_.parallel.vpp, stages = p * v;
+  const StagePlacement placement = stage_placement(config_.parallel);
+  const int64_t p = placement.pp, v = placement.vpp, stages = placement.virtual_stages();
   const int64_t pp_rank = mesh_.coords().pp;
 
   // Stage partition: contiguous layers per virtual stage.
@@ -86,7 +87,7 @@ Trainer::Trainer(const Config& config, Mesh& mesh, std::shared_ptr<TokenDataset>
   const ContextParallel cp{&mesh_.cp(), config_.parallel.cp_comm, trace_.get()};
   const BlockSpec block = run_block_spec(config_);
   for (int64_t chunk = 0; chunk < v; ++chunk) {
-    const int64_t virtual_stage = chunk * p + pp_rank;
+    const int64_t virtual_stage = placement.virtual_stage(pp_rank, chunk);
     StageSpec stage{first_layer_of(layers, virtual_stage), layers[virtual_stage],
                     virtual_stage == 0, virtual_stage == stages - 1};
     chunks_.push_back(std::make_unique<GPT>(
@@ -117,16 +118,18 @@ Trainer::Trainer(const Config& config, Mesh& mesh, std::shared_ptr<TokenDataset>
                                                  activation_shape, dtype_, trace_.get());
   eval_executor_ = std::make_unique<PipelineExecutor>(
       make_forward_only_schedule(static_cast<int>(p), static_cast<int>(microbatches),
-                                 static_cast<int>(v)),
+                                 static_cast<int>(v), placement.kind),
       chunk_pointers, mesh_.pp(), activation_shape, dtype_, nullptr);
-  if (p > 1 && model.tie_embeddings) {
-    const bool holds_embedding = mesh_.pp_is_first_stage() || mesh_.pp_is_last_stage();
+  // The tied embedding's two copies, on the ranks of the first and the last virtual stage: a
+  // group between them when they differ (under zb-v's V both are on rank 0, which sums them).
+  const int64_t embedding_rank = placement.rank_of(0), head_rank = placement.rank_of(stages - 1);
+  const bool holds_embedding = pp_rank == embedding_rank || pp_rank == head_rank;
+  if (embedding_rank != head_rank && model.tie_embeddings) {
     tied_ = std::make_unique<Comm>(
         mesh_.pp().split(holds_embedding ? 0 : 1, static_cast<int>(pp_rank), "pp_tied"));
   }
-  data_parallel_ = std::make_unique<DataParallel>(
-      chunk_pointers, mesh_, config_,
-      tied_ && (mesh_.pp_is_first_stage() || mesh_.pp_is_last_stage()) ? tied_.get() : nullptr);
+  data_parallel_ = std::make_unique<DataParallel>(chunk_pointers, mesh_, config_,
+                                                  tied_ && holds_embedding ? tied_.get() : nullptr);
   executor_->set_listener(data_parallel_.get());
   checkpoint_group_ = std::make_unique<CommCheckpointGroup>(mesh_.world());
   if (config_.checkpoint.async) {
@@ -156,7 +159,7 @@ AdamW& Trainer::optimizer() { return data_parallel_->optimizer(); }
 int64_t Trainer::num_parameters() const {
   at::Tensor count = at::zeros({1}, at::kLong);
   for (const Parameter* parameter : parameters_) {
-    if (parameter->pp_tied && !mesh_.pp_is_first_stage()) continue;  // counted on the first stage
+    if (parameter->pp_tied_copy) continue;  // counted on the first virtual stage
     count += numel_of(parameter->spec.global_shape);
   }
   mesh_.pp().all_reduce(count, ReduceOp::Sum);

@@ -110,7 +110,7 @@ class Trainer {
   LossScaler loss_scaler_;                       // fp16 only
   std::function<void(int64_t)> gradient_hook_;
   std::unique_ptr<PipelineExecutor> executor_, eval_executor_;
-  std::unique_ptr<Comm> tied_;  // first and last pipeline stage, for the tied embedding
+  std::unique_ptr<Comm> tied_;  // first and last virtual stage's ranks, for the tied embedding
   std::shared_ptr<TokenDataset> dataset_;
   void log_samples(int64_t step, int64_t first_row, const at::Tensor& rows) const;
   int64_t rows_per_dp_rank_;  // sequences of the global batch this dp rank processes
