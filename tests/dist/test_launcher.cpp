@@ -82,6 +82,7 @@ TEST(Launcher, ForwardsTheApiKeyByNameOnly) {
 TEST(Launcher, CommandOnHosts) {
   ScopedEnv tunables("GLIBC_TUNABLES", nullptr);
   ScopedEnv attempt("STRATA_ATTEMPT", "1");
+  ScopedEnv osc("OMPI_MCA_osc", nullptr);
   LaunchTarget target{0, {{"h1", 2}, {"h2", 2}}, "10.0.0.0/24"};
   EXPECT_EQ(target.world(), 4);
   const auto command = mpirun_command(target, {"/opt/strata", "train"}, 4, false);
@@ -92,9 +93,17 @@ TEST(Launcher, CommandOnHosts) {
                                          "h1:2,h2:2", "-x", "OMP_NUM_THREADS=2"};
   EXPECT_TRUE(std::equal(head.begin(), head.end(), rest.begin())) << joined(rest);
   EXPECT_EQ(std::count(rest.begin(), rest.end(), "STRATA_ATTEMPT"), 1);
-  const std::vector<std::string> tail = {
-      "--mca",       "btl_tcp_if_include", "10.0.0.0/24", "--mca", "oob_tcp_if_include",
-      "10.0.0.0/24", "/opt/strata",        "train"};
+  const std::vector<std::string> tail = {"--mca",
+                                         "btl_tcp_if_include",
+                                         "10.0.0.0/24",
+                                         "--mca",
+                                         "oob_tcp_if_include",
+                                         "10.0.0.0/24",
+                                         "--mca",
+                                         "osc",
+                                         "^rdma",
+                                         "/opt/strata",
+                                         "train"};
   EXPECT_TRUE(std::equal(tail.begin(), tail.end(), rest.end() - tail.size())) << joined(rest);
   EXPECT_EQ(std::count(rest.begin(), rest.end(), "--oversubscribe"), 0);
 

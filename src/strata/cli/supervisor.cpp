@@ -74,17 +74,13 @@ void write_all(int fd, const char* data, size_t size) {
   }
 }
 
-[[noreturn]] void exec_job(const std::vector<std::string>& command, int stderr_fd, int attempt) {
+[[noreturn]] void exec_job(const std::vector<std::string>& command, int stderr_fd) {
   dup2(stderr_fd, STDERR_FILENO);
-  setenv("STRATA_ATTEMPT", std::to_string(attempt).c_str(), 1);
   signal(SIGINT, SIG_DFL);
   signal(SIGTERM, SIG_DFL);
-  std::vector<char*> argv;
-  for (const std::string& arg : command) argv.push_back(const_cast<char*>(arg.c_str()));
-  argv.push_back(nullptr);
-  execvp(argv[0], argv.data());
+  exec_command(command);
   std::fprintf(stderr, "strata: error: could not start %s: %s; install Open MPI (openmpi-bin)\n",
-               argv[0], std::strerror(errno));
+               command[0].c_str(), std::strerror(errno));
   std::_Exit(2);
 }
 
@@ -126,14 +122,14 @@ void end_leftovers() {
   }
 }
 
-AttemptResult run_attempt(const std::vector<std::string>& command, int attempt) {
+AttemptResult run_attempt(const std::vector<std::string>& command) {
   int pipe_fds[2];
   STRATA_REQUIRE(pipe2(pipe_fds, O_CLOEXEC) == 0, "cannot create a pipe: ", std::strerror(errno));
   std::fflush(stdout);
   std::fflush(stderr);
   const pid_t pid = fork();
   STRATA_REQUIRE(pid >= 0, "cannot fork mpirun: ", std::strerror(errno));
-  if (pid == 0) exec_job(command, pipe_fds[1], attempt);
+  if (pid == 0) exec_job(command, pipe_fds[1]);
   close(pipe_fds[1]);
   running_job = pid;
   if (stop_signal != 0) kill(pid, SIGTERM);  // a signal came before the pid was known
@@ -299,7 +295,9 @@ int supervise_training(const Config& validated, const LaunchTarget& target,
     if (!current.hosts.empty()) {
       std::cerr << prefix() << "starting " << ranks_on_hosts(current) << std::endl;
     }
-    const AttemptResult result = run_attempt(mpirun_command(current, args), attempt);
+    // Set here, before the command is made: on hosts, mpirun passes it on by name.
+    setenv("STRATA_ATTEMPT", std::to_string(attempt).c_str(), 1);
+    const AttemptResult result = run_attempt(mpirun_command(current, args));
     if (stop_signal != 0) {
       std::cerr << prefix() << "stopped by " << (stop_signal == SIGINT ? "SIGINT" : "SIGTERM")
                 << "; every rank has ended" << std::endl;

@@ -1,6 +1,7 @@
 // The census board (see mpi_internal.h): where each rank publishes which collective it
 // entered last on each of its groups, and where a rank whose collective timed out reads
 // who had not arrived.
+#include <algorithm>
 #include <cstdio>
 
 #include "strata/core/error.h"
@@ -18,6 +19,7 @@ struct Board {
   MPI_Win window = MPI_WIN_NULL;
   int64_t* words = nullptr;  // this rank's kCensusSlots * kSlotWords words, in the window
   int64_t next_group_id = 0;
+  std::vector<std::string> hosts;  // of each world rank
 };
 Board& board() {
   static Board instance;
@@ -48,7 +50,24 @@ void open_census_board() {
   if (rc != MPI_SUCCESS) {
     throw CommError("census board: MPI_Comm_set_errhandler failed: " + mpi_error_string(rc));
   }
-  // Some transports refuse windows (e.g. Open MPI's osc/rdma over TCP): then no census.
+  // Every rank's host, for messages that name the host of a missing rank.
+  char name[MPI_MAX_PROCESSOR_NAME] = {};
+  int length = 0;
+  MPI_Get_processor_name(name, &length);
+  int size = 0;
+  MPI_Comm_size(b.comm, &size);
+  std::vector<char> names(static_cast<size_t>(size) * MPI_MAX_PROCESSOR_NAME);
+  rc = MPI_Allgather(name, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, names.data(), MPI_MAX_PROCESSOR_NAME,
+                     MPI_CHAR, b.comm);
+  if (rc != MPI_SUCCESS) {
+    throw CommError("census board: MPI_Allgather of the host names failed: " +
+                    mpi_error_string(rc));
+  }
+  for (int rank = 0; rank < size; ++rank) {
+    b.hosts.emplace_back(names.data() + static_cast<size_t>(rank) * MPI_MAX_PROCESSOR_NAME);
+  }
+  // Some transports refuse windows (e.g. Open MPI's osc/rdma over TCP; the launcher excludes
+  // it on hosts, leaving osc/pt2pt): then no census.
   const MPI_Aint bytes = kCensusSlots * kSlotWords * sizeof(int64_t);
   rc = MPI_Win_allocate(bytes, sizeof(int64_t), MPI_INFO_NULL, b.comm, &b.words, &b.window);
   if (rc != MPI_SUCCESS) {
@@ -83,6 +102,14 @@ void close_census_board() {
 }
 
 bool census_board_open() { return board().words != nullptr; }
+
+const std::vector<std::string>& world_hosts() { return board().hosts; }
+
+bool world_spans_hosts() {
+  const std::vector<std::string>& hosts = board().hosts;
+  return std::any_of(hosts.begin(), hosts.end(),
+                     [&](const std::string& host) { return host != hosts.front(); });
+}
 
 int64_t next_census_group_id() { return board().next_group_id; }
 void set_next_census_group_id(int64_t id) { board().next_group_id = id; }
@@ -126,28 +153,29 @@ bool read_census(int64_t group_id, const std::vector<int>& world_ranks,
     }
     reads->requests.push_back(request);
   }
+  // Each read on its own: the ranks that answer are told apart from those that do not.
   const auto deadline = Clock::now() + std::chrono::duration<double>(kCensusReadTimeoutS);
-  int done = 0;
-  while (!done && Clock::now() < deadline) {
-    const int rc = MPI_Testall(static_cast<int>(reads->requests.size()), reads->requests.data(),
-                               &done, MPI_STATUSES_IGNORE);
-    if (rc != MPI_SUCCESS) {
-      *failure = "a read failed: " + mpi_error_string(rc);
-      bury_globally(std::move(reads));
-      return false;
+  std::vector<int> answered(static_cast<size_t>(count), 0);
+  for (int64_t left = count; left > 0 && Clock::now() < deadline;) {
+    for (int64_t i = 0; i < count; ++i) {
+      if (answered[i]) continue;
+      const int rc = MPI_Test(&reads->requests[i], &answered[i], MPI_STATUS_IGNORE);
+      if (rc != MPI_SUCCESS) {
+        *failure =
+            str("the read from world rank ", world_ranks[i], " failed: ", mpi_error_string(rc));
+        bury_globally(std::move(reads));
+        return false;
+      }
+      if (answered[i]) --left;
     }
-  }
-  if (!done) {
-    *failure = "the reads did not complete within " + format_seconds(kCensusReadTimeoutS) +
-               "; this transport needs the peers' progress";
-    bury_globally(std::move(reads));
-    return false;
   }
   entries->resize(count);
   for (int64_t i = 0; i < count; ++i) {
     const int64_t* slot = data + i * kSlotWords;
-    (*entries)[i] = {slot[0], static_cast<OpCode>(slot[1]), slot[2]};
+    (*entries)[i] = {slot[0], static_cast<OpCode>(slot[1]), slot[2], answered[i] != 0};
   }
+  const bool all = std::all_of(answered.begin(), answered.end(), [](int done) { return done; });
+  if (!all) bury_globally(std::move(reads));  // reads left in flight keep their buffer
   return true;
 }
 

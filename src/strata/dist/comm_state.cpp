@@ -17,6 +17,27 @@ std::string join_ranks(const std::vector<int>& ranks) {
   return text + "]";
 }
 
+// " on h3" (" on h1, h3"): the hosts of these world ranks, when the world spans several.
+std::string on_hosts(const std::vector<int>& world_ranks) {
+  const std::vector<std::string>& hosts = world_hosts();
+  if (!world_spans_hosts()) return "";
+  std::vector<std::string> named;
+  for (int rank : world_ranks) {
+    const std::string& host = hosts.at(static_cast<size_t>(rank));
+    if (std::find(named.begin(), named.end(), host) == named.end()) named.push_back(host);
+  }
+  std::string text = " on ";
+  for (size_t i = 0; i < named.size(); ++i) text += (i ? ", " : "") + named[i];
+  return text;
+}
+
+// "[1]", "[1] (world ranks [3])", "[1] (world ranks [3]) on h2".
+std::string describe_ranks(const std::vector<int>& ranks, const std::vector<int>& world_ranks) {
+  std::string text = join_ranks(ranks);
+  if (ranks != world_ranks) text += " (world ranks " + join_ranks(world_ranks) + ")";
+  return text + on_hosts(world_ranks);
+}
+
 }  // namespace
 
 bool mpi_finalized() {
@@ -185,11 +206,16 @@ std::string CommState::census(int64_t my_seq, OpCode code) {
   if (!read_census(group_id_, world_ranks, &entries, &failure)) {
     return prefix + "unknown (census failed: " + failure + ")";
   }
-  std::vector<int> missing, missing_world;
+  std::vector<int> missing, missing_world, silent, silent_world;
   std::string mismatches;
   for (int peer = 0; peer < size; ++peer) {
     if (peer == rank) continue;
     const CensusEntry& entry = entries[peer];
+    if (!entry.answered) {
+      silent.push_back(peer);
+      silent_world.push_back(world_ranks[peer]);
+      continue;
+    }
     // A slot of another group: the peer has not even created this one.
     if (entry.group_id != group_id_ || entry.seq < my_seq) {
       missing.push_back(peer);
@@ -200,12 +226,17 @@ std::string CommState::census(int64_t my_seq, OpCode code) {
     }
   }
   std::string text;
-  if (missing.empty()) {
+  if (!missing.empty()) {
+    text = prefix + describe_ranks(missing, missing_world);
+  } else if (silent.empty()) {
     text = str(prefix, "none (every rank entered collective #", my_seq,
                " of this group; it stalled inside MPI)");
   } else {
-    text = prefix + join_ranks(missing);
-    if (missing != missing_world) text += " (world ranks " + join_ranks(missing_world) + ")";
+    text = prefix + "none of those that answered";
+  }
+  if (!silent.empty()) {
+    text += str("; ranks ", describe_ranks(silent, silent_world),
+                " did not answer the census (a host that cannot be reached, or a stopped rank)");
   }
   return text + mismatches;
 }

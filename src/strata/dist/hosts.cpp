@@ -136,10 +136,7 @@ std::vector<Host> reachable_hosts(const std::vector<Host>& hosts,
       dup2(null, STDIN_FILENO);
       dup2(null, STDOUT_FILENO);
       dup2(null, STDERR_FILENO);
-      std::vector<char*> argv;
-      for (const std::string& arg : command) argv.push_back(const_cast<char*>(arg.c_str()));
-      argv.push_back(nullptr);
-      execvp(argv[0], argv.data());
+      exec_command(command);
       std::_Exit(127);
     }
     setpgid(pid, pid);

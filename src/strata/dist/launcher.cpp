@@ -144,6 +144,11 @@ std::vector<std::string> mpirun_command(const LaunchTarget& target,
   }
   const std::vector<std::string> interface = interface_options(target.iface);
   command.insert(command.end(), interface.begin(), interface.end());
+  if (on_hosts && std::getenv("OMPI_MCA_osc") == nullptr) {
+    // Open MPI 4's osc/rdma takes windows over TCP and then fails to make them; without it
+    // osc/pt2pt makes the census board (dist/mpi_internal.h) across hosts.
+    command.insert(command.end(), {"--mca", "osc", "^rdma"});
+  }
   command.insert(command.end(), program_args.begin(), program_args.end());
   return command;
 }
@@ -161,14 +166,18 @@ std::vector<std::string> without_option(const std::vector<std::string>& args,
   return kept;
 }
 
-void relaunch_under_mpirun(int nproc, const std::vector<std::string>& program_args) {
-  const std::vector<std::string> command = mpirun_command(LaunchTarget{nproc}, program_args);
+void exec_command(const std::vector<std::string>& command) {
   std::vector<char*> argv;
   for (const std::string& arg : command) argv.push_back(const_cast<char*>(arg.c_str()));
   argv.push_back(nullptr);
+  execvp(argv[0], argv.data());
+}
+
+void relaunch_under_mpirun(int nproc, const std::vector<std::string>& program_args) {
+  const std::vector<std::string> command = mpirun_command(LaunchTarget{nproc}, program_args);
   std::fflush(stdout);
   std::fflush(stderr);
-  execvp(argv[0], argv.data());
+  exec_command(command);
   throw UserError(str("could not start ", command[0], ": ", std::strerror(errno),
                       "; install Open MPI (openmpi-bin) or start strata under your MPI launcher"));
 }

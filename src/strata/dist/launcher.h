@@ -70,8 +70,9 @@ std::string with_huge_page_malloc(const char* tunables);
 // nproc < 1.
 // With hosts: `-np W --host a:2,b:2` instead of --oversubscribe (W = target.world(), at most
 // their slots), threads per rank from this machine's cores and the most ranks one host runs,
-// interface_options(iface), and every STRATA_* variable of this environment passed on by name
-// (ranks on other hosts get only what mpirun forwards).
+// interface_options(iface), `--mca osc ^rdma` (unless $OMPI_MCA_osc is set: osc/rdma cannot
+// make windows over TCP, the census board's), and every STRATA_* variable of this environment
+// passed on by name (ranks on other hosts get only what mpirun forwards).
 std::vector<std::string> mpirun_command(const LaunchTarget& target,
                                         const std::vector<std::string>& program_args);
 // The same for a given core count and user (for tests and dry runs).
@@ -82,6 +83,9 @@ std::vector<std::string> mpirun_command(const LaunchTarget& target,
 // `args` without the option `name` and its value (`name VALUE` or `name=VALUE`).
 std::vector<std::string> without_option(const std::vector<std::string>& args,
                                         const std::string& name);
+
+// execvp of command[0] with `command` as its argv; returns only when it could not start.
+void exec_command(const std::vector<std::string>& command);
 
 // Replaces this process with mpirun running program_args (execvp); returns only by throwing
 // UserError if mpirun cannot be started.

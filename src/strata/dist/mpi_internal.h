@@ -123,6 +123,10 @@ constexpr int64_t kCensusSlots = 1024;
 void open_census_board();   // collective over MPI_COMM_WORLD; no-op when open
 void close_census_board();  // collective over MPI_COMM_WORLD; no-op when closed
 bool census_board_open();
+// The host (MPI_Get_processor_name) of each world rank, gathered when the board opens; empty
+// before. True when the world spans more than one host.
+const std::vector<std::string>& world_hosts();
+bool world_spans_hosts();
 int64_t next_census_group_id();
 void set_next_census_group_id(int64_t id);
 void publish_census(int64_t group_id, OpCode code, int64_t seq);
@@ -130,8 +134,11 @@ struct CensusEntry {
   int64_t group_id = -1;
   OpCode code = OpCode::None;
   int64_t seq = 0;
+  bool answered = true;  // false: the read of this rank's slot did not complete in time
 };
-// The slots of `group_id` on each of `world_ranks`; on failure returns false and says why.
+// The slots of `group_id` on each of `world_ranks`; a rank whose slot could not be read in
+// time (a stopped rank, an unreachable host, on a transport that needs the target's progress)
+// comes back with answered = false. On failure returns false and says why.
 bool read_census(int64_t group_id, const std::vector<int>& world_ranks,
                  std::vector<CensusEntry>* entries, std::string* failure);
 
