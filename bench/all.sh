@@ -52,6 +52,13 @@ record() {  # LABEL ARGS... : bench/record.sh LABEL ARGS..., when ONLY allows it
 fair_blas=OPENBLAS_CORETYPE=SkylakeX
 short=(ROUNDS=3 STEPS=4 WARMUP=1)  # the d_model 768 step takes ~3 s here: 3 timed steps per run
 
+if bash "$bench/../scripts/netns-cluster.sh" check >&2; then
+  record elastic_recovery --title "Elastic restart: from a lost host to the first step on the 2 hosts left (3 namespace hosts)" \
+    bench/elastic_recovery.sh "$build"
+else
+  echo "== elastic_recovery skipped: network namespaces are not available here (above)" >&2
+fi
+
 record layouts --title "Tensor, sequence and pipeline parallelism against one rank (d_model 768)" \
   --target 'tp2<=1.10' --target 'tp2_sp<=1.05' \
   "${short[@]}" bench/compare_layouts.sh "$build" one:1:2 tp2:2:1:parallel.tp=2 \

@@ -10,7 +10,8 @@
 #   bench/pipeline_bubble.sh [BUILD_DIR]
 #
 # Environment knobs:
-#   PP=2 MICROBATCHES=8 SCHEDULES="1f1b zb-h1" ROUNDS=2 STEPS=6 WARMUP=2 THREADS=1
+#   PP=2 MICROBATCHES=8 SCHEDULES="1f1b zb-h1" (also zb-v, and interleaved-1f1b with VPP=2)
+#   ROUNDS=2 STEPS=6 WARMUP=2 THREADS=1
 #   D_MODEL=256 N_LAYERS=8 N_HEADS=8 SEQ_LEN=128 VOCAB=256 MICRO=1
 #   KEEP=DIR   keep logs, traces and metrics in DIR
 set -euo pipefail
@@ -57,11 +58,15 @@ progress = "none"
 trace = true
 EOF
 
+# Model chunks per rank: zb-v runs two (a V), interleaved-1f1b $VPP, the others one.
+vpp_of() { case $1 in zb-v) echo 2 ;; interleaved-1f1b) echo "${VPP:-2}" ;; *) echo 1 ;; esac; }
+
 for ((round = 1; round <= ROUNDS; ++round)); do
   for schedule in $SCHEDULES; do
     dir="$work/$schedule-$round"
     start=$SECONDS
     "$strata" train "$work/bench.toml" --nproc "$PP" --set "parallel.schedule=$schedule" \
+      --set "parallel.vpp=$(vpp_of "$schedule")" \
       --set "log.dir=$dir" >"$dir.log" 2>&1 ||
       { cat "$dir.log" >&2; echo "pipeline_bubble: $schedule failed" >&2; exit 1; }
     echo "round $round $schedule: $((SECONDS - start)) s wall"
@@ -74,7 +79,7 @@ for schedule in $SCHEDULES; do
 import collections, json, statistics, sys
 work, schedule, rounds, warmup, pp, m = sys.argv[1], sys.argv[2], *map(int, sys.argv[3:])
 compute = {"F": "F", "B": "B", "Bi": "B", "W": "W"}
-bubbles, spans, steps_s, round_bubbles = [], [], [], []
+bubbles, spans, steps_s, round_bubbles, peaks, round_peaks = [], [], [], [], [], []
 cost = collections.defaultdict(list)  # (stage, F|B|W) -> per-step totals / m
 for r in range(1, rounds + 1):
     events = [e for e in json.load(open(f"{work}/{schedule}-{r}/trace.json"))["traceEvents"]
@@ -101,22 +106,27 @@ for r in range(1, rounds + 1):
     round_bubbles.append(statistics.median(bubbles[first:]))
     metrics = [json.loads(l) for l in open(f"{work}/{schedule}-{r}/metrics.jsonl")]
     steps_s += [s["step_time_s"] for s in metrics if "step_time_s" in s][warmup:]
+    # Rank 0's (stage 0 holds the most in flight under 1F1B, ZB-H1 and ZB-V alike).
+    mine = [s["mem"]["activations_peak"] for s in metrics if "mem" in s][warmup:]
+    peaks += mine
+    round_peaks.append(statistics.median(mine))
 med = statistics.median
 costs = "/".join(",".join(f"{med(cost[(s, k)]):.6f}" for k in "FBW") for s in range(pp))
 print(json.dumps({"measured_bubble": med(bubbles), "span_s": med(spans), "step_time_s": med(steps_s),
-                  "costs": costs, "round_bubbles": round_bubbles}))
+                  "costs": costs, "round_bubbles": round_bubbles,
+                  "activations_peak": med(peaks), "round_peaks": round_peaks}))
 EOF
   costs=$($python -c "import json,sys; print(json.load(open(sys.argv[1]))['costs'])" "$work/$schedule.json")
   "$strata" simulate --pp "$PP" --microbatches "$MICROBATCHES" --schedule "$schedule" \
-    --costs "$costs" --json >"$work/$schedule.sim.json"
+    --vpp "$(vpp_of "$schedule")" --costs "$costs" --json >"$work/$schedule.sim.json"
 done
 
 $python - "$work" $SCHEDULES <<'EOF'
 import json, sys
 work, schedules = sys.argv[1], sys.argv[2:]
 print()
-print("| schedule | step time (s) | pipeline span (s) | simulated span (s) | measured bubble | simulated bubble | difference | per-stage F,B,W (s) |")
-print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+print("| schedule | step time (s) | pipeline span (s) | simulated span (s) | measured bubble | simulated bubble | difference | rank 0 activations peak (MiB) | per-stage F,B,W (s) |")
+print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 out = {}
 for s in schedules:
     measured = json.load(open(f"{work}/{s}.json"))
@@ -124,7 +134,8 @@ for s in schedules:
     b_meas, b_sim = measured["measured_bubble"], sim["bubble_fraction"]["overall"]
     out[s] = {**measured, "simulated_bubble": b_sim, "simulated_step_s": sim["step_time"]}
     print(f"| {s} | {measured['step_time_s']:.3f} | {measured['span_s']:.3f} | {sim['step_time']:.3f} | "
-          f"{100 * b_meas:.1f}% | {100 * b_sim:.1f}% | {100 * (b_meas - b_sim):+.1f} pp | {measured['costs']} |")
+          f"{100 * b_meas:.1f}% | {100 * b_sim:.1f}% | {100 * (b_meas - b_sim):+.1f} pp | "
+          f"{measured['activations_peak'] / 2**20:.1f} | {measured['costs']} |")
 if len(schedules) == 2:
     a, b = schedules
     print(f"\nstep time {b} / {a}: {out[b]['step_time_s'] / out[a]['step_time_s']:.3f}")
@@ -135,5 +146,11 @@ rows = [{"name": s, "metric": "|measured - simulated bubble| (points)",
          "rounds": [100 * abs(b - out[s]["simulated_bubble"]) for b in out[s]["round_bubbles"]],
          "measured_bubble": out[s]["measured_bubble"], "simulated_bubble": out[s]["simulated_bubble"]}
         for s in schedules]
+# And each schedule's rank 0 activations peak against the first schedule's (e.g. 1f1b).
+first = schedules[0]
+rows += [{"name": f"{s} activations peak / {first}", "metric": "ratio",
+          "value": out[s]["activations_peak"] / out[first]["activations_peak"],
+          "rounds": [p / q for p, q in zip(out[s]["round_peaks"], out[first]["round_peaks"])]}
+         for s in schedules[1:]]
 print(json.dumps({"rows": rows, "schedules": out}))
 EOF
