@@ -13,7 +13,8 @@
 #
 # Environment knobs: ROUNDS=3 ELASTIC_STEPS=12 STOP_STEP=7 COMM_TIMEOUT=10, the model as in
 #   bench/throughput.sh but smaller by default (D_MODEL=256 N_LAYERS=4 N_HEADS=4 SEQ_LEN=128
-#   VOCAB=256), BATCH=12; KEEP=DIR keeps the runs.
+#   VOCAB=256), ELASTIC_BATCH=12 (a multiple of 6: dp 3, then dp 2); KEEP=DIR keeps the runs.
+# Its step count, batch and stop have their own names: all.sh's smoke run shrinks STEPS and BATCH.
 set -euo pipefail
 
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -23,7 +24,8 @@ ROUNDS=${ROUNDS:-3} STEPS=${ELASTIC_STEPS:-12} STOP_STEP=${STOP_STEP:-7} COMM_TI
 ((STOP_STEP >= 2 && STOP_STEP < STEPS)) ||
   { echo "elastic_recovery: STOP_STEP ($STOP_STEP) must be in [2, ELASTIC_STEPS = $STEPS)" >&2; exit 2; }
 D_MODEL=${D_MODEL:-256} N_LAYERS=${N_LAYERS:-4} N_HEADS=${N_HEADS:-4} SEQ_LEN=${SEQ_LEN:-128}
-VOCAB=${VOCAB:-256} BATCH=${BATCH:-12}
+VOCAB=${VOCAB:-256} BATCH=${ELASTIC_BATCH:-12}
+((BATCH % 6 == 0)) || { echo "elastic_recovery: ELASTIC_BATCH ($BATCH) must divide among 3 and 2 ranks (a multiple of 6)" >&2; exit 2; }
 cluster="$repo/scripts/netns-cluster.sh"
 bash "$cluster" check >&2 || exit 2
 

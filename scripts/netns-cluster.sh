@@ -22,6 +22,8 @@
 # network: ranks on different hosts have only TCP between them.
 #
 # Needs root (CI has it). Every name it makes starts with strata-, so `down` finds them all.
+# One cluster at a time on a machine: the names are global, and `up` first removes any other
+# (ctest runs its two users under one RESOURCE_LOCK).
 set -euo pipefail
 
 bridge=strata-br0
