@@ -84,6 +84,10 @@ void write_all(int fd, const char* data, size_t size) {
   std::_Exit(2);
 }
 
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
 // This process's children by /proc (their parent pid).
 std::vector<pid_t> children() {
   std::vector<pid_t> found;
@@ -166,7 +170,7 @@ AttemptResult run_attempt(const std::vector<std::string>& command) {
     const bool failed = !result.report.what.empty() || result.report.aborted;
     if ((stop_signal != 0 || failed) && !exited) {
       if (stop_seen == Clock::time_point{}) stop_seen = Clock::now();
-      const double waited = std::chrono::duration<double>(Clock::now() - stop_seen).count();
+      const double waited = seconds_since(stop_seen);
       // After a stop signal (already sent on as SIGTERM) mpirun is killed; after a failure it
       // is asked to end first, then killed.
       if (waited > (stop_signal != 0 ? 1 : 2) * kStopGraceS) {
@@ -203,10 +207,6 @@ int64_t last_completed_step(const std::string& log_dir) {
   return last;
 }
 
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
 std::string ranks_on_hosts(const LaunchTarget& target) {
   const size_t hosts = target.hosts.size();
   return str(target.world(), " rank", target.world() == 1 ? "" : "s", " on ", hosts, " host",
@@ -231,7 +231,7 @@ bool elastic_hosts(const FaultConfig& fault, const std::vector<Host>& all, Launc
   const auto start = Clock::now();
   const std::vector<Host>& candidates = fault.elastic_grow ? all : current->hosts;
   const std::vector<Host> answering =
-      reachable_hosts(candidates, interface_options(current->iface), kHostProbeTimeoutS);
+      reachable_hosts(candidates, current->iface, kHostProbeTimeoutS);
   const std::vector<Host> lost = lost_hosts(candidates, answering);
   std::cerr << prefix() << "elastic: " << answering.size() << " of " << candidates.size()
             << " hosts answer (" << host_names(answering) << ")"

@@ -119,15 +119,12 @@ int total_slots(const std::vector<Host>& hosts) {
   return slots;
 }
 
-std::vector<Host> reachable_hosts(const std::vector<Host>& hosts,
-                                  const std::vector<std::string>& mpirun_options,
+std::vector<Host> reachable_hosts(const std::vector<Host>& hosts, const std::string& iface,
                                   double timeout_s) {
   std::vector<pid_t> probes;
   for (const Host& host : hosts) {
-    std::vector<std::string> command = {mpirun_path(), "--host", host.name + ":1", "-np", "1"};
-    if (geteuid() == 0) command.push_back("--allow-run-as-root");
-    command.insert(command.end(), mpirun_options.begin(), mpirun_options.end());
-    command.push_back("true");
+    const std::vector<std::string> command =
+        mpirun_command(LaunchTarget{1, {{host.name, 1}}, iface}, {"true"});
     const pid_t pid = fork();
     STRATA_REQUIRE(pid >= 0, "cannot fork a host probe: ", std::strerror(errno));
     if (pid == 0) {

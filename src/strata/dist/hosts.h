@@ -30,11 +30,11 @@ std::string host_names(const std::vector<Host>& hosts);
 
 int total_slots(const std::vector<Host>& hosts);
 
-// The hosts that answer: for each, `mpirun --host NAME:1 -np 1 true` (with the extra mpirun
-// arguments `mpirun_options`, e.g. the interface) through the same agent Open MPI starts ranks
+// The hosts that answer: for each, `true` on one rank there, launched as the job's ranks are
+// (launcher.h's mpirun_command, on interface `iface`) through the agent Open MPI starts them
 // with, all at once, each given `timeout_s`. A host whose daemon cannot start or cannot reach
 // this machine back (a dead host, a cut link) does not answer. Keeps the order of `hosts`.
-std::vector<Host> reachable_hosts(const std::vector<Host>& hosts,
-                                  const std::vector<std::string>& mpirun_options, double timeout_s);
+std::vector<Host> reachable_hosts(const std::vector<Host>& hosts, const std::string& iface,
+                                  double timeout_s);
 
 }  // namespace strata

@@ -38,6 +38,13 @@ int positive_env(const char* name) {
   return static_cast<int>(parsed);
 }
 
+// Open MPI's options that keep the ranks' TCP transport and its daemons' control channel on
+// `iface` (an interface name or a CIDR subnet); none when it is empty.
+std::vector<std::string> interface_options(const std::string& iface) {
+  if (iface.empty()) return {};
+  return {"--mca", "btl_tcp_if_include", iface, "--mca", "oob_tcp_if_include", iface};
+}
+
 }  // namespace
 
 std::string mpirun_path() {
@@ -52,11 +59,6 @@ std::string mpirun_path() {
     start = end + 1;
   }
   return "mpirun";
-}
-
-std::vector<std::string> interface_options(const std::string& iface) {
-  if (iface.empty()) return {};
-  return {"--mca", "btl_tcp_if_include", iface, "--mca", "oob_tcp_if_include", iface};
 }
 
 bool started_by_mpi_launcher() {

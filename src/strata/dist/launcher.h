@@ -31,10 +31,6 @@ struct LaunchTarget {
 // The mpirun on $PATH, else plain "mpirun" (execvp then reports it missing).
 std::string mpirun_path();
 
-// Open MPI's options that keep the ranks' TCP transport and its daemons' control channel on
-// `iface` (an interface name or a CIDR subnet); none when it is empty.
-std::vector<std::string> interface_options(const std::string& iface);
-
 // True when this process was started by an MPI launcher (OMPI_COMM_WORLD_SIZE, PMI_SIZE,
 // PMIX_RANK or SLURM_PROCID in the environment).
 bool started_by_mpi_launcher();
@@ -70,9 +66,10 @@ std::string with_huge_page_malloc(const char* tunables);
 // nproc < 1.
 // With hosts: `-np W --host a:2,b:2` instead of --oversubscribe (W = target.world(), at most
 // their slots), threads per rank from this machine's cores and the most ranks one host runs,
-// interface_options(iface), `--mca osc ^rdma` (unless $OMPI_MCA_osc is set: osc/rdma cannot
-// make windows over TCP, the census board's), and every STRATA_* variable of this environment
-// passed on by name (ranks on other hosts get only what mpirun forwards).
+// with iface Open MPI's btl_tcp_if_include and oob_tcp_if_include (the ranks' TCP and its
+// daemons' control channel on that interface or subnet), `--mca osc ^rdma` (unless $OMPI_MCA_osc is
+// set: osc/rdma cannot make windows over TCP, the census board's), and every STRATA_* variable of
+// this environment passed on by name (ranks on other hosts get only what mpirun forwards).
 std::vector<std::string> mpirun_command(const LaunchTarget& target,
                                         const std::vector<std::string>& program_args);
 // The same for a given core count and user (for tests and dry runs).

@@ -117,8 +117,9 @@ class CommState {
 // slot (a local store, no communication). A rank whose collective timed out reads the
 // members' slots with MPI_Rget (passive target, under MPI_Win_lock_all): a member whose
 // slot has another group id (it has not created the group yet) or a lower sequence number
-// had not arrived. The reads are polled with a deadline: a transport that needs the
-// target's own progress yields "unknown", not a hang.
+// had not arrived. The reads are polled one by one with a deadline: a member whose read does
+// not complete in time (a stopped rank, an unreachable host, or a transport that needs the
+// target's own progress) is reported as not answering, never waited for.
 constexpr int64_t kCensusSlots = 1024;
 void open_census_board();   // collective over MPI_COMM_WORLD; no-op when open
 void close_census_board();  // collective over MPI_COMM_WORLD; no-op when closed
