@@ -18,6 +18,7 @@ packages=(
   libsentencepiece-dev sentencepiece  # SentencePiece tokenizers; spm_train/spm_encode in tests
   python3 python3-torch               # the PyTorch peer in bench/, tests/support/hf_models.py
   python3-jinja2                      # the reference chat-template renderer (tests/data)
+  iproute2 util-linux                 # ip netns, unshare, nsenter: scripts/netns-cluster.sh's hosts
 )
 
 missing=()
