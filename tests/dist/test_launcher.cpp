@@ -130,8 +130,24 @@ TEST(Hosts, ParsesHostListsAndHostfiles) {
   testing::TempDir dir;
   const std::string path = dir.file("hosts");
   testing::write_bytes(path,
-                       "# the cluster\nnode1 slots=8\n\nnode2 slots=4 max_slots=8  # two\nnode3\n");
-  EXPECT_EQ(read_hostfile(path), (std::vector<Host>{{"node1", 8}, {"node2", 4}, {"node3", 1}}));
+                       "# the cluster\nnode1 slots=8\n\nnode2 slots=4 max_slots=8  # two\nnode3\n"
+                       "node4 max_slots=2\nnode3\nnode5 count=3\n");
+  EXPECT_EQ(read_hostfile(path), (std::vector<Host>{
+                                     {"node1", 8}, {"node2", 4}, {"node3", 2}, {"node4", 2},
+                                     {"node5", 3}}));
+  testing::write_bytes(path, "node1 slots=8\nnode2\n");
+  EXPECT_EQ(testing::user_error([&] { read_hostfile(path); }),
+            "hostfile " + path +
+                ", line 2: 'node2' has no slot count (Open MPI would give it one slot per core it "
+                "finds there at launch): write 'node2 slots=N', N the ranks to run on it");
+  testing::write_bytes(path, "node1\nnode1 slots=2\n");
+  EXPECT_EQ(testing::user_error([&] { read_hostfile(path); }),
+            "hostfile " + path +
+                ", line 2: 'node1' is also on line 1. A host is either on one line with its "
+                "count (node1 slots=N) or on one line per slot, as Open MPI reads a hostfile");
+  testing::write_bytes(path, "node1 slots=4 max_slots=2\n");
+  EXPECT_EQ(testing::user_error([&] { read_hostfile(path); }),
+            "hostfile " + path + ", line 1: slots=4 is more than max_slots=2");
   testing::write_bytes(path, "node1 slots=8\nnode2 cpus=4\n");
   EXPECT_EQ(testing::user_error([&] { read_hostfile(path); }),
             "hostfile " + path + ", line 2: 'cpus=4' is not slots=N or max_slots=N");

@@ -9,7 +9,10 @@
 // skipped (CI runs as root).
 #include <gtest/gtest.h>
 
+#include <signal.h>
+
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -19,6 +22,7 @@
 
 #include "strata/core/error.h"
 #include "strata/data/sampler.h"
+#include "strata/dist/hosts.h"
 #include "test_configs.h"
 #include "test_support.h"
 
@@ -197,6 +201,42 @@ int64_t resumed_step(const std::string& output) {
   return step;
 }
 
+// The hosts and slots Open MPI maps `hostfile` to, without starting anything (--do-not-launch;
+// the hosts need not exist), in the order it lists them; empty when it refuses the file.
+std::vector<Host> open_mpi_hosts(const std::string& hostfile, int ranks) {
+  std::string output;
+  testing::run_command("mpirun --allow-run-as-root --hostfile " + hostfile +
+                           " --display-map --do-not-launch -np " + std::to_string(ranks) + " true",
+                       &output);
+  static const std::regex node(R"(Data for node: (\S+)\s+Num slots: (\d+))");
+  std::vector<Host> hosts;
+  for (std::sregex_iterator it(output.begin(), output.end(), node), end; it != end; ++it) {
+    hosts.push_back({(*it)[1], std::stoi((*it)[2])});
+  }
+  return hosts;
+}
+
+// strata launches with --host from its own reading of a hostfile: that reading must be Open
+// MPI's, for every file strata accepts, and strata refuses what Open MPI refuses.
+TEST(MultiHost, HostfilesReadAsOpenMpiReadsThem) {
+  testing::TempDir dir;
+  const std::string path = dir.file("hosts");
+  for (const std::string accepted :
+       {"a slots=2\n", "# cluster\na slots=2 max_slots=4  # big\n\nb max_slots=3\nc cpu=1\n",
+        "a\na\na\nb count=2\n", "b slots=1\na\na\n"}) {
+    testing::write_bytes(path, accepted);
+    const std::vector<Host> ours = read_hostfile(path);
+    EXPECT_EQ(open_mpi_hosts(path, total_slots(ours)), ours) << accepted;
+  }
+  for (const std::string refused :
+       {"a slots=2\na slots=2\n", "a slots=3 max_slots=2\n", "a\na slots=2\n", "a slots=x\n",
+        "a cores=2\n"}) {
+    testing::write_bytes(path, refused);
+    EXPECT_THROW(read_hostfile(path), UserError) << refused;
+    EXPECT_TRUE(open_mpi_hosts(path, 1).empty()) << refused;
+  }
+}
+
 TEST(MultiHost, TwoHostsOverTcpGiveTheLossesOfOne) {
   SKIP_WITHOUT_NAMESPACES();
   testing::TempDir dir;
@@ -213,36 +253,65 @@ TEST(MultiHost, TwoHostsOverTcpGiveTheLossesOfOne) {
   expect_near(losses(dir.file("two/log")), losses(dir.file("one/log")), 1e-6, 0, two.output);
 }
 
-// A host lost mid-step: its rank stopped by fault injection before step 5 (the others wait in
-// a collective), then its link cut and every process on it killed. `cut_only` leaves them
-// running, cut off. Either way the job goes on on h1 and h2.
-void lose_a_host_and_go_on(bool cut_only) {
+// How a test loses a host, and what it expects.
+struct HostLoss {
+  std::string faults = "STOP step 5 2";  // STRATA_INJECT_FAULT: rank 2 runs on h3
+  std::string options;                   // more `strata train` options
+  bool cut_only = false;  // h3's link cut, its processes left running (else killed too)
+  bool grow = false;      // fault.elastic_grow: h3 mended, then rank 0 of the second attempt lost
+  int64_t resumed = 4;    // the step the last attempt resumes from
+};
+
+// Waits (at most 240 s) for a process on `host` to be stopped by fault injection; its pid.
+int wait_for_stopped(const Cluster& cluster, const std::string& host) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(240);
+  int pid = 0;
+  while ((pid = cluster.stopped_process(host)) == 0 &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_NE(pid, 0) << "no process on " << host << " was stopped";
+  return pid;
+}
+
+// A host lost mid-step: its rank stopped by fault injection (the others wait in a collective),
+// then its link cut and every process on it killed, as a power failure would; `cut_only`
+// leaves them running, cut off. Either way the job goes on on h1 and h2. With `grow`, h3 comes
+// back, rank 0 is lost in the second attempt, and the third runs on all three hosts again.
+void lose_a_host_and_go_on(const HostLoss& loss) {
   testing::TempDir dir;
   Cluster cluster(3, dir);
   ASSERT_TRUE(cluster.up());
   const std::string config = write_config(dir, "elastic");
   TrainRun run;
   std::thread job([&] {
-    run = train(config, "--hosts h1:1,h2:1,h3:1 --set fault.elastic=true --set fault.min_hosts=2",
-                cluster.env() + " STRATA_INJECT_FAULT='STOP step 5 2'");
+    run = train(config,
+                "--hosts h1:1,h2:1,h3:1 --set fault.elastic=true --set fault.min_hosts=2 " +
+                    std::string(loss.grow ? "--set fault.elastic_grow=true " : "") + loss.options,
+                cluster.env() + " STRATA_INJECT_FAULT='" + loss.faults + "'");
   });
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(240);
-  while (cluster.stopped_process("h3") == 0 && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  EXPECT_NE(cluster.stopped_process("h3"), 0) << "rank 2 on h3 never stopped";
+  wait_for_stopped(cluster, "h3");
   cluster.act("cut", "h3");
-  if (!cut_only) cluster.act("kill", "h3");
+  if (!loss.cut_only) cluster.act("kill", "h3");
+  if (loss.grow) {
+    const int rank0 = wait_for_stopped(cluster, "h1");
+    cluster.act("mend", "h3");
+    if (rank0 != 0) kill(rank0, SIGKILL);
+  }
   job.join();
   ASSERT_EQ(run.exit_code, 0) << run.output;
   expect_contains(run.output, "lost h3");
   expect_contains(run.output, "2 ranks on 2 hosts (h1:1,h2:1)");
   expect_contains(run.output, "parallel.auto");
-  if (cut_only) {  // the others time out; the census names the host that does not answer
+  if (loss.cut_only) {  // the others time out; the census names the host that does not answer
     expect_contains(run.output, "ranks [2] on h3 did not answer the census");
   }
-  const int64_t resumed = resumed_step(run.output);
-  ASSERT_EQ(resumed, 4) << run.output;
+  const std::string last_hosts = loss.grow ? "h1:1,h2:1,h3:1" : "h1:1,h2:1";
+  if (loss.grow) {
+    expect_contains(run.output, "3 of 3 hosts answer");
+    expect_contains(run.output, "3 ranks on 3 hosts (" + last_hosts + ")");
+  }
+  ASSERT_EQ(resumed_step(run.output), loss.resumed) << run.output;
 
   // The same 10 steps, each once, every sample of each trained once.
   const TrainRun whole = train(write_config(dir, "whole"), "--nproc 1");
@@ -250,18 +319,21 @@ void lose_a_host_and_go_on(bool cut_only) {
   const std::vector<double> got = losses(dir.file("elastic/log"));
   expect_every_sample_once(dir.file("elastic/log"), dir.file("whole/log"));
 
-  // The steps after the restart: those of a run started fresh from the same checkpoint in the
-  // layout the planner chose for h1 and h2.
+  // The steps after the last restart: those of a run started fresh from the same checkpoint in
+  // the layout the planner chose for the hosts of that attempt.
+  char checkpoint[32];
+  std::snprintf(checkpoint, sizeof checkpoint, "step_%08lld", static_cast<long long>(loss.resumed));
   const TrainRun fresh = train(write_config(dir, "fresh"),
-                               "--hosts h1:1,h2:1 --set parallel.auto=true "
-                               "--set checkpoint.resume=" +
-                                   dir.file("elastic/ckpt/step_00000004"),
+                               "--hosts " + last_hosts + " --set parallel.auto=true " +
+                                   loss.options + " --set checkpoint.resume=" +
+                                   dir.file("elastic/ckpt/" + std::string(checkpoint)),
                                cluster.env());
   ASSERT_EQ(fresh.exit_code, 0) << fresh.output;
-  const std::vector<double> after = losses(dir.file("fresh/log"), 5);
-  ASSERT_EQ(after.size(), 6u) << fresh.output;
+  const std::vector<double> after = losses(dir.file("fresh/log"), loss.resumed + 1);
+  ASSERT_EQ(after.size(), static_cast<size_t>(10 - loss.resumed)) << fresh.output;
   for (size_t i = 0; i < after.size(); ++i) {
-    EXPECT_NEAR(got.at(4 + i), after[i], 1e-6 * std::abs(after[i])) << "step " << 5 + i;
+    EXPECT_NEAR(got.at(loss.resumed + i), after[i], 1e-6 * std::abs(after[i]))
+        << "step " << loss.resumed + 1 + i;
   }
   // And all of it follows the single rank's run up to the rounding of other reduction orders.
   expect_near(got, losses(dir.file("whole/log")), 1e-5, 0, run.output);
@@ -269,12 +341,35 @@ void lose_a_host_and_go_on(bool cut_only) {
 
 TEST(MultiHost, LostHostIsSurvivedOnTheHostsLeft) {
   SKIP_WITHOUT_NAMESPACES();
-  lose_a_host_and_go_on(/*cut_only=*/false);
+  lose_a_host_and_go_on(HostLoss());
 }
 
 TEST(MultiHost, CutLinkIsSurvivedOnTheHostsLeft) {
   SKIP_WITHOUT_NAMESPACES();
-  lose_a_host_and_go_on(/*cut_only=*/true);
+  HostLoss loss;
+  loss.cut_only = true;
+  lose_a_host_and_go_on(loss);
+}
+
+// The host dies while its asynchronous write of step 6 is in flight (its file written, the
+// commit not made): step 6 never becomes the newest complete checkpoint; the job resumes from 4.
+TEST(MultiHost, AsyncCheckpointInFlightOnALostHostIsNotResumedFrom) {
+  SKIP_WITHOUT_NAMESPACES();
+  HostLoss loss;
+  loss.faults = "STOP async_write 6 2";
+  loss.options = "--set checkpoint.async=true";
+  lose_a_host_and_go_on(loss);
+}
+
+// fault.elastic_grow: h3, lost and shrunk away from, answers again at the next restart and is
+// taken back; the third attempt runs on three hosts from step 8.
+TEST(MultiHost, HostThatComesBackIsReadmitted) {
+  SKIP_WITHOUT_NAMESPACES();
+  HostLoss loss;
+  loss.faults = "STOP step 5 2, STOP step 8 0 1";
+  loss.grow = true;
+  loss.resumed = 8;
+  lose_a_host_and_go_on(loss);
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <fstream>
@@ -60,25 +61,55 @@ using Clock = std::chrono::steady_clock;
 std::vector<Host> read_hostfile(const std::string& path) {
   std::ifstream file(path);
   STRATA_REQUIRE(file.good(), "hostfile ", path, ": cannot be read");
-  std::vector<Host> hosts;
+  // What each host's lines say, in order of first appearance: how many lines name it, and the
+  // line that gave it a count (0: none).
+  struct Entry {
+    Host host;
+    int lines = 0, counted_on = 0, first_line = 0;
+  };
+  std::vector<Entry> entries;
   std::string line;
   for (int number = 1; std::getline(file, line); ++number) {
     const std::string where = str("hostfile ", path, ", line ", number);
     line = line.substr(0, line.find('#'));
     std::istringstream words(line);
-    Host host;
-    if (!(words >> host.name)) continue;
-    STRATA_REQUIRE(valid_host_name(host.name), where, ": '", host.name,
+    std::string name;
+    if (!(words >> name)) continue;
+    STRATA_REQUIRE(valid_host_name(name), where, ": '", name,
                    "' is not a host name (letters, digits, '-', '.', '_')");
+    int slots = 0, max_slots = 0;
     for (std::string word; words >> word;) {
       const size_t equals = word.find('=');
       const std::string key = word.substr(0, equals);
-      STRATA_REQUIRE(equals != std::string::npos && (key == "slots" || key == "max_slots"), where,
-                     ": '", word, "' is not slots=N or max_slots=N");
-      const int value = parse_slots(word.substr(equals + 1), where);
-      if (key == "slots") host.slots = value;
+      const bool is_slots = key == "slots" || key == "cpu" || key == "count";
+      const bool is_max = key == "max_slots" || key == "max-slots";
+      STRATA_REQUIRE(equals != std::string::npos && (is_slots || is_max), where, ": '", word,
+                     "' is not slots=N or max_slots=N");
+      (is_slots ? slots : max_slots) = parse_slots(word.substr(equals + 1), where);
     }
-    add_host(&hosts, host);
+    STRATA_REQUIRE(max_slots == 0 || slots <= max_slots, where, ": slots=", slots,
+                   " is more than max_slots=", max_slots);
+    auto entry = std::find_if(entries.begin(), entries.end(),
+                              [&](const Entry& known) { return known.host.name == name; });
+    if (entry == entries.end()) entry = entries.insert(entries.end(), Entry{{name, 0}, 0, 0, number});
+    const bool counted = slots > 0 || max_slots > 0;
+    STRATA_REQUIRE(entry->lines == 0 || (!counted && entry->counted_on == 0), where, ": '", name,
+                   "' is also on line ", entry->first_line,
+                   ". A host is either on one line with its count (", name,
+                   " slots=N) or on one line per slot, as Open MPI reads a hostfile");
+    ++entry->lines;
+    if (counted) entry->counted_on = number;
+    entry->host.slots += counted ? (slots > 0 ? slots : max_slots) : 1;
+  }
+  std::vector<Host> hosts;
+  for (const Entry& entry : entries) {
+    // Open MPI gives a host named once without a count as many slots as it finds cores there
+    // when it starts its daemon: strata must know the ranks before it launches.
+    STRATA_REQUIRE(entry.lines > 1 || entry.counted_on > 0, "hostfile ", path, ", line ",
+                   entry.first_line, ": '", entry.host.name,
+                   "' has no slot count (Open MPI would give it one slot per core it finds there "
+                   "at launch): write '", entry.host.name, " slots=N', N the ranks to run on it");
+    hosts.push_back(entry.host);
   }
   STRATA_REQUIRE(!hosts.empty(), "hostfile ", path, ": names no host");
   return hosts;

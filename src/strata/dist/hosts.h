@@ -14,9 +14,14 @@ struct Host {
   bool operator==(const Host& other) const { return name == other.name && slots == other.slots; }
 };
 
-// Open MPI's hostfile format: one host per line, `NAME [slots=N] [max_slots=M]`, `#` starts a
-// comment, blank lines are skipped; a host named twice adds its slots. Throws UserError naming
-// the file and line for anything else (an unknown key, slots < 1, no hosts at all).
+// Open MPI's hostfile format, read as Open MPI reads it: one host per line, `NAME [slots=N]
+// [max_slots=M]` (`cpu=`/`count=` and `max-slots=` as synonyms; max_slots alone is the count),
+// `#` starts a comment, blank lines are skipped; a host on several lines without a count has one
+// slot per line. Throws UserError naming the file and line for what Open MPI refuses (two
+// counts for one host, slots above max_slots, an unknown key), for a host both counted and
+// repeated (Open MPI's answer depends on the order), and for a host named once without a count
+// (Open MPI counts its cores only when it launches there). tests/multihost checks each accepted
+// file against the map Open MPI makes of it.
 std::vector<Host> read_hostfile(const std::string& path);
 
 // "a:2,b:2,c" (slots default 1), as Open MPI's --host takes it. `option` names the flag in
