@@ -192,6 +192,7 @@ void run_serve_plan(const PlanOptions& options, const ConfigPlan& config,
 void run_plan(const PlanOptions& options) {
   const ConfigPlan config = load_model(options.model_path);
   ClusterProfile cluster = load_cluster(options.cluster);
+  if (!cluster.efficiency_note.empty()) std::cerr << "strata: " << cluster.efficiency_note << "\n";
   if (!options.nodes.empty()) cluster.nodes = parse_positive("--nodes", options.nodes, "128");
   if (options.serve) {
     run_serve_plan(options, config, cluster);
