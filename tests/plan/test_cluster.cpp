@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "expect_error.h"
+#include "strata/core/error.h"
 #include "strata/plan/cluster.h"
 #include "test_support.h"
 
@@ -81,6 +82,51 @@ TEST(Cluster, OptionalKeysHaveDefaultsAndTomlRoundTrips) {
   EXPECT_EQ(back.device.attention_matmul_efficiency(), 0.4);
   EXPECT_EQ(back.device.blockwise_attention_rate(), 0.55);
   EXPECT_EQ(back.nodes, 2);
+}
+
+TEST(Cluster, ADeviceNameFindsThePresetOfItsChip) {
+  EXPECT_EQ(calibrated_preset_for("H100-80GB"), "h100-80gb");
+  EXPECT_EQ(calibrated_preset_for("nvidia h100 sxm"), "h100-80gb");
+  EXPECT_EQ(calibrated_preset_for("NVIDIA A100-SXM4-40GB"), "a100-80gb");
+  EXPECT_EQ(calibrated_preset_for("h200"), "h200");
+  EXPECT_EQ(calibrated_preset_for("MI300X"), "");
+  EXPECT_EQ(calibrated_preset_for(""), "");
+}
+
+// A file that leaves out device efficiency keys: a calibrated chip takes those its preset has
+// (keeping the ones the file sets) and says which; another chip keeps the ideal defaults and
+// is warned that the prediction is an upper bound; a complete profile says nothing.
+TEST(Cluster, MissingEfficiencyKeysComeFromThePresetOrWarn) {
+  std::string text = kComplete;
+  text.replace(text.find("name = \"X\""), 10, "name = \"H100-80GB\"\nmatmul_efficiency = 0.5");
+  const ClusterProfile h100 = parse_cluster(text, "h100.toml");
+  const DeviceProfile preset = load_cluster("h100-80gb").device;
+  EXPECT_EQ(h100.device.matmul_efficiency, 0.5);
+  EXPECT_EQ(h100.device.blockwise_attention_efficiency, preset.blockwise_attention_efficiency);
+  EXPECT_EQ(h100.device.matmul_half_dim, preset.matmul_half_dim);
+  EXPECT_EQ(h100.device.kernel_overhead_us, preset.kernel_overhead_us);
+  EXPECT_EQ(h100.efficiency_note,
+            str("note: h100.toml leaves out device efficiency keys; took "
+                "blockwise_attention_efficiency = ",
+                preset.blockwise_attention_efficiency, ", matmul_half_dim = ",
+                preset.matmul_half_dim, ", kernel_overhead_us = ", preset.kernel_overhead_us,
+                " from the calibrated preset h100-80gb (device.name \"H100-80GB\")"));
+
+  const ClusterProfile other = parse_cluster(kComplete, "x.toml");
+  EXPECT_EQ(other.device.matmul_efficiency, 1.0);
+  EXPECT_EQ(other.device.blockwise_attention_rate(), 1.0);
+  EXPECT_EQ(other.device.matmul_half_dim, 0.0);
+  EXPECT_EQ(other.device.kernel_overhead_us, 0.0);
+  EXPECT_CONTAINS(other.efficiency_note,
+                  "warning: x.toml sets no matmul_efficiency, blockwise_attention_efficiency, "
+                  "matmul_half_dim, kernel_overhead_us and device.name \"X\" names no "
+                  "calibrated chip (a100, h100, h200)");
+  EXPECT_CONTAINS(other.efficiency_note, "upper bound");
+
+  for (const std::string& name : cluster_preset_names()) {
+    EXPECT_EQ(load_cluster(name).efficiency_note, "") << name;
+  }
+  EXPECT_EQ(parse_cluster(cluster_to_toml(other), "written").efficiency_note, "");
 }
 
 TEST(Cluster, LocalProfileIsFoundWhereCalibrateWritesIt) {

@@ -169,6 +169,43 @@ TEST_F(PlanCommand, ClusterFromAFile) {
       run_plan({"--model", model_, "--cluster", path, "--global-batch", "64", "--layout", "tp=8"});
   ASSERT_EQ(result.exit_code, 0) << result.err;
   EXPECT_NE(result.out.find("96.0 GB"), std::string::npos) << result.out;
+  // No efficiency keys and a chip no preset calibrates: one warning that the plan is a bound.
+  const std::string warning = "strata: warning: " + path + " sets no matmul_efficiency, ";
+  const size_t first = result.err.find(warning);
+  ASSERT_NE(first, std::string::npos) << result.err;
+  EXPECT_EQ(result.err.find(warning, first + 1), std::string::npos) << result.err;
+  EXPECT_NE(result.err.find("upper bound"), std::string::npos) << result.err;
+}
+
+// The same file on an H100: its preset's efficiency keys, named on stderr, and the prediction
+// of the h100-80gb preset itself (the other keys are the preset's too).
+TEST_F(PlanCommand, ClusterFileWithoutEfficiencyTakesTheCalibratedPreset) {
+  const std::string path = dir_.file("h100.toml");
+  std::ofstream(path)
+      << "[cluster]\nnodes = 1\ndevices_per_node = 8\n[device]\nname = \"NVIDIA H100 80GB\"\n"
+         "peak_tflops = 989.0\nmemory_gb = 80.0\nmemory_bandwidth_gbs = 3350.0\n"
+         "[network]\nintra_node_gbs = 450.0\ninter_node_gbs = 50.0\nlatency_us = 5.0\n"
+         "intra_node_latency_us = 2.0\n";
+  const std::vector<std::string> args = {"--model",  model_, "--global-batch", "64",
+                                         "--layout", "tp=8", "--json"};
+  auto with_cluster = [&](const std::string& cluster) {
+    std::vector<std::string> full = {"--cluster", cluster};
+    full.insert(full.end(), args.begin(), args.end());
+    return run_plan(full);
+  };
+  const CommandResult file = with_cluster(path);
+  const CommandResult preset = with_cluster("h100-80gb");
+  ASSERT_EQ(file.exit_code, 0) << file.err;
+  ASSERT_EQ(preset.exit_code, 0) << preset.err;
+  EXPECT_NE(file.err.find("strata: note: " + path +
+                          " leaves out device efficiency keys; took "
+                          "matmul_efficiency = "),
+            std::string::npos)
+      << file.err;
+  EXPECT_NE(file.err.find("from the calibrated preset h100-80gb"), std::string::npos) << file.err;
+  EXPECT_EQ(preset.err, "");
+  EXPECT_EQ(nlohmann::json::parse(file.out)["step_time_s"],
+            nlohmann::json::parse(preset.out)["step_time_s"]);
 }
 
 TEST_F(PlanCommand, BadInputSaysWhatToChange) {

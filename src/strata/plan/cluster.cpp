@@ -4,6 +4,8 @@
 
 #include <toml++/toml.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -178,6 +180,10 @@ class SectionReader {
     value = *read;
   }
 
+  bool has(const std::string& key) const {
+    return table_ != nullptr && table_->get(key) != nullptr;
+  }
+
   // Every key of the section that no reader asked for.
   void reject_unknown() {
     if (table_ == nullptr) return;
@@ -210,6 +216,55 @@ std::string preset_list() {
   std::string list;
   for (const auto& [name, text] : presets()) list += (list.empty() ? "" : ", ") + name;
   return list;
+}
+
+// The device efficiency keys the presets calibrate, and the field each one sets.
+const std::vector<std::pair<std::string, double DeviceProfile::*>>& efficiency_fields() {
+  static const std::vector<std::pair<std::string, double DeviceProfile::*>> fields = {
+      {"matmul_efficiency", &DeviceProfile::matmul_efficiency},
+      {"blockwise_attention_efficiency", &DeviceProfile::blockwise_attention_efficiency},
+      {"matmul_half_dim", &DeviceProfile::matmul_half_dim},
+      {"kernel_overhead_us", &DeviceProfile::kernel_overhead_us}};
+  return fields;
+}
+
+std::string preset_chip(const std::string& preset) { return preset.substr(0, preset.find('-')); }
+
+// A file without the efficiency keys would price its device at its peak: the calibrated preset
+// of the same chip knows better; for another chip the note says the prediction is a bound.
+void fill_missing_efficiency(const SectionReader& device, const std::string& origin,
+                             ClusterProfile& cluster) {
+  std::vector<std::string> missing;
+  for (const auto& [key, field] : efficiency_fields()) {
+    if (!device.has(key)) missing.push_back(key);
+  }
+  if (missing.empty()) return;
+  const std::string preset = calibrated_preset_for(cluster.device.name);
+  if (preset.empty()) {
+    std::string chips;
+    for (const std::string& name : cluster_preset_names()) {
+      chips += (chips.empty() ? "" : ", ") + preset_chip(name);
+    }
+    std::string keys;
+    for (const std::string& key : missing) keys += (keys.empty() ? "" : ", ") + key;
+    cluster.efficiency_note =
+        str("warning: ", origin, " sets no ", keys, " and device.name \"", cluster.device.name,
+            "\" names no calibrated chip (", chips,
+            "): they keep their ideal defaults (multiplies at peak, no shape or per-kernel cost), "
+            "so the prediction is an upper bound on speed; set them (docs/planner.md, Cluster "
+            "profiles)");
+    return;
+  }
+  const DeviceProfile calibrated = parse_cluster(presets().at(preset), preset).device;
+  std::string taken;
+  for (const auto& [key, field] : efficiency_fields()) {
+    if (std::find(missing.begin(), missing.end(), key) == missing.end()) continue;
+    cluster.device.*field = calibrated.*field;
+    taken += str(taken.empty() ? "" : ", ", key, " = ", calibrated.*field);
+  }
+  cluster.efficiency_note =
+      str("note: ", origin, " leaves out device efficiency keys; took ", taken,
+          " from the calibrated preset ", preset, " (device.name \"", cluster.device.name, "\")");
 }
 
 }  // namespace
@@ -275,7 +330,18 @@ ClusterProfile parse_cluster(const std::string& toml_text, const std::string& or
     for (const std::string& problem : problems) message += "\n  - " + problem;
     throw UserError(message);
   }
+  fill_missing_efficiency(device, origin, cluster);
   return cluster;
+}
+
+std::string calibrated_preset_for(const std::string& device_name) {
+  std::string lower = device_name;
+  std::transform(lower.begin(), lower.end(), lower.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  for (const std::string& preset : cluster_preset_names()) {
+    if (lower.find(preset_chip(preset)) != std::string::npos) return preset;
+  }
+  return "";
 }
 
 ClusterProfile load_cluster(const std::string& name_or_path) {
@@ -324,13 +390,9 @@ std::string cluster_to_toml(const ClusterProfile& cluster) {
   if (cluster.device.attention_efficiency >= 0) {
     number("attention_efficiency", cluster.device.attention_efficiency);
   }
-  if (cluster.device.blockwise_attention_efficiency >= 0) {
-    number("blockwise_attention_efficiency", cluster.device.blockwise_attention_efficiency);
-  }
-  if (cluster.device.matmul_half_dim > 0) number("matmul_half_dim", cluster.device.matmul_half_dim);
-  if (cluster.device.kernel_overhead_us > 0) {
-    number("kernel_overhead_us", cluster.device.kernel_overhead_us);
-  }
+  number("blockwise_attention_efficiency", cluster.device.blockwise_attention_rate());
+  number("matmul_half_dim", cluster.device.matmul_half_dim);
+  number("kernel_overhead_us", cluster.device.kernel_overhead_us);
   out << "precision = \"" << cluster.device.precision << "\"\n\n[network]\n";
   number("intra_node_gbs", cluster.network.intra_node_gbs);
   number("inter_node_gbs", cluster.network.inter_node_gbs);

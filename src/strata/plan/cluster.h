@@ -74,6 +74,10 @@ struct ClusterProfile {
   int64_t devices_per_node = 1;
   DeviceProfile device;
   NetworkProfile network;
+  // Empty, or the one line `strata plan` shows on stderr for a file that left out device
+  // efficiency keys: which it took from a calibrated preset, or that the prediction is an upper
+  // bound (parse_cluster).
+  std::string efficiency_note;
 
   int64_t devices() const { return nodes * devices_per_node; }
   double memory_bytes() const { return device.memory_gb * 1e9; }
@@ -85,13 +89,22 @@ struct ClusterProfile {
 // precision);
 // [network] intra_node_gbs, inter_node_gbs, latency_us (+ optional intra_node_latency_us).
 // Throws UserError naming the origin and every missing, unknown or out-of-range key.
+// Of the device efficiency keys the presets calibrate (matmul_efficiency,
+// blockwise_attention_efficiency, matmul_half_dim, kernel_overhead_us) that the file leaves
+// out, a device whose name names a calibrated preset's chip (calibrated_preset_for) takes the
+// preset's values; another keeps the ideal defaults. Either way efficiency_note says so.
 ClusterProfile parse_cluster(const std::string& toml_text, const std::string& origin);
+
+// The preset whose chip a device name names, case aside ("H100-80GB", "nvidia h100" ->
+// h100-80gb; a preset's chip is its name up to the first '-'); "" when none does.
+std::string calibrated_preset_for(const std::string& device_name);
 
 // A preset name (cluster_preset_names()), "local" (local_profile_path(), written by
 // `strata plan calibrate`), or a TOML file. Throws UserError saying which names and files exist.
 ClusterProfile load_cluster(const std::string& name_or_path);
 
-// The profile as TOML that parse_cluster reads back to the same values.
+// The profile as TOML that parse_cluster reads back to the same values, every efficiency key
+// written (so a calibrated profile read back takes nothing from a preset).
 std::string cluster_to_toml(const ClusterProfile& cluster);
 
 const std::vector<std::string>& cluster_preset_names();

@@ -3,10 +3,9 @@
 #include <toml++/toml.h>
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
-#include <map>
 
 #include "strata/core/error.h"
+#include "strata/plan/calibration_fit.h"
 
 namespace strata {
 
@@ -48,8 +47,7 @@ std::string listed(const std::vector<std::string>& names) {
   return out;
 }
 
-PublishedRun read_run(const toml::table& table, const std::string& where,
-                      const std::map<std::string, double>& stacks) {
+PublishedRun read_run(const toml::table& table, const std::string& where) {
   static const std::vector<std::string> kKeys = {
       "name",  "source", "cluster",      "nodes",  "layers", "hidden",    "heads",
       "vocab", "seq",    "global_batch", "layout", "metric", "published", "stack"};
@@ -78,10 +76,27 @@ PublishedRun read_run(const toml::table& table, const std::string& where,
                  ": metric '", run.metric, "' must be \"mfu\" or \"hardware_tflops_per_device\"");
   run.published = positive_key(table, "published", named);
   run.stack = text_key(table, "stack", named);
-  const auto stack = stacks.find(run.stack);
-  STRATA_REQUIRE(stack != stacks.end(), named, ": stack '", run.stack, "' is not a key of [stack]");
-  run.stack_efficiency = stack->second;
   return run;
+}
+
+// `fit`: a list of fittable_constants(), each at most once.
+std::vector<std::string> read_fit(const toml::table& root, const std::string& origin) {
+  const toml::array* list = root["fit"].as_array();
+  STRATA_REQUIRE(list != nullptr, origin, ": fit must be a list of the constants to fit, of ",
+                 listed(fittable_constants()));
+  std::vector<std::string> fit;
+  for (const toml::node& item : *list) {
+    const std::optional<std::string> name = item.value<std::string>();
+    STRATA_REQUIRE(name && std::find(fittable_constants().begin(), fittable_constants().end(),
+                                     *name) != fittable_constants().end(),
+                   origin, ": fit: '", name.value_or("(not a string)"),
+                   "' is not a constant the calibration fits; it fits ",
+                   listed(fittable_constants()));
+    STRATA_REQUIRE(std::find(fit.begin(), fit.end(), *name) == fit.end(), origin, ": fit: '", *name,
+                   "' is listed twice");
+    fit.push_back(*name);
+  }
+  return fit;
 }
 
 }  // namespace
@@ -96,21 +111,14 @@ PublishedRuns load_published_runs(const std::string& path) {
         str(origin, ": ", error.description(), " (line ", error.source().begin.line, ")"));
   }
   PublishedRuns out;
+  static const std::vector<std::string> kKeys = {"tolerance", "reference_stack", "fit", "run"};
   for (const auto& [key, value] : root) {
     const std::string name(key.str());
-    STRATA_REQUIRE(name == "tolerance" || name == "stack" || name == "run", origin,
-                   ": unknown key '", name,
-                   "'; the file has tolerance, [stack] and [[run]] tables");
+    STRATA_REQUIRE(std::find(kKeys.begin(), kKeys.end(), name) != kKeys.end(), origin,
+                   ": unknown key '", name, "'; the file has ", listed(kKeys));
   }
-  std::map<std::string, double> stacks;
-  if (const toml::table* table = root["stack"].as_table()) {
-    for (const auto& [key, value] : *table) {
-      const std::optional<double> efficiency = value.value<double>();
-      STRATA_REQUIRE(efficiency && *efficiency > 0 && *efficiency <= 1, origin, ": stack.",
-                     key.str(), " must be a throughput fraction in (0, 1]");
-      stacks[std::string(key.str())] = *efficiency;
-    }
-  }
+  out.reference_stack = text_key(root, "reference_stack", origin);
+  out.fit = read_fit(root, origin);
   if (const toml::node* tolerance = root.get("tolerance")) {
     const std::optional<double> value = tolerance->value<double>();
     STRATA_REQUIRE(value && *value > 0 && *value < 1, origin,
@@ -123,7 +131,7 @@ PublishedRuns load_published_runs(const std::string& path) {
     const toml::table* table = (*runs)[i].as_table();
     const std::string where = str(origin, ": run ", i + 1);
     STRATA_REQUIRE(table != nullptr, where, " must be a [[run]] table");
-    out.runs.push_back(read_run(*table, where, stacks));
+    out.runs.push_back(read_run(*table, where));
   }
   return out;
 }
@@ -132,46 +140,6 @@ double metric_of(const Prediction& prediction, const std::string& metric) {
   if (metric == "mfu") return prediction.mfu;
   STRATA_CHECK(metric == "hardware_tflops_per_device", "unknown metric ", metric);
   return prediction.hardware_tflops_per_device;
-}
-
-double predicted_value(const PublishedRun& run, const Prediction& prediction) {
-  return metric_of(prediction, run.metric) * run.stack_efficiency;
-}
-
-PublishedReport published_runs_report(const PublishedRuns& runs) {
-  auto format = [](const std::string& metric, double value) {
-    char buffer[32];
-    if (metric == "mfu") {
-      std::snprintf(buffer, sizeof buffer, "%.1f%% MFU", 100 * value);
-    } else {
-      std::snprintf(buffer, sizeof buffer, "%.0f TFLOP/s", value);
-    }
-    return std::string(buffer);
-  };
-  PublishedReport report;
-  std::string& out = report.text;
-  out =
-      "| run | devices | layout | published | predicted | predicted / published | step (s) | "
-      "compute | tp comm | bubble | dp comm | stack | source |\n"
-      "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n";
-  for (const PublishedRun& run : runs.runs) {
-    CostModel model(run.inputs);
-    const Prediction prediction = model.predict(run.layout);
-    const double predicted = predicted_value(run, prediction);
-    if (std::abs(predicted / run.published - 1) <= runs.tolerance) ++report.within;
-    char numbers[160];
-    std::snprintf(numbers, sizeof numbers, "%.3f | %.2f | %.2f | %.2f | %.2f | %.2f",
-                  predicted / run.published, prediction.step_time_s, prediction.time.compute,
-                  prediction.time.tensor_parallel, prediction.time.pipeline_bubble,
-                  prediction.time.data_parallel);
-    out += str("| ", run.name, " | ", run.inputs.cluster.devices(), " ",
-               run.inputs.cluster.device.name, " | ", layout_to_string(run.layout), " | ",
-               format(run.metric, run.published), " | ", format(run.metric, predicted), " | ",
-               numbers, " | ", run.stack, " (", run.stack_efficiency, ") | ", run.source, " |\n");
-  }
-  out += str(report.within, " of ", runs.runs.size(), " runs within ", 100 * runs.tolerance,
-             "% of their published number\n");
-  return report;
 }
 
 }  // namespace strata
