@@ -75,7 +75,7 @@ TEST(ConfigParse, UnknownKeysSuggestTheClosestAndListAllowed) {
   EXPECT_CONTAINS(message, "unknown key 'model.n_head' in run.toml:3:1");
   EXPECT_CONTAINS(message, "did you mean 'model.n_heads'?");
   EXPECT_CONTAINS(message,
-                  "allowed in [model]: vocab_size, d_model, n_layers, n_heads, n_kv_heads, d_ff, "
+                  "allowed in [model]: vocab_size, d_model, n_layers, n_heads, n_kv_heads, head_dim, d_ff, "
                   "seq_len, pos, norm, activation, attention, tie_embeddings, init_std, norm_eps, "
                   "rope_theta");
   EXPECT_CONTAINS(parse_error("[train]\nwramup_steps = 4\n"), "did you mean 'train.warmup_steps'?");
@@ -194,6 +194,7 @@ Config unusual_config() {
                   3,
                   6,
                   2,
+                  20,
                   200,
                   33,
                   PositionEncoding::rope,
@@ -324,7 +325,7 @@ TEST(ConfigParse, ToTomlPrintsEverySectionAndKeyInOrder) {
   const std::vector<std::string> keys = config_keys();
   EXPECT_CONTAINS(text, "[model.moe]\nnum_experts = 0\n");
   EXPECT_CONTAINS(text, "\ninit = \"\"\n");
-  EXPECT_EQ(keys.size(), 91u);
+  EXPECT_EQ(keys.size(), 92u);
   EXPECT_EQ(keys.front(), "model.vocab_size");
   EXPECT_EQ(keys.back(), "serve.threads");
   EXPECT_CONTAINS(text, "[serve]\nhost = \"127.0.0.1\"\nport = 8000\n");

@@ -69,6 +69,15 @@ TEST(ConfigValidate, ModelShapeRules) {
                   "model.pos = \"rope\" needs an even head dimension (d_model / n_heads = 14 / 2 "
                   "= 7)");
   validate_config(with({"model.d_model=14", "model.n_heads=2"}), 1);  // odd is fine unrotated
+  // An explicit head width frees d_model from the head count.
+  const Config wide = validate_config(
+      with({"model.d_model=100", "model.n_heads=12", "model.head_dim=32", "model.pos=rope"}), 1);
+  EXPECT_EQ(wide.model.head_dim(), 32);
+  EXPECT_EQ(wide.model.shape().q_width(), 12 * 32);
+  EXPECT_CONTAINS(validate_error({"model.head_dim=-1"}),
+                  "model.head_dim (-1) must be >= 0 (0 means model.d_model / model.n_heads)");
+  EXPECT_CONTAINS(validate_error({"model.head_dim=7", "model.pos=rope"}),
+                  "model.pos = \"rope\" needs an even head dimension (model.head_dim = 7)");
   validate_config(with({"model.d_model=120", "model.n_heads=12", "model.n_kv_heads=4"}), 1);
 }
 

@@ -40,7 +40,7 @@ const std::vector<Case> kCases = {{"gpt2", ""},
                                   {"llama", "--variant untied --dtype bf16 --shards 2"},
                                   {"llama", "--variant attention-bias --variant mlp-bias"},
                                   {"qwen2", ""},
-                                  {"mistral", ""},
+                                  {"mistral", "--variant head-dim"},
                                   {"mixtral", ""}};
 
 TEST(HfLoad, TensorParallelMatchesTheReference) {

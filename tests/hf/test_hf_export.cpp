@@ -64,6 +64,7 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(Case{"gpt2", "--variant mask-buffers"}, Case{"gpt2", ""},
                       Case{"llama", "--variant gqa --variant llama3-rope --dtype bf16"},
                       Case{"llama", "--variant untied --shards 3"},
+                      Case{"llama", "--variant head-dim --variant gqa"},
                       Case{"llama", "--variant attention-bias --variant mlp-bias"},
                       Case{"qwen2", "--dtype f16"}, Case{"mistral", ""},
                       Case{"mixtral", "--dtype bf16"}),

@@ -56,7 +56,10 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"llama", "--variant attention-bias --variant mlp-bias --variant gqa"},
                       Case{"qwen2", ""}, Case{"qwen2", "--variant tied"}, Case{"mistral", ""},
                       Case{"mixtral", ""}, Case{"llama", "--dtype bf16 --shards 3 --variant gqa"},
-                      Case{"qwen2", "--dtype f16 --shards 2"}),
+                      Case{"qwen2", "--dtype f16 --shards 2"},
+                      // heads wider than hidden_size / num_attention_heads (q is 128 x 64)
+                      Case{"llama", "--variant head-dim --variant gqa"},
+                      Case{"mistral", "--variant head-dim"}),
     [](const ::testing::TestParamInfo<Case>& info) {
       std::string name = info.param.arch + "_" + info.param.options;
       for (char& ch : name) {
@@ -69,7 +72,6 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(HfRefusals, NameTheKey) {
   const std::vector<std::pair<Case, std::string>> refusals = {
       {{"llama", "--variant rope-yarn"}, "rope_scaling"},
-      {{"llama", "--variant head-dim"}, "head_dim"},
       {{"mistral", "--variant sliding-window"}, "sliding_window"},
       {{"mixtral", "--variant sliding-window"}, "sliding_window"},
       {{"qwen2", "--variant sliding-window"}, "use_sliding_window"},

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "strata/core/stages.h"
+#include "strata/model/gpt.h"
 #include "strata/plan/cost_model.h"
 #include "strata/plan/model_state.h"
 #include "strata/plan/transformer.h"
@@ -128,6 +129,30 @@ TEST(GptFormulas, StrataModelFlopsEqualTheTrainersCount) {
               1e-12)
         << m.name;
   }
+}
+
+// model.head_dim wider than d_model / n_heads (q is n_heads * head_dim wide, as in Mistral NeMo):
+// the planner counts the parameters the model holds and the FLOPs the trainer counts.
+TEST(GptFormulas, ExplicitHeadDimIsCountedAsTheModelHoldsIt) {
+  ModelConfig model = testing::gpt_config(256, 512, 2, 8, 256);
+  model.n_kv_heads = 4;
+  model.head_dim_key = 96;
+  model.pos = PositionEncoding::rope;
+  model.activation = Activation::swiglu;
+  model.norm = Norm::rmsnorm;
+  model.tie_embeddings = false;
+  const TransformerSpec spec = transformer_of(model);
+  EXPECT_EQ(spec.q_width(), 768);
+  EXPECT_EQ(parameter_counts(spec).total,
+            static_cast<double>(GPT(model, 1, at::kFloat).num_parameters()));
+  EXPECT_LT(relative_difference(model_flops_per_step(spec, 3) / (3.0 * 256),
+                                training_flops_per_token(model.shape())),
+            1e-12);
+  // Per token and layer: q/k/v (768 + 2 * 384) x 512 and out 768 x 512 multiplies, 3 MLP ones,
+  // and the attention core's QK^T and AV over 256 keys at 768 wide.
+  const double h = 512, q = 768, kv = 384, F = model.ff_dim(), s = 256, V = 256;
+  EXPECT_DOUBLE_EQ(training_flops_per_token(model.shape()),
+                   6 * (2 * ((q + 2 * kv) * h + q * h + 3 * h * F) + V * h) + 12 * 2 * s * q);
 }
 
 // Korthikanti et al. 2022, bytes per layer with 16-bit activations (their Table 2 and eq. 2-6).

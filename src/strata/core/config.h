@@ -29,6 +29,7 @@ struct ModelConfig {
   int64_t n_layers = 2;
   int64_t n_heads = 4;
   int64_t n_kv_heads = 0;  // 0 = same as n_heads (multi-head); fewer = grouped-query attention
+  int64_t head_dim_key = 0;  // model.head_dim: 0 = d_model / n_heads (head_dim() resolves it)
   int64_t d_ff = 0;        // 0 = 4 * d_model
   int64_t seq_len = 128;
   PositionEncoding pos = PositionEncoding::learned;
@@ -48,7 +49,7 @@ struct ModelConfig {
   }
   int64_t kv_heads() const { return n_kv_heads > 0 ? n_kv_heads : n_heads; }
   int64_t ff_dim() const { return d_ff > 0 ? d_ff : 4 * d_model; }
-  int64_t head_dim() const { return d_model / n_heads; }
+  int64_t head_dim() const { return head_dim_key > 0 ? head_dim_key : d_model / n_heads; }
   // The shape the layout rules, the stage partition and the FLOP count read (core/layout.h).
   ModelShape shape() const;
 };

@@ -32,6 +32,7 @@ const std::vector<Key>& keys() {
       STRATA_CONFIG_KEY(model, n_layers),
       STRATA_CONFIG_KEY(model, n_heads),
       STRATA_CONFIG_KEY(model, n_kv_heads),
+      Key{"model", "head_dim", [](Config& config) -> FieldRef { return &config.model.head_dim_key; }},
       STRATA_CONFIG_KEY(model, d_ff),
       STRATA_CONFIG_KEY(model, seq_len),
       STRATA_CONFIG_KEY(model, pos),

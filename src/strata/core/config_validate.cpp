@@ -99,14 +99,19 @@ void check_model(const ModelConfig& model, Problems& problems) {
   require_positive(problems, "model.norm_eps", model.norm_eps);
   require_positive(problems, "model.rope_theta", model.rope_theta);
 
-  if (model.d_model >= 1 && model.n_heads >= 1) {
-    if (model.d_model % model.n_heads != 0) {
+  require_at_least<int64_t>(problems, "model.head_dim", model.head_dim_key, 0,
+                            " (0 means model.d_model / model.n_heads)");
+  if (model.d_model >= 1 && model.n_heads >= 1 && model.head_dim_key >= 0) {
+    if (model.head_dim_key == 0 && model.d_model % model.n_heads != 0) {
       problems.push_back(str("model.d_model (", model.d_model,
-                             ") must be divisible by model.n_heads (", model.n_heads, ")"));
+                             ") must be divisible by model.n_heads (", model.n_heads,
+                             "), or model.head_dim set"));
     } else if (model.pos == PositionEncoding::rope && model.head_dim() % 2 != 0) {
-      problems.push_back(str("model.pos = \"rope\" needs an even head dimension (d_model / ",
-                             "n_heads = ", model.d_model, " / ", model.n_heads, " = ",
-                             model.head_dim(), ")"));
+      problems.push_back(str("model.pos = \"rope\" needs an even head dimension (",
+                             model.head_dim_key > 0
+                                 ? std::string("model.head_dim")
+                                 : str("d_model / n_heads = ", model.d_model, " / ", model.n_heads),
+                             " = ", model.head_dim(), ")"));
     }
   }
   if (model.n_heads >= 1 && model.n_kv_heads >= 1 && model.n_heads % model.n_kv_heads != 0) {

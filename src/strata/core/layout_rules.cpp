@@ -377,6 +377,7 @@ ModelShape ModelConfig::shape() const {
   shape.n_heads = n_heads;
   // An unvalidated config may hold nonsense: the rules read 0 for what cannot be resolved.
   shape.n_kv_heads = n_heads >= 1 ? kv_heads() : 0;
+  shape.attention_head_dim = head_dim_key;
   shape.d_ff = d_model >= 1 && d_ff >= 0 ? ff_dim() : 0;
   shape.seq_len = seq_len;
   shape.gated_mlp = activation == Activation::swiglu;

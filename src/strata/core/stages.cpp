@@ -101,7 +101,7 @@ double training_flops_per_token(const ModelShape& model) {
   for (int64_t layer = 0; layer < model.n_layers; ++layer) {
     matmul_params += attention + (model.is_moe_layer(layer) ? moe_mlp : dense_mlp);
   }
-  return 6.0 * matmul_params + 12.0 * L * C * model.seq_len;
+  return 6.0 * matmul_params + 12.0 * L * H * D * model.seq_len;
 }
 
 }  // namespace strata

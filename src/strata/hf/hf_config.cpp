@@ -163,11 +163,10 @@ HfModel llama_model(const ConfigReader& reader, HfArchitecture architecture) {
   model.d_ff = reader.required<int64_t>("intermediate_size");
   model.seq_len = reader.required<int64_t>("max_position_embeddings");
   model.tie_embeddings = reader.optional<bool>("tie_word_embeddings", false);
-  if (model.n_heads > 0 && reader.present("head_dim") &&
-      reader.required<int64_t>("head_dim") * model.n_heads != model.d_model) {
-    reader.refuse("head_dim", str("strata's head dimension is hidden_size / num_attention_heads (",
-                                  model.d_model, " / ", model.n_heads, ")"));
-  }
+  // Explicit when it is not hidden_size / num_attention_heads (Mistral NeMo's 128 at 5120 / 32).
+  const int64_t head_dim = reader.optional<int64_t>("head_dim", 0);
+  if (head_dim < 0) reader.refuse("head_dim", "a head dimension is positive");
+  if (head_dim > 0 && head_dim * model.n_heads != model.d_model) model.head_dim_key = head_dim;
   if (reader.optional<std::string>("hidden_act", "silu") != "silu") {
     reader.refuse("hidden_act", "the gated MLP strata computes is SwiGLU (silu)");
   }
@@ -254,7 +253,7 @@ HfModel hf_model_from_json(const nlohmann::json& config, const std::string& orig
         {"context length", hf.model.seq_len}}) {
     if (value < 1) throw UserError(str(origin, ": the ", key, " (", value, ") must be positive"));
   }
-  if (hf.model.d_model % hf.model.n_heads != 0) {
+  if (hf.model.head_dim_key == 0 && hf.model.d_model % hf.model.n_heads != 0) {
     throw UserError(str(origin, ": the hidden size (", hf.model.d_model,
                         ") is not divisible by the head count (", hf.model.n_heads, ")"));
   }
@@ -321,6 +320,10 @@ HfArchitecture hf_architecture_for(const ModelConfig& model, const BlockSpec& bl
     if (block.norm == Norm::layernorm && block.position == PositionEncoding::learned &&
         block.activation == Activation::gelu && all_biases && block.moe.num_experts == 0 &&
         model.kv_heads() == model.n_heads) {
+      STRATA_REQUIRE(model.head_dim() * model.n_heads == model.d_model,
+                     "this model has no Hugging Face architecture: GPT-2's heads are d_model / "
+                     "n_heads wide (model.head_dim ",
+                     model.head_dim(), " is not ", model.d_model, " / ", model.n_heads, ")");
       return HfArchitecture::gpt2;
     }
     throw UserError(
@@ -421,6 +424,7 @@ BlockSpec run_block_spec(const Config& config) {
   STRATA_REQUIRE(model.vocab_size == expected.vocab_size && model.d_model == expected.d_model &&
                      model.n_layers == expected.n_layers && model.n_heads == expected.n_heads &&
                      model.kv_heads() == expected.kv_heads() &&
+                     model.head_dim() == expected.head_dim() &&
                      model.ff_dim() == expected.ff_dim() &&
                      model.tie_embeddings == expected.tie_embeddings,
                  "the [model] table does not describe the model.init model ", config.model_init,

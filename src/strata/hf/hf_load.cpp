@@ -116,6 +116,7 @@ void load_hf_weights(const std::string& dir, GPT& model) {
   STRATA_REQUIRE(built.vocab_size == hf.model.vocab_size && built.d_model == hf.model.d_model &&
                      built.n_layers == hf.model.n_layers && built.n_heads == hf.model.n_heads &&
                      built.kv_heads() == hf.model.kv_heads() &&
+                     built.head_dim() == hf.model.head_dim() &&
                      built.ff_dim() == hf.model.ff_dim() &&
                      built.tie_embeddings == hf.model.tie_embeddings,
                  "the model built does not have the sizes of the Hugging Face model in ", dir);

@@ -173,9 +173,10 @@ ElementwiseSeconds layer_elementwise_forward(const TransformerSpec& spec, const 
   // Bytes through plain data movement (at the memory rate) and through kernels with arithmetic
   // (at the elementwise rate).
   double moved = kResidualAddPasses * element * replicated_tokens * hidden;
-  moved += kHeadCopyPasses * element * tokens * (2 * hidden + 2 * kv_width) / tp;
+  const double q_width = static_cast<double>(spec.q_width());
+  moved += kHeadCopyPasses * element * tokens * (2 * q_width + 2 * kv_width) / tp;
   if (spec.dropout) moved += 2 * kDropoutPasses * element * replicated_tokens * hidden;
-  if (!spec.learned_positions) moved += kRopePasses * element * tokens * (hidden + kv_width) / tp;
+  if (!spec.learned_positions) moved += kRopePasses * element * tokens * (q_width + kv_width) / tp;
   double computed = kNormPasses * element * replicated_tokens * hidden;
   const double width =
       moe_layer ? static_cast<double>(spec.expert_width()) : static_cast<double>(spec.d_ff);
@@ -215,8 +216,9 @@ std::vector<WeightMultiply> layer_weight_multiplies(const TransformerSpec& spec,
     experts = static_cast<double>(spec.moe.num_experts) / ep;
     mlp_rows = tokens * expert_token_factor(spec.moe) / experts;
   }
-  return {{tokens, hidden, (hidden + 2 * kv_width) / tp, 1.0},
-          {tokens, hidden / tp, hidden, 1.0},
+  const double q_width = static_cast<double>(spec.q_width());
+  return {{tokens, hidden, (q_width + 2 * kv_width) / tp, 1.0},
+          {tokens, q_width / tp, hidden, 1.0},
           {mlp_rows, hidden, up / tp, experts},
           {mlp_rows, width / tp, hidden, experts}};
 }

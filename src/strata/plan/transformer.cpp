@@ -23,10 +23,11 @@ double mlp_parameters(const TransformerSpec& spec, double width, bool gated) {
 
 double attention_and_norm_parameters(const TransformerSpec& spec) {
   const double h = static_cast<double>(spec.d_model), kv = static_cast<double>(spec.kv_width());
+  const double q = static_cast<double>(spec.q_width());
   const double norms = 2 * (spec.norm_bias ? 2 * h : h);
   const double bias = spec.linear_biases ? 1.0 : 0.0;
-  const double qkv = (h + 2 * kv) * h + bias * (h + 2 * kv);
-  const double out = h * h + bias * h;
+  const double qkv = (q + 2 * kv) * h + bias * (q + 2 * kv);
+  const double out = q * h + bias * h;
   return norms + qkv + out;
 }
 
@@ -104,8 +105,8 @@ PassFlops layer_flops(const TransformerSpec& spec, int64_t micro_batch, bool moe
   STRATA_CHECK(!moe_layer || spec.moe.enabled(), "an MoE layer in a dense model");
   const double n = static_cast<double>(micro_batch * spec.seq_len);
   const double h = static_cast<double>(spec.d_model), kv = static_cast<double>(spec.kv_width());
-  const double s = static_cast<double>(spec.seq_len);
-  double weight_matmuls = 2 * n * ((h + 2 * kv) * h + h * h);  // QKV and out-projection
+  const double s = static_cast<double>(spec.seq_len), q = static_cast<double>(spec.q_width());
+  double weight_matmuls = 2 * n * ((q + 2 * kv) * h + q * h);  // QKV and out-projection
   if (moe_layer) {
     const double router = 2 * n * h * static_cast<double>(spec.moe.num_experts);
     weight_matmuls +=
@@ -116,7 +117,7 @@ PassFlops layer_flops(const TransformerSpec& spec, int64_t micro_batch, bool moe
         mlp_forward_flops(spec, n, static_cast<double>(spec.d_ff), spec.mlp_gated(false));
   }
   // QK^T and attention x V: 2 * s * head_dim per query token and head, for each of the two.
-  const double core = 4 * n * s * h;
+  const double core = 4 * n * s * q;
   PassFlops flops;
   flops.forward = weight_matmuls + core;
   flops.input_grad = weight_matmuls + 2 * core;
@@ -170,7 +171,7 @@ double attention_core_activation_bytes(const TransformerSpec& spec, int64_t micr
   const double s = static_cast<double>(spec.seq_len);
   if (spec.attention == AttentionKernel::blockwise) {
     const double rows = static_cast<double>(micro_batch) * s / static_cast<double>(options.cp);
-    return (e * rows * static_cast<double>(spec.d_model) +
+    return (e * rows * static_cast<double>(spec.q_width()) +
             4 * static_cast<double>(spec.n_heads) * rows) /
            static_cast<double>(options.tp);
   }
@@ -202,7 +203,8 @@ double layer_activation_bytes(const TransformerSpec& spec, int64_t micro_batch, 
   } else {
     mlp = mlp_activation_elements(n, static_cast<double>(spec.d_ff), spec.mlp_gated(false));
   }
-  const double split = e * (n * h + 2 * n * kv + n * h + mlp);
+  const double q = static_cast<double>(spec.q_width());
+  const double split = e * (n * q + 2 * n * kv + n * q + mlp);
   double bytes = replicated / replicated_divisor + split / t;
   if (options.recompute == Recompute::none) {
     bytes += attention_core_activation_bytes(spec, micro_batch, options);
