@@ -191,17 +191,16 @@ TEST(Cli, PipelineLayersAutoResolvesToAList) {
   const std::string resolved = output.substr(line + 1, output.find('\n', line + 1) - line);
   std::ofstream(dir.file("resolved.toml")) << output;
   std::string again;
-  ASSERT_EQ(testing::run_command(env + kStrata + " config " + dir.file("resolved.toml") +
-                                     " --ranks 2",
-                                 &again),
+  ASSERT_EQ(testing::run_command(
+                env + kStrata + " config " + dir.file("resolved.toml") + " --ranks 2", &again),
             0)
       << again;
   EXPECT_NE(again.find(resolved), std::string::npos) << resolved << " in\n" << again;
   EXPECT_EQ(again.find("# parallel.pp_layers"), std::string::npos) << "a list needs no resolving";
 
-  ASSERT_EQ(testing::run_command(env + kStrata + " train " + config + " --nproc 2" + set +
-                                     " --set log.trace=false",
-                                 &output),
+  ASSERT_EQ(testing::run_command(
+                env + kStrata + " train " + config + " --nproc 2" + set + " --set log.trace=false",
+                &output),
             0)
       << output;
   EXPECT_NE(output.find("parallel.pp_layers = \"auto\": ["), std::string::npos) << output;

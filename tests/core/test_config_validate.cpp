@@ -40,8 +40,8 @@ TEST(ConfigValidate, AutoLayoutLeavesTheLayoutToThePlanner) {
 // parallel.pp_layers = "auto" is checked like a split (a layer per stage), never with a list,
 // and goes with parallel.auto, which picks the stages it then splits; serving takes lists only.
 TEST(ConfigValidate, PipelineLayersAuto) {
-  const Config config = validate_config(
-      with({"parallel.pp=2", "parallel.pp_layers=auto", "model.n_layers=4"}), 2);
+  const Config config =
+      validate_config(with({"parallel.pp=2", "parallel.pp_layers=auto", "model.n_layers=4"}), 2);
   EXPECT_TRUE(config.parallel.pp_layers.automatic) << "resolved at the start, not here";
   EXPECT_CONTAINS(validate_error({"parallel.pp=4", "parallel.pp_layers=auto", "model.n_layers=3",
                                   "train.global_batch=8", "train.micro_batch=1"},
@@ -58,8 +58,7 @@ TEST(ConfigValidate, PipelineLayersAuto) {
                   "parallel.auto = true chooses the layout, but the config also sets "
                   "parallel.pp_layers");
   EXPECT_CONTAINS(user_error([] {
-                    validate_serving_config(with({"parallel.pp=2", "parallel.pp_layers=auto"}),
-                                            2);
+                    validate_serving_config(with({"parallel.pp=2", "parallel.pp_layers=auto"}), 2);
                   }),
                   "strata serve takes the layers of each stage as a list");
 }

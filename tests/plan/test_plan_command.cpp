@@ -149,23 +149,24 @@ TEST_F(PlanCommand, PrintsTheSplitAndTheBubble) {
   const CommandResult automatic =
       run_plan({"--model", config, "--cluster", "h100-80gb", "--layout", "pp=2"});
   ASSERT_EQ(automatic.exit_code, 0) << automatic.err;
-  for (const char* fragment : {"pp=2 micro_batch=1 pp_layers=auto\n",
-                               "pp_layers=auto (2 microbatches per step)",
-                               "split: layers per virtual stage ",
-                               "balanced by time (pp_layers=auto, costed by the cost model, "
-                               "cluster profile 'h100-80gb')",
-                               "; predicted bubble "}) {
+  for (const char* fragment :
+       {"pp=2 micro_batch=1 pp_layers=auto\n", "pp_layers=auto (2 microbatches per step)",
+        "split: layers per virtual stage ",
+        "balanced by time (pp_layers=auto, costed by the cost model, "
+        "cluster profile 'h100-80gb')",
+        "; predicted bubble "}) {
     EXPECT_NE(automatic.out.find(fragment), std::string::npos) << fragment << " in\n"
                                                                << automatic.out;
   }
-  const CommandResult flops = run_plan({"--model", model_, "--cluster", "h100-80gb",
-                                        "--global-batch", "8", "--layout", "pp=2"});
+  const CommandResult flops = run_plan(
+      {"--model", model_, "--cluster", "h100-80gb", "--global-batch", "8", "--layout", "pp=2"});
   ASSERT_EQ(flops.exit_code, 0) << flops.err;
-  EXPECT_NE(flops.out.find("split: layers per virtual stage 16 16, balanced by FLOPs (the default)"),
-            std::string::npos)
+  EXPECT_NE(
+      flops.out.find("split: layers per virtual stage 16 16, balanced by FLOPs (the default)"),
+      std::string::npos)
       << flops.out;
-  const CommandResult json = run_plan(
-      {"--model", config, "--cluster", "h100-80gb", "--layout", "pp=2", "--json"});
+  const CommandResult json =
+      run_plan({"--model", config, "--cluster", "h100-80gb", "--layout", "pp=2", "--json"});
   ASSERT_EQ(json.exit_code, 0) << json.err;
   const nlohmann::json prediction = nlohmann::json::parse(json.out);
   EXPECT_EQ(prediction["layout"]["pp_layers"], "auto");

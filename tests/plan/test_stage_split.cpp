@@ -108,9 +108,9 @@ TEST(AutoSplit, AMeasuredProfileAppliesWhereItWasMeasured) {
   split_over_tp.tp = 2;
   EXPECT_FALSE(layer_profile_applies(measured, inputs.model, Precision::fp32, split_over_tp));
   EXPECT_FALSE(layer_profile_applies(measured, inputs.model, Precision::bf16, pipeline(2)));
-  EXPECT_FALSE(layer_profile_applies(
-      measured, transformer_of(testing::gpt_config(32000, 512, 8, 8, 128)), Precision::fp32,
-      pipeline(2)))
+  EXPECT_FALSE(layer_profile_applies(measured,
+                                     transformer_of(testing::gpt_config(32000, 512, 8, 8, 128)),
+                                     Precision::fp32, pipeline(2)))
       << "another model";
 }
 

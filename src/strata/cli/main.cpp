@@ -142,7 +142,8 @@ int run_train(const std::string& config_path, const std::vector<std::string>& ov
     }
     if (config.parallel.pp_layers.automatic) {
       std::string note;
-      config = alike_on_every_rank([&] { return resolve_pp_layers_on_ranks(world, config, &note); });
+      config =
+          alike_on_every_rank([&] { return resolve_pp_layers_on_ranks(world, config, &note); });
       if (world.rank() == 0) std::cout << note << std::endl;
     }
     Mesh mesh(world, mesh_shape_of(config.parallel));
@@ -160,8 +161,7 @@ int run_config(const std::string& config_path, const std::vector<std::string>& o
     STRATA_REQUIRE(std::filesystem::exists(path),
                    "parallel.pp_layers = \"auto\" splits the stages by their time on this "
                    "machine, and it has no local profile at ",
-                   path,
-                   " yet: run `strata plan calibrate` (with --profile-layers ", config_path,
+                   path, " yet: run `strata plan calibrate` (with --profile-layers ", config_path,
                    " to time this model's layers), or `strata train`, which measures it");
     std::string note;
     config = resolve_pp_layers(config, load_cluster("local"),

@@ -305,9 +305,9 @@ void profile_layers(Comm& world, const std::string& config_path, const std::stri
   save_layer_profile(path, profile);
   std::cout << "layers of " << config_path << " (micro_batch " << profile.micro_batch << ", "
             << name_of(profile.precision) << "), forward + backward of one microbatch, the "
-            << "slowest rank:\n  a layer " << profile.seconds.layer * 1e3
-            << " ms\n  the embedding " << profile.seconds.embedding * 1e3
-            << " ms\n  the head and loss " << profile.seconds.head * 1e3 << " ms\n"
+            << "slowest rank:\n  a layer " << profile.seconds.layer * 1e3 << " ms\n  the embedding "
+            << profile.seconds.embedding * 1e3 << " ms\n  the head and loss "
+            << profile.seconds.head * 1e3 << " ms\n"
             << "layer profile written to " << path
             << " (parallel.pp_layers = \"auto\" splits this model's stages by it)\n";
 }

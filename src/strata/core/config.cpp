@@ -164,9 +164,7 @@ struct TypeNames {
   std::string operator()(double*) const { return "a number"; }
   std::string operator()(bool*) const { return "a boolean (true or false)"; }
   std::string operator()(std::string*) const { return "a string"; }
-  std::string operator()(PipelineLayers*) const {
-    return "an array of integers or \"auto\"";
-  }
+  std::string operator()(PipelineLayers*) const { return "an array of integers or \"auto\""; }
   template <typename E, typename = std::enable_if_t<std::is_enum_v<E>>>
   std::string operator()(E*) const {
     return spellings_quoted<E>();

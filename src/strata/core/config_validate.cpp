@@ -334,9 +334,10 @@ void check_pp_layers(const Config& config, Problems& problems) {
     return;
   }
   if (pp_layers.automatic && stages > config.model.n_layers) {
-    problems.push_back(str("parallel.pp_layers = \"auto\" needs a layer per pipeline stage, but "
-                           "model.n_layers (", config.model.n_layers, ") < parallel.pp * "
-                           "parallel.vpp (", stages, "); use fewer stages or more layers"));
+    problems.push_back(
+        str("parallel.pp_layers = \"auto\" needs a layer per pipeline stage, but model.n_layers (",
+            config.model.n_layers, ") < parallel.pp * parallel.vpp (", stages,
+            "); use fewer stages or more layers"));
   }
   if (pp_layers.layers.empty()) return;
   try {
@@ -432,9 +433,10 @@ Config validate_serving_config(Config config, int64_t world_size) {
   }
   if (layout.empty()) check_pp_layers(config, problems);
   if (config.parallel.pp_layers.automatic) {
-    problems.push_back("parallel.pp_layers = \"auto\" balances training's forward and backward; "
-                       "strata serve takes the layers of each stage as a list (e.g. --set "
-                       "parallel.pp_layers=[3,1]), or none for the default split");
+    problems.push_back(
+        "parallel.pp_layers = \"auto\" balances training's forward and backward; "
+        "strata serve takes the layers of each stage as a list (e.g. --set "
+        "parallel.pp_layers=[3,1]), or none for the default split");
   }
   if (!problems.empty()) throw_problems(problems);
   config.parallel.dp = 1;

@@ -32,8 +32,7 @@ bool layer_profile_applies(const LayerProfile& profile, const TransformerSpec& m
 }
 
 std::string layer_profile_path() {
-  return (std::filesystem::path(local_profile_path()).parent_path() / "local_layers.toml")
-      .string();
+  return (std::filesystem::path(local_profile_path()).parent_path() / "local_layers.toml").string();
 }
 
 void save_layer_profile(const std::string& path, const LayerProfile& profile) {

@@ -96,12 +96,12 @@ std::string explanation(const Prediction& prediction) {
 std::string split_text(const Prediction& prediction) {
   std::string layers;
   for (const int64_t count : prediction.stage_layers) layers += str(" ", count);
-  return str("split: layers per virtual stage", layers,
-             prediction.layout.pp_layers_auto
-                 ? str(", balanced by time (pp_layers=auto, costed by ", prediction.split_source,
-                       ")")
-                 : ", balanced by FLOPs (the default)",
-             "; predicted bubble ", percent(prediction.bubble_fraction));
+  return str(
+      "split: layers per virtual stage", layers,
+      prediction.layout.pp_layers_auto
+          ? str(", balanced by time (pp_layers=auto, costed by ", prediction.split_source, ")")
+          : ", balanced by FLOPs (the default)",
+      "; predicted bubble ", percent(prediction.bubble_fraction));
 }
 
 }  // namespace

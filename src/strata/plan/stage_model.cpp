@@ -491,8 +491,8 @@ std::vector<StageModel> stage_models(const PlanInputs& inputs, const PlanLayout&
                                      const std::vector<int64_t>& chunk_layers) {
   const TransformerSpec& spec = inputs.model;
   const RankShared shared(inputs, layout);
-  const LayerContext context{spec,          layout, inputs.cluster.device, shared.terms,
-                             shared.collectives, shared.core};
+  const LayerContext context{
+      spec, layout, inputs.cluster.device, shared.terms, shared.collectives, shared.core};
   const ParameterCounts counts = parameter_counts(spec);
 
   // chunk_layers has one entry per virtual stage; the placement says which rank runs it.
@@ -522,8 +522,8 @@ std::vector<StageModel> stage_models(const PlanInputs& inputs, const PlanLayout&
 SplitCosts split_costs(const PlanInputs& inputs, const PlanLayout& layout) {
   const TransformerSpec& spec = inputs.model;
   const RankShared shared(inputs, layout);
-  const LayerContext context{spec,          layout, inputs.cluster.device, shared.terms,
-                             shared.collectives, shared.core};
+  const LayerContext context{
+      spec, layout, inputs.cluster.device, shared.terms, shared.collectives, shared.core};
   const ParameterCounts counts = parameter_counts(spec);
   // A dense layer and an MoE layer, weighted by how many of each the model has (a search
   // prices this for every candidate: one of each, not every layer).

@@ -54,8 +54,7 @@ Config resolve_pp_layers(const Config& config, const ClusterProfile& cluster,
   Config resolved = config;
   resolved.parallel.pp_layers = PipelineLayers{false, split.layers};
   *note = str("parallel.pp_layers = \"auto\": [", joined(split.layers), "] (costed by ",
-              split.source, ": a layer ",
-              milliseconds(split.seconds.layer), ", the embedding ",
+              split.source, ": a layer ", milliseconds(split.seconds.layer), ", the embedding ",
               milliseconds(split.seconds.embedding), ", the head and loss ",
               milliseconds(split.seconds.head), " per microbatch)");
   return resolved;
@@ -65,7 +64,8 @@ Config resolve_pp_layers_on_ranks(Comm& world, const Config& config, std::string
   if (!config.parallel.pp_layers.automatic) return config;
   std::string profile_note;
   const ClusterProfile local = local_profile_on_ranks(world, &profile_note);
-  Config resolved = resolve_pp_layers(config, local, load_layer_profile(layer_profile_path()), note);
+  Config resolved =
+      resolve_pp_layers(config, local, load_layer_profile(layer_profile_path()), note);
   std::vector<int64_t>& layers = resolved.parallel.pp_layers.layers;
   at::Tensor shared = at::tensor(layers, at::kLong);
   world.broadcast(shared, 0);

@@ -39,14 +39,14 @@ struct TimedChunk {
     targets = at::randint(shape.vocab_size, {rows, shape.seq_len}, token_options);
     input = first ? at::randint(shape.vocab_size, {rows, shape.seq_len}, token_options)
                   : at::randn({rows, shape.seq_len, shape.d_model}, at::TensorOptions(dtype));
-    if (!last) output_grad = at::randn({rows, shape.seq_len, shape.d_model}, at::TensorOptions(dtype));
+    if (!last)
+      output_grad = at::randn({rows, shape.seq_len, shape.d_model}, at::TensorOptions(dtype));
   }
 
   // Seconds of one forward and backward (weight gradients accumulated, as in training).
   double run() {
-    const at::Tensor activations = input.is_floating_point()
-                                       ? input.detach().set_requires_grad(true)
-                                       : input;
+    const at::Tensor activations =
+        input.is_floating_point() ? input.detach().set_requires_grad(true) : input;
     const auto start = std::chrono::steady_clock::now();
     const at::Tensor output = model->forward_stage(activations, targets);
     if (output_grad.defined()) {
@@ -78,10 +78,10 @@ SplitCosts time_split_costs(Comm& world, const Config& config, int rounds) {
   }
   const double layer = median(alone);
   // The slowest rank's, as every rank must wait for it.
-  at::Tensor seconds = at::tensor({layer / static_cast<double>(period),
-                                   std::max(0.0, median(embedded) - layer),
-                                   std::max(0.0, median(headed) - layer)},
-                                  at::kDouble);
+  at::Tensor seconds =
+      at::tensor({layer / static_cast<double>(period), std::max(0.0, median(embedded) - layer),
+                  std::max(0.0, median(headed) - layer)},
+                 at::kDouble);
   world.all_reduce(seconds, ReduceOp::Max);
   SplitCosts costs;
   costs.layer = seconds[0].item<double>();
