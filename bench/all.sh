@@ -86,6 +86,14 @@ record pipeline_bubble_zbv --title "ZB-V against 1F1B, measured against the simu
   bench/pipeline_bubble.sh "$build"
 smoke_extra=()
 
+# Stages balanced by time (parallel.pp_layers = "auto") against the even split (issue 36): the
+# head and loss of a 32000-token vocabulary outweigh several d_model 256 layers.
+smoke_extra=(N_LAYERS=4)  # room for the split
+record pipeline_split --title "Stages balanced by time (pp_layers = \"auto\") against the even split (pp 2, vocabulary 32000, d_model 256)" \
+  --target 'auto/even<=0.90' --target 'auto prediction error<=0.15' \
+  ROUNDS=3 STEPS=6 WARMUP=2 bench/pipeline_split.sh "$build"
+smoke_extra=()
+
 sizes=(256 512 768)
 [[ -n ${SMOKE:-} ]] && sizes=(256)
 for d in "${sizes[@]}"; do

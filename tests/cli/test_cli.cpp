@@ -144,9 +144,9 @@ TEST(Cli, ConfigNprocNamesItsNewSpelling) {
   EXPECT_NE(output.find("use --ranks 2"), std::string::npos) << output;
 }
 
-TEST(Cli, AutoLayoutPlansThenTrains) {
-  testing::TempDir dir;
-  // A local profile of a 2-rank machine, as `strata plan calibrate` would leave it.
+// A local profile of a 2-rank machine in DIR/cache, as `strata plan calibrate` would leave it;
+// returns the environment setting that points strata at it.
+std::string write_local_profile(const testing::TempDir& dir) {
   std::filesystem::create_directories(dir.file("cache/clusters"));
   std::ofstream(dir.file("cache/clusters/local.toml")) << R"([cluster]
 nodes = 1
@@ -162,7 +162,55 @@ intra_node_gbs = 5.0
 inter_node_gbs = 5.0
 latency_us = 5.0
 )";
-  const std::string env = "STRATA_CACHE_DIR=" + dir.file("cache") + " ";
+  return "STRATA_CACHE_DIR=" + dir.file("cache") + " ";
+}
+
+// parallel.pp_layers = "auto": `strata config` needs this machine's profile, prints the list it
+// resolves to (which reads back as itself), and `strata train` resolves it at the start and
+// logs the split.
+TEST(Cli, PipelineLayersAutoResolvesToAList) {
+  testing::TempDir dir;
+  const std::string config = write_config(dir);
+  const std::string set = " --set parallel.pp=2 --set parallel.pp_layers=auto";
+  std::string output;
+  EXPECT_EQ(testing::run_command("STRATA_CACHE_DIR=" + dir.file("empty") + " " + kStrata +
+                                     " config " + config + " --ranks 2" + set,
+                                 &output),
+            2);
+  EXPECT_NE(output.find("run `strata plan calibrate`"), std::string::npos) << output;
+
+  const std::string env = write_local_profile(dir);
+  ASSERT_EQ(testing::run_command(env + kStrata + " config " + config + " --ranks 2" + set, &output),
+            0)
+      << output;
+  EXPECT_EQ(output.rfind("# parallel.pp_layers = \"auto\": [", 0), 0u) << output;
+  EXPECT_NE(output.find("costed by the cost model, cluster profile 'local'"), std::string::npos)
+      << output;
+  const size_t line = output.find("\npp_layers = [");
+  ASSERT_NE(line, std::string::npos) << output;
+  const std::string resolved = output.substr(line + 1, output.find('\n', line + 1) - line);
+  std::ofstream(dir.file("resolved.toml")) << output;
+  std::string again;
+  ASSERT_EQ(testing::run_command(
+                env + kStrata + " config " + dir.file("resolved.toml") + " --ranks 2", &again),
+            0)
+      << again;
+  EXPECT_NE(again.find(resolved), std::string::npos) << resolved << " in\n" << again;
+  EXPECT_EQ(again.find("# parallel.pp_layers"), std::string::npos) << "a list needs no resolving";
+
+  ASSERT_EQ(testing::run_command(
+                env + kStrata + " train " + config + " --nproc 2" + set + " --set log.trace=false",
+                &output),
+            0)
+      << output;
+  EXPECT_NE(output.find("parallel.pp_layers = \"auto\": ["), std::string::npos) << output;
+  EXPECT_NE(output.find("step 6/6"), std::string::npos) << output;
+}
+
+TEST(Cli, AutoLayoutPlansThenTrains) {
+  testing::TempDir dir;
+  // A local profile of a 2-rank machine, as `strata plan calibrate` would leave it.
+  const std::string env = write_local_profile(dir);
   std::string output;
   ASSERT_EQ(testing::run_command(env + kStrata + " train " + write_config(dir) +
                                      " --nproc 2 --set parallel.auto=true",

@@ -33,13 +33,28 @@ TEST(ConfigOverrides, ScalarTypes) {
 }
 
 TEST(ConfigOverrides, Arrays) {
-  EXPECT_EQ(with({"parallel.pp_layers=[3, 1]"}).parallel.pp_layers, (std::vector<int64_t>{3, 1}));
-  EXPECT_EQ(with({"parallel.pp_layers=[]"}).parallel.pp_layers, std::vector<int64_t>{});
+  EXPECT_EQ(with({"parallel.pp_layers=[3, 1]"}).parallel.pp_layers.layers,
+            (std::vector<int64_t>{3, 1}));
+  EXPECT_EQ(with({"parallel.pp_layers=[]"}).parallel.pp_layers, PipelineLayers{});
   EXPECT_CONTAINS(override_error("parallel.pp_layers=[3, 1.5]"),
-                  "parallel.pp_layers must be an array of integers, got array [");
+                  "parallel.pp_layers must be an array of integers or \"auto\", got array [");
   EXPECT_CONTAINS(override_error("parallel.pp_layers=3"),
-                  "parallel.pp_layers must be an array of integers, got integer 3 "
+                  "parallel.pp_layers must be an array of integers or \"auto\", got integer 3 "
                   "(--set parallel.pp_layers=3)");
+}
+
+// parallel.pp_layers takes the word "auto", bare or quoted, and no other; a list after it wins.
+TEST(ConfigOverrides, PipelineLayersAuto) {
+  const PipelineLayers automatic{true, {}};
+  EXPECT_EQ(with({"parallel.pp_layers=auto"}).parallel.pp_layers, automatic);
+  EXPECT_EQ(with({"parallel.pp_layers=\"auto\""}).parallel.pp_layers, automatic);
+  EXPECT_EQ(with({"parallel.pp_layers=auto", "parallel.pp_layers=[3, 1]"}).parallel.pp_layers,
+            (PipelineLayers{false, {3, 1}}));
+  EXPECT_CONTAINS(override_error("parallel.pp_layers=\"balanced\""),
+                  "parallel.pp_layers must be an array of integers or \"auto\", got string "
+                  "\"balanced\"");
+  EXPECT_CONTAINS(override_error("parallel.pp_layers=balanced"),
+                  "parallel.pp_layers must be an array of integers or \"auto\"");
 }
 
 TEST(ConfigOverrides, Strings) {

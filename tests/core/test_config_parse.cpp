@@ -220,7 +220,7 @@ Config unusual_config() {
   config.parallel.schedule = PipelineSchedule::interleaved_one_f_one_b;
   config.parallel.vpp = 7;
   config.parallel.microbatches = 8;
-  config.parallel.pp_layers = {-1, 0, 4000000000};
+  config.parallel.pp_layers.layers = {-1, 0, 4000000000};
   config.parallel.comm_timeout_s = 0.1;
   config.compression.gradients = GradientCompression::onebit;
   config.compression.start_step = 3;
@@ -271,6 +271,23 @@ TEST(ConfigParse, RoundTripIsExact) {
   const Config back = parse_config(to_toml(config), "x");
   EXPECT_TRUE(std::isinf(back.train.grad_clip));
   EXPECT_TRUE(std::isnan(back.model.init_std));
+}
+
+// parallel.pp_layers = "auto" reads back as itself; `strata config` prints the list it resolves
+// to (plan/stage_split.h), which reads back as that list.
+TEST(ConfigParse, PipelineLayersAutoRoundTrip) {
+  const Config automatic = parse_config("[parallel]\npp_layers = \"auto\"\n", "auto.toml");
+  EXPECT_EQ(automatic.parallel.pp_layers, (PipelineLayers{true, {}}));
+  EXPECT_NE(to_toml(automatic).find("pp_layers = \"auto\"\n"), std::string::npos);
+  EXPECT_TRUE(parse_config(to_toml(automatic), "x") == automatic);
+  Config resolved = automatic;
+  resolved.parallel.pp_layers = PipelineLayers{false, {3, 1}};
+  EXPECT_NE(to_toml(resolved).find("pp_layers = [3, 1]\n"), std::string::npos);
+  EXPECT_TRUE(parse_config(to_toml(resolved), "x") == resolved);
+  EXPECT_FALSE(resolved == automatic);
+  EXPECT_CONTAINS(user_error([] { parse_config("[parallel]\npp_layers = \"even\"\n", "x.toml"); }),
+                  "parallel.pp_layers must be an array of integers or \"auto\", got string "
+                  "\"even\" (x.toml:2:13)");
 }
 
 // parallel.schedule's old name is still read (configs saved in checkpoints use it); it is

@@ -37,6 +37,32 @@ TEST(ConfigValidate, AutoLayoutLeavesTheLayoutToThePlanner) {
   EXPECT_CONTAINS(validate_error({"parallel.auto=true", "train.lr=-1"}, 2), "train.lr");
 }
 
+// parallel.pp_layers = "auto" is checked like a split (a layer per stage), never with a list,
+// and goes with parallel.auto, which picks the stages it then splits; serving takes lists only.
+TEST(ConfigValidate, PipelineLayersAuto) {
+  const Config config =
+      validate_config(with({"parallel.pp=2", "parallel.pp_layers=auto", "model.n_layers=4"}), 2);
+  EXPECT_TRUE(config.parallel.pp_layers.automatic) << "resolved at the start, not here";
+  EXPECT_CONTAINS(validate_error({"parallel.pp=4", "parallel.pp_layers=auto", "model.n_layers=3",
+                                  "train.global_batch=8", "train.micro_batch=1"},
+                                 4),
+                  "parallel.pp_layers = \"auto\" needs a layer per pipeline stage, but "
+                  "model.n_layers (3) < parallel.pp * parallel.vpp (4)");
+  Config both = with({"parallel.pp=2", "model.n_layers=4"});
+  both.parallel.pp_layers = PipelineLayers{true, {3, 1}};
+  EXPECT_CONTAINS(user_error([&] { validate_config(both, 2); }),
+                  "parallel.pp_layers is both \"auto\" and a list of 2 layer counts");
+  EXPECT_NO_THROW(validate_config(
+      with({"parallel.auto=true", "parallel.pp_layers=auto", "train.global_batch=4"}), 2));
+  EXPECT_CONTAINS(validate_error({"parallel.auto=true", "parallel.pp_layers=[1, 1]"}, 2),
+                  "parallel.auto = true chooses the layout, but the config also sets "
+                  "parallel.pp_layers");
+  EXPECT_CONTAINS(user_error([] {
+                    validate_serving_config(with({"parallel.pp=2", "parallel.pp_layers=auto"}), 2);
+                  }),
+                  "strata serve takes the layers of each stage as a list");
+}
+
 TEST(ConfigValidate, DataParallelSize) {
   for (int64_t world : {1, 2, 3, 4, 8}) {
     const Config config =

@@ -1,11 +1,16 @@
 // Pipeline parallelism on the real MPI transport: for every schedule and several microbatch
 // counts, 20 training steps equal the unsharded run; stage 0 holds at most p microbatches of
 // activations under 1F1B, ZB-H1 and ZB-V and m under GPipe; pipeline composes with tensor
-// parallelism; bad requests fail before training with a message saying what would work.
+// parallelism; explicit and "auto" stage splits train alike; bad requests fail before training
+// with a message saying what would work.
 #include <gtest/gtest.h>
 
 #include "expect_error.h"
 #include "strata/core/error.h"
+#include "strata/core/stages.h"
+#include "strata/plan/calibrate.h"
+#include "strata/plan/layer_profile.h"
+#include "strata/plan/stage_split.h"
 #include "test_configs.h"
 #include "test_support.h"
 #include "train_support.h"
@@ -154,15 +159,60 @@ TEST(PipelineTraining, ExplicitUnevenSplitEqualsUnsharded) {
   const int64_t p = world.size();
   TrainResult reference = train_with(self, tiny_run(p), 1, 1, PipelineSchedule::one_f_one_b, 1);
   Config config = tiny_run(p);
-  // The last stage gets most layers: the opposite of what balanced_partition would choose.
-  config.parallel.pp_layers.assign(p, 1);
-  config.parallel.pp_layers.back() = config.model.n_layers - (p - 1);
+  // The last stage gets most layers: the opposite of what balanced_split would choose.
+  std::vector<int64_t>& layers = config.parallel.pp_layers.layers;
+  layers.assign(p, 1);
+  layers.back() = config.model.n_layers - (p - 1);
   expect_same_losses(train_with(world, config, p, 1, PipelineSchedule::zb_h1, 1), reference,
                      "last-heavy parallel.pp_layers");
-  config.parallel.pp_layers.back() += 1;  // one layer too many
+  layers.back() += 1;  // one layer too many
   EXPECT_CONTAINS(testing::user_error(
                       [&] { train_with(world, config, p, 1, PipelineSchedule::one_f_one_b, 1); }),
                   "parallel.pp_layers sums to");
+}
+
+// parallel.pp_layers = "auto" resolved at the start as `strata train` does, on a cache
+// directory holding a cluster profile and a layer profile measured for this model whose head
+// and loss cost ten layers: the last virtual stage keeps one layer, every rank builds the same
+// stages, and training equals the unsharded model, under 1F1B and under zb-v (whose rank 0
+// holds the embedding and the head).
+TEST(PipelineTraining, AutoSplitEqualsUnsharded) {
+  Comm world = Comm::world(120);
+  if (world.size() < 2) GTEST_SKIP();
+  Comm self = world.split(world.rank(), 0, "self");
+  const int64_t p = world.size();
+  testing::TempDir cache("strata-auto-split");
+  testing::ScopedEnv cache_dir("STRATA_CACHE_DIR", cache.path().c_str());
+  save_local_profile(local_profile_path(), load_cluster("h100-80gb"));
+  const Config run = tiny_run(2 * p);
+  LayerProfile measured;
+  measured.model = layer_profile_model(transformer_of(run.model));
+  measured.precision = run.train.precision;
+  measured.micro_batch = run.parallel.micro_batch;
+  measured.seconds = {1.0, 0.5, 10.0};
+  save_layer_profile(layer_profile_path(), measured);
+
+  const TrainResult reference = train_with(self, run, 1, 1, PipelineSchedule::one_f_one_b, 1);
+  for (const auto& [schedule, vpp] : {std::pair{PipelineSchedule::one_f_one_b, int64_t{1}},
+                                      std::pair{PipelineSchedule::zb_v, int64_t{2}}}) {
+    Config config = run;
+    config.parallel.pp = p;
+    config.parallel.dp = 1;
+    config.parallel.vpp = vpp;
+    config.parallel.schedule = schedule;
+    config.parallel.pp_layers = PipelineLayers{true, {}};
+    std::string note;
+    const Config resolved = resolve_pp_layers_on_ranks(world, config, &note);
+    const std::vector<int64_t>& layers = resolved.parallel.pp_layers.layers;
+    const std::string what = str(name_of(schedule), " p=", p, ": ", note);
+    EXPECT_FALSE(resolved.parallel.pp_layers.automatic) << what;
+    EXPECT_CONTAINS(note, "costed by the measured layer profile");
+    EXPECT_EQ(layers, balanced_split(run.model.n_layers, stage_placement(config.parallel),
+                                     measured.seconds))
+        << what;
+    EXPECT_EQ(layers.back(), 1) << what;
+    expect_same_losses(train_with(world, resolved, p, 1, schedule, vpp), reference, what);
+  }
 }
 
 TEST(PipelineTraining, BadRequestsSayWhatWorks) {

@@ -139,6 +139,43 @@ TEST_F(PlanCommand, ATrainingConfigFixesWhatItSets) {
       2 * nlohmann::json::parse(bf16.out)["memory_per_device_bytes"]["params"].get<double>());
 }
 
+// parallel.pp_layers = "auto" in the config (or pp_layers=auto in --layout): the plan prints the
+// split it prices, what costed it, and the predicted bubble; without it, the FLOP split.
+TEST_F(PlanCommand, PrintsTheSplitAndTheBubble) {
+  const std::string config = dir_.file("auto.toml");
+  std::ofstream(config) << "[model]\nvocab_size = 32000\nd_model = 256\nn_layers = 8\n"
+                           "n_heads = 8\nseq_len = 128\n[train]\nglobal_batch = 8\n"
+                           "micro_batch = 1\n[parallel]\npp = 2\npp_layers = \"auto\"\n";
+  const CommandResult automatic =
+      run_plan({"--model", config, "--cluster", "h100-80gb", "--layout", "pp=2"});
+  ASSERT_EQ(automatic.exit_code, 0) << automatic.err;
+  for (const char* fragment :
+       {"pp=2 micro_batch=1 pp_layers=auto\n", "pp_layers=auto (2 microbatches per step)",
+        "split: layers per virtual stage ",
+        "balanced by time (pp_layers=auto, costed by the cost model, "
+        "cluster profile 'h100-80gb')",
+        "; predicted bubble "}) {
+    EXPECT_NE(automatic.out.find(fragment), std::string::npos) << fragment << " in\n"
+                                                               << automatic.out;
+  }
+  const CommandResult flops = run_plan(
+      {"--model", model_, "--cluster", "h100-80gb", "--global-batch", "8", "--layout", "pp=2"});
+  ASSERT_EQ(flops.exit_code, 0) << flops.err;
+  EXPECT_NE(
+      flops.out.find("split: layers per virtual stage 16 16, balanced by FLOPs (the default)"),
+      std::string::npos)
+      << flops.out;
+  const CommandResult json =
+      run_plan({"--model", config, "--cluster", "h100-80gb", "--layout", "pp=2", "--json"});
+  ASSERT_EQ(json.exit_code, 0) << json.err;
+  const nlohmann::json prediction = nlohmann::json::parse(json.out);
+  EXPECT_EQ(prediction["layout"]["pp_layers"], "auto");
+  EXPECT_EQ(prediction["stage_layers"].size(), 2u);
+  expect_error(run_plan({"--model", model_, "--cluster", "h100-80gb", "--global-batch", "8",
+                         "--layout", "pp=2,pp_layers=even"}),
+               "--layout: pp_layers=even must be auto");
+}
+
 TEST_F(PlanCommand, ExplainBreaksTheStepDown) {
   const CommandResult result =
       run_plan({"--model", model_, "--cluster", "a100-80gb", "--nodes", "2", "--global-batch", "64",

@@ -40,7 +40,9 @@
 #include "strata/infer/generate.h"
 #include "strata/model/product_routes.h"
 #include "strata/plan/calibrate.h"
+#include "strata/plan/layer_profile.h"
 #include "strata/plan/search.h"
+#include "strata/plan/stage_split.h"
 #include "strata/serve/serve.h"
 #include "strata/train/trainer.h"
 
@@ -138,6 +140,12 @@ int run_train(const std::string& config_path, const std::vector<std::string>& ov
       if (world.rank() == 0) std::cout << choice.explanation << " (" << note << ")" << std::endl;
       config = alike_on_every_rank([&] { return validate_config(choice.config, world_size); });
     }
+    if (config.parallel.pp_layers.automatic) {
+      std::string note;
+      config =
+          alike_on_every_rank([&] { return resolve_pp_layers_on_ranks(world, config, &note); });
+      if (world.rank() == 0) std::cout << note << std::endl;
+    }
     Mesh mesh(world, mesh_shape_of(config.parallel));
     // Building the model and opening the data read the same config and files on every rank.
     auto trainer = alike_on_every_rank([&] { return std::make_unique<Trainer>(config, mesh); });
@@ -148,6 +156,18 @@ int run_train(const std::string& config_path, const std::vector<std::string>& ov
 int run_config(const std::string& config_path, const std::vector<std::string>& overrides,
                int world_size) {
   Config config = validate_config(with_hf_model(load_config(config_path, overrides)), world_size);
+  if (config.parallel.pp_layers.automatic) {
+    const std::string path = local_profile_path();
+    STRATA_REQUIRE(std::filesystem::exists(path),
+                   "parallel.pp_layers = \"auto\" splits the stages by their time on this "
+                   "machine, and it has no local profile at ",
+                   path, " yet: run `strata plan calibrate` (with --profile-layers ", config_path,
+                   " to time this model's layers), or `strata train`, which measures it");
+    std::string note;
+    config = resolve_pp_layers(config, load_cluster("local"),
+                               load_layer_profile(layer_profile_path()), &note);
+    std::cout << "# " << note << "\n";
+  }
   std::cout << to_toml(config);
   return 0;
 }

@@ -24,10 +24,12 @@
 #include "strata/hf/hf_config.h"
 #include "strata/plan/calibrate.h"
 #include "strata/plan/checkpoint_plan.h"
+#include "strata/plan/layer_profile.h"
 #include "strata/plan/published_report.h"
 #include "strata/plan/published_runs.h"
 #include "strata/plan/report.h"
 #include "strata/plan/serve_plan.h"
+#include "strata/train/layer_timing.h"
 
 namespace strata {
 namespace {
@@ -35,7 +37,7 @@ namespace {
 struct PlanOptions {
   std::string model_path, cluster, nodes, global_batch, layout, top = "5";
   bool json = false, allow_tp_across_nodes = false, explain = false, serve = false;
-  std::string calibrate_out, calibrate_nproc = "2";
+  std::string calibrate_out, calibrate_nproc = "2", profile_layers;
   std::string published_runs, published_fit;
   std::string mtbf_hours, checkpoint_gbs = "2", restart_s = "60";
 };
@@ -132,6 +134,7 @@ ConfigPlan load_model(const std::string& path) {
   if (given("train", "recompute")) {
     plan.layout_items.push_back(str("recompute=", name_of(config.train.recompute)));
   }
+  if (parallel.pp_layers.automatic) plan.layout_items.push_back("pp_layers=auto");
   return plan;
 }
 
@@ -139,7 +142,8 @@ ConfigPlan load_model(const std::string& path) {
 bool matches(const PlanLayout& layout, const std::vector<std::string>& items) {
   const std::string printed = " " + layout_to_string(layout) + " ";
   for (const std::string& item : items) {
-    if (item.rfind("schedule=", 0) == 0 && layout.pp == 1) continue;
+    const bool pipeline_item = item.rfind("schedule=", 0) == 0 || item == "pp_layers=auto";
+    if (pipeline_item && layout.pp == 1) continue;
     if (printed.find(" " + item + " ") == std::string::npos) return false;
   }
   return true;
@@ -207,6 +211,8 @@ void run_plan(const PlanOptions& options) {
                                    ? *config.global_batch
                                    : parse_positive("--global-batch", options.global_batch, "1536");
   PlanInputs inputs = plan_inputs(config.model, cluster, global_batch);
+  // This machine's measured layers split pp_layers=auto layouts where they apply.
+  if (cluster.name == "local") inputs.layer_profile = load_layer_profile(layer_profile_path());
   if (config.precision) {
     inputs.precision = *config.precision;
     if (mixed_precision(*config.precision) != (cluster.device.precision != "fp32")) {
@@ -275,6 +281,40 @@ std::vector<std::string> own_command_line() {
   return args;
 }
 
+// --profile-layers CONFIG: times a layer, the embedding and the head and loss of the config's
+// model (its micro batch and precision) on every rank at once, and saves the slowest rank's
+// beside the cluster profile `cluster_path`.
+void profile_layers(Comm& world, const std::string& config_path, const std::string& cluster_path) {
+  // Its model is checked as `strata train` checks it; its layout is not the one timed here.
+  const Config config = with_hf_model(load_config(config_path));
+  Config model_only;
+  model_only.model = config.model;
+  try {
+    validate_config(model_only, 1);
+  } catch (const UserError& error) {
+    throw UserError(str("--profile-layers ", config_path, ": ", error.what()));
+  }
+  STRATA_REQUIRE(config.parallel.micro_batch >= 1, "--profile-layers ", config_path,
+                 ": train.micro_batch (", config.parallel.micro_batch, ") must be >= 1");
+  constexpr int kRounds = 5;
+  LayerProfile profile;
+  profile.model = layer_profile_model(transformer_of(config.model));
+  profile.precision = config.train.precision;
+  profile.micro_batch = config.parallel.micro_batch;
+  profile.seconds = time_split_costs(world, config, kRounds);
+  if (world.rank() != 0) return;
+  const std::string path =
+      (std::filesystem::path(cluster_path).parent_path() / "local_layers.toml").string();
+  save_layer_profile(path, profile);
+  std::cout << "layers of " << config_path << " (micro_batch " << profile.micro_batch << ", "
+            << name_of(profile.precision) << "), forward + backward of one microbatch, the "
+            << "slowest rank:\n  a layer " << profile.seconds.layer * 1e3 << " ms\n  the embedding "
+            << profile.seconds.embedding * 1e3 << " ms\n  the head and loss "
+            << profile.seconds.head * 1e3 << " ms\n"
+            << "layer profile written to " << path
+            << " (parallel.pp_layers = \"auto\" splits this model's stages by it)\n";
+}
+
 void run_calibrate(const PlanOptions& options) {
   const int64_t nproc = parse_positive("--nproc", options.calibrate_nproc, "2");
   const std::string out =
@@ -297,6 +337,7 @@ void run_calibrate(const PlanOptions& options) {
                 << " (use it with --cluster local"
                 << (options.calibrate_out.empty() ? "" : str(" or --cluster ", out)) << ")\n";
     }
+    if (!options.profile_layers.empty()) profile_layers(world, options.profile_layers, out);
   } catch (const UserError&) {
     finalize_mpi();
     throw;
@@ -350,7 +391,8 @@ CLI::App* add_plan_command(CLI::App& app) {
   plan->add_option("--layout", options->layout,
                    "Predict this layout: tp=..,pp=..,dp=..,cp=..,"
                    "cp_comm=ring|all-gather|all-to-all,ep=..,vpp=..,zero=..,micro_batch=..,"
-                   "recompute=none|selective|full,sequence_parallel=true|false,schedule=..")
+                   "recompute=none|selective|full,sequence_parallel=true|false,schedule=..,"
+                   "pp_layers=auto")
       ->type_name("K=V,...");
   plan->add_option("--top", options->top, "How many layouts a search returns (default 5)")
       ->type_name("K");
@@ -382,6 +424,12 @@ CLI::App* add_plan_command(CLI::App& app) {
       ->add_option("--out", options->calibrate_out,
                    "Where to write the profile (default " + local_profile_path() + ")")
       ->type_name("FILE");
+  calibrate
+      ->add_option("--profile-layers", options->profile_layers,
+                   "Also time a layer, the embedding and the head and loss of this training "
+                   "config's model (its train.micro_batch and train.precision), for "
+                   "parallel.pp_layers = \"auto\"; saved beside the profile as local_layers.toml")
+      ->type_name("CONFIG");
 
   CLI::App* published = plan->add_subcommand(
       "published", "Predict the published training runs the presets are calibrated on");

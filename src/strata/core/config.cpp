@@ -164,7 +164,7 @@ struct TypeNames {
   std::string operator()(double*) const { return "a number"; }
   std::string operator()(bool*) const { return "a boolean (true or false)"; }
   std::string operator()(std::string*) const { return "a string"; }
-  std::string operator()(std::vector<int64_t>*) const { return "an array of integers"; }
+  std::string operator()(PipelineLayers*) const { return "an array of integers or \"auto\""; }
   template <typename E, typename = std::enable_if_t<std::is_enum_v<E>>>
   std::string operator()(E*) const {
     return spellings_quoted<E>();
@@ -184,6 +184,13 @@ void assign_choice(E* value, const std::string& text, const std::string& full_na
                         config_detail::quote(text), " (", where, ")"));
   }
   *value = *choice;
+}
+
+// parallel.pp_layers given as text: "auto" is the only word it takes.
+bool assign_pipeline_layers_text(PipelineLayers* value, const std::string& text) {
+  if (text != "auto") return false;
+  *value = PipelineLayers{true, {}};
+  return true;
 }
 
 // Stores a TOML node into the field; false when the node has the wrong type.
@@ -220,15 +227,16 @@ struct AssignNode {
     *value = node.as_string()->get();
     return true;
   }
-  bool operator()(std::vector<int64_t>* value) const {
+  bool operator()(PipelineLayers* value) const {
+    if (node.is_string()) return assign_pipeline_layers_text(value, node.as_string()->get());
     const toml::array* array = node.as_array();
     if (array == nullptr) return false;
-    std::vector<int64_t> items;
+    PipelineLayers layers;
     for (const toml::node& item : *array) {
       if (!item.is_integer()) return false;
-      items.push_back(item.as_integer()->get());
+      layers.layers.push_back(item.as_integer()->get());
     }
-    *value = std::move(items);
+    *value = std::move(layers);
     return true;
   }
   template <typename E, typename = std::enable_if_t<std::is_enum_v<E>>>
@@ -311,9 +319,12 @@ struct FormatValue {
   std::string operator()(double* value) const { return config_detail::format_double(*value); }
   std::string operator()(bool* value) const { return *value ? "true" : "false"; }
   std::string operator()(std::string* value) const { return config_detail::quote(*value); }
-  std::string operator()(std::vector<int64_t>* value) const {
+  std::string operator()(PipelineLayers* value) const {
+    if (value->automatic) return config_detail::quote("auto");
     std::string out = "[";
-    for (size_t i = 0; i < value->size(); ++i) out += str(i ? ", " : "", (*value)[i]);
+    for (size_t i = 0; i < value->layers.size(); ++i) {
+      out += str(i ? ", " : "", value->layers[i]);
+    }
     return out + "]";
   }
   template <typename E, typename = std::enable_if_t<std::is_enum_v<E>>>
@@ -353,6 +364,8 @@ bool assign_bare_text(const FieldRef& field, const std::string& text, const std:
         } else if constexpr (std::is_enum_v<T>) {
           assign_choice(value, text, full_name, where);
           return true;
+        } else if constexpr (std::is_same_v<T, PipelineLayers>) {
+          return assign_pipeline_layers_text(value, text);
         } else {
           return false;
         }

@@ -54,6 +54,18 @@ struct ModelConfig {
   ModelShape shape() const;
 };
 
+// Key parallel.pp_layers: the layers of each virtual pipeline stage (pp * vpp entries, in
+// virtual-stage order), or "auto": balanced by the time of a layer, the embedding and the head
+// and loss on this machine (plan/stage_split.h), which the run's start resolves into the list
+// before any rank builds its stages. Neither (the default): balanced by FLOPs (core/stages.h).
+struct PipelineLayers {
+  bool automatic = false;       // "auto"; `layers` is then empty
+  std::vector<int64_t> layers;  // given, or resolved from "auto"
+  bool operator==(const PipelineLayers& other) const {
+    return automatic == other.automatic && layers == other.layers;
+  }
+};
+
 // [parallel] and train.micro_batch: the layout (core/layout.h; its settings are the keys
 // parallel.tp ... parallel.schedule, and train.micro_batch) plus the keys that are not the
 // layout's.
@@ -64,9 +76,7 @@ struct ParallelConfig : Layout {
   // for the ranks the run gets (plan/search.h choose_layout); those keys must stay unset.
   bool auto_layout = false;
   double bucket_mb = 25.0;  // gradient reduction bucket size, MiB (zero 3: one layer each)
-  // Layers of each virtual pipeline stage (pp * vpp entries, in virtual-stage order);
-  // empty = balanced by cost (core/stages.h).
-  std::vector<int64_t> pp_layers;
+  PipelineLayers pp_layers;
   double comm_timeout_s = 300.0;
 };
 

@@ -14,7 +14,7 @@ namespace strata::config_detail {
 // Points at one field of a Config; the alternative says the key's type. An enum field is
 // written in TOML as a string, one of its Spellings.
 using FieldRef =
-    std::variant<int64_t*, uint64_t*, double*, bool*, std::string*, std::vector<int64_t>*,
+    std::variant<int64_t*, uint64_t*, double*, bool*, std::string*, PipelineLayers*,
                  PositionEncoding*, Norm*, Activation*, AttentionKernel*, PipelineSchedule*,
                  ContextParallelComm*, Recompute*, Precision*, GradientCompression*,
                  GatherCompression*, DataSource*, LossMask*, ProgressDisplay*>;

@@ -327,12 +327,26 @@ void check_parallel_layout(Config& config, int64_t world_size, Problems& problem
   if (verdict.microbatches > 0) parallel.microbatches = verdict.microbatches;
 }
 
-// parallel.pp_layers, when given, against the stages and the layers (core/stages.h).
+// parallel.pp_layers, when given, against the stages and the layers (core/stages.h); "auto"
+// needs at least one layer per stage, as every split does.
 void check_pp_layers(const Config& config, Problems& problems) {
-  const ParallelConfig& parallel = config.parallel;
-  if (parallel.pp_layers.empty() || parallel.pp < 1 || parallel.vpp < 1) return;
+  const PipelineLayers& pp_layers = config.parallel.pp_layers;
+  const int64_t stages = config.parallel.pp * config.parallel.vpp;
+  if (config.parallel.pp < 1 || config.parallel.vpp < 1) return;
+  if (pp_layers.automatic && !pp_layers.layers.empty()) {
+    problems.push_back(str("parallel.pp_layers is both \"auto\" and a list of ",
+                           pp_layers.layers.size(), " layer counts; give one of them"));
+    return;
+  }
+  if (pp_layers.automatic && stages > config.model.n_layers) {
+    problems.push_back(
+        str("parallel.pp_layers = \"auto\" needs a layer per pipeline stage, but model.n_layers (",
+            config.model.n_layers, ") < parallel.pp * parallel.vpp (", stages,
+            "); use fewer stages or more layers"));
+  }
+  if (pp_layers.layers.empty()) return;
   try {
-    check_partition(parallel.pp_layers, config.model.n_layers, parallel.pp * parallel.vpp);
+    check_partition(pp_layers.layers, config.model.n_layers, stages);
   } catch (const UserError& error) {
     problems.push_back(error.what());
   }
@@ -364,7 +378,8 @@ void check_auto(const Config& config, Problems& problems) {
   if (parallel.microbatches != unset.microbatches) {
     given.push_back(str("parallel.microbatches = ", parallel.microbatches));
   }
-  if (!parallel.pp_layers.empty()) given.push_back("parallel.pp_layers");
+  // "auto" is resolved once the planner has chosen the stages.
+  if (!parallel.pp_layers.layers.empty()) given.push_back("parallel.pp_layers");
   if (!given.empty()) {
     std::string list;
     for (const std::string& item : given) list += (list.empty() ? "" : ", ") + item;
@@ -422,6 +437,12 @@ Config validate_serving_config(Config config, int64_t world_size) {
                            ") must be 0 (dropless): --set model.moe.capacity_factor=0.0"));
   }
   if (layout.empty()) check_pp_layers(config, problems);
+  if (config.parallel.pp_layers.automatic) {
+    problems.push_back(
+        "parallel.pp_layers = \"auto\" balances training's forward and backward; "
+        "strata serve takes the layers of each stage as a list (e.g. --set "
+        "parallel.pp_layers=[3,1]), or none for the default split");
+  }
   if (!problems.empty()) throw_problems(problems);
   config.parallel.dp = 1;
   return config;

@@ -1,54 +1,75 @@
-// Stage boundaries and the FLOP count. The balanced partition is an exhaustive dynamic
-// programme over split points: n_layers and stages are small (hundreds at most), so
-// O(stages * n_layers^2) is instant.
+// Stage boundaries and the FLOP count. The balanced split costs every layer alike, so a
+// rank's cost is its layer count times the layer's cost plus the extras of its chunks, and two
+// water fillings find the exact optimum: first each rank's layer count (every rank starts with
+// one layer per chunk, and each further layer goes to the rank it leaves cheapest), then the
+// chunks of each rank the same way, so the chunks a schedule interleaves are even too.
 #include "strata/core/stages.h"
 
 #include <algorithm>
-#include <limits>
 #include <numeric>
 
 #include "strata/core/error.h"
 
 namespace strata {
+namespace {
 
-std::vector<int64_t> balanced_partition(int64_t n_layers, int64_t stages, double layer_cost,
-                                        double first_extra, double last_extra) {
+// Gives `layers` beyond one per bin to the bins one at a time, each to the bin whose cost
+// (layers * layer_cost + extra) it leaves lowest, ties to the first such bin. Returns the
+// layers of each bin (>= 1 each). Greedy filling with equal steps minimizes the largest cost.
+std::vector<int64_t> fill(int64_t layers, const std::vector<double>& extras, double layer_cost) {
+  std::vector<int64_t> counts(extras.size(), 1);
+  for (int64_t left = layers - static_cast<int64_t>(extras.size()); left > 0; --left) {
+    size_t cheapest = 0;
+    for (size_t bin = 1; bin < extras.size(); ++bin) {
+      const double cost = static_cast<double>(counts[bin]) * layer_cost + extras[bin];
+      const double best = static_cast<double>(counts[cheapest]) * layer_cost + extras[cheapest];
+      if (cost < best) cheapest = bin;
+    }
+    ++counts[cheapest];
+  }
+  return counts;
+}
+
+}  // namespace
+
+std::vector<int64_t> balanced_split(int64_t n_layers, const StagePlacement& placement,
+                                    const SplitCosts& costs) {
+  const int64_t stages = placement.virtual_stages();
   STRATA_REQUIRE(stages >= 1 && stages <= n_layers, "cannot split model.n_layers (", n_layers,
                  ") into ", stages,
                  " pipeline stages: each stage needs at least one layer; use "
                  "parallel.pp * parallel.vpp <= ",
                  n_layers);
-  const double infinity = std::numeric_limits<double>::infinity();
-  auto cost = [&](int64_t stage, int64_t layers) {
-    double c = layers * layer_cost;
-    if (stage == 0) c += first_extra;
-    if (stage == stages - 1) c += last_extra;
-    return c;
-  };
-  // best[s][l]: when stages 0..s-1 hold l layers, the smallest possible maximum stage cost,
-  // and among those the smallest sum of squared stage costs (the most even split).
-  using Score = std::pair<double, double>;
-  std::vector<std::vector<Score>> best(stages + 1,
-                                       std::vector<Score>(n_layers + 1, {infinity, infinity}));
-  std::vector<std::vector<int64_t>> choice(stages + 1, std::vector<int64_t>(n_layers + 1, 0));
-  best[0][0] = {0, 0};
-  for (int64_t s = 1; s <= stages; ++s) {
-    for (int64_t l = s; l <= n_layers - (stages - s); ++l) {
-      // Fewest layers for the later stage first: on ties, earlier stages get more.
-      for (int64_t take = 1; take <= l - (s - 1); ++take) {
-        const double c = cost(s - 1, take);
-        const Score& before = best[s - 1][l - take];
-        const Score value{std::max(before.first, c), before.second + c * c};
-        if (value < best[s][l]) {
-          best[s][l] = value;
-          choice[s][l] = take;
-        }
-      }
+  STRATA_CHECK(costs.layer > 0 && costs.embedding >= 0 && costs.head >= 0, "split costs: layer ",
+               costs.layer, ", embedding ", costs.embedding, ", head ", costs.head);
+  // The extras of each virtual stage, and of each rank (the sum of its chunks').
+  std::vector<double> stage_extra(stages, 0.0);
+  stage_extra.front() += costs.embedding;
+  stage_extra.back() += costs.head;
+  std::vector<double> rank_extra(placement.pp, 0.0);
+  for (int64_t stage = 0; stage < stages; ++stage) {
+    rank_extra[placement.rank_of(stage)] += stage_extra[stage];
+  }
+  // A rank needs a layer per chunk: fill counts its layers above vpp - 1, whose cost joins the
+  // rank's extra.
+  std::vector<double> shifted(placement.pp);
+  for (int64_t rank = 0; rank < placement.pp; ++rank) {
+    shifted[rank] = rank_extra[rank] + static_cast<double>(placement.vpp - 1) * costs.layer;
+  }
+  const std::vector<int64_t> rank_layers =
+      fill(n_layers - placement.pp * (placement.vpp - 1), shifted, costs.layer);
+  std::vector<int64_t> layers(stages);
+  for (int64_t rank = 0; rank < placement.pp; ++rank) {
+    std::vector<double> chunk_extra(placement.vpp);
+    for (int64_t chunk = 0; chunk < placement.vpp; ++chunk) {
+      chunk_extra[chunk] = stage_extra[placement.virtual_stage(rank, chunk)];
+    }
+    const std::vector<int64_t> chunk_layers =
+        fill(rank_layers[rank] + placement.vpp - 1, chunk_extra, costs.layer);
+    for (int64_t chunk = 0; chunk < placement.vpp; ++chunk) {
+      layers[placement.virtual_stage(rank, chunk)] = chunk_layers[chunk];
     }
   }
-  std::vector<int64_t> layers(stages);
-  for (int64_t s = stages, l = n_layers; s >= 1; l -= layers[s - 1], --s)
-    layers[s - 1] = choice[s][l];
   return layers;
 }
 
@@ -65,20 +86,26 @@ void check_partition(const std::vector<int64_t>& layers, int64_t n_layers, int64
                  " layers but model.n_layers is ", n_layers);
 }
 
-std::vector<int64_t> stage_layers(const ParallelConfig& parallel, const ModelShape& model) {
-  const int64_t stages = parallel.pp * parallel.vpp;
-  if (!parallel.pp_layers.empty()) {
-    check_partition(parallel.pp_layers, model.n_layers, stages);
-    return parallel.pp_layers;
-  }
-  // Balanced against the embedding (first stage) and the head and loss (last stage), costed
-  // in matmul FLOPs per token.
+SplitCosts flop_split_costs(const ModelShape& model) {
   ModelShape one_layer = model;
   one_layer.n_layers = 1;
   one_layer.vocab_size = 0;
-  const double per_layer = training_flops_per_token(one_layer);
-  const double head = 6.0 * static_cast<double>(model.vocab_size) * model.d_model;
-  return balanced_partition(model.n_layers, stages, per_layer, 0.0, head);
+  SplitCosts costs;
+  costs.layer = training_flops_per_token(one_layer);
+  costs.head = 6.0 * static_cast<double>(model.vocab_size) * static_cast<double>(model.d_model);
+  return costs;
+}
+
+std::vector<int64_t> stage_layers(const ParallelConfig& parallel, const ModelShape& model) {
+  STRATA_CHECK(!parallel.pp_layers.automatic,
+               "parallel.pp_layers = \"auto\" reached the stages unresolved "
+               "(resolve_pp_layers, plan/stage_split.h, runs at the start)");
+  const int64_t stages = parallel.pp * parallel.vpp;
+  if (!parallel.pp_layers.layers.empty()) {
+    check_partition(parallel.pp_layers.layers, model.n_layers, stages);
+    return parallel.pp_layers.layers;
+  }
+  return balanced_split(model.n_layers, stage_placement(parallel), flop_split_costs(model));
 }
 
 int64_t first_layer_of(const std::vector<int64_t>& stage_layers, int64_t virtual_stage) {

@@ -10,19 +10,31 @@
 
 namespace strata {
 
-// Splits n_layers into `stages` contiguous groups (each >= 1 layer) minimizing the largest
-// stage cost, where a stage costs layer_cost per layer plus first_extra (stage 0) or
-// last_extra (the last stage). Returns the layer count of each stage. Ties prefer giving
-// layers to earlier stages. Throws UserError if stages > n_layers.
-std::vector<int64_t> balanced_partition(int64_t n_layers, int64_t stages, double layer_cost,
-                                        double first_extra, double last_extra);
+// What a split weighs, in any one unit (FLOPs, seconds): a layer's work, the embedding's on
+// the first virtual stage and the head and loss's on the last.
+struct SplitCosts {
+  double layer = 1;
+  double embedding = 0;
+  double head = 0;
+};
+
+// Splits n_layers into the placement's virtual stages (each >= 1 layer) so that the busiest
+// pipeline rank, costed as the sum of its chunks, costs as little as possible. Returns the
+// layer count of each virtual stage. Deterministic: ties go to the lower rank, then the
+// earlier chunk. Throws UserError if there are more stages than layers.
+std::vector<int64_t> balanced_split(int64_t n_layers, const StagePlacement& placement,
+                                    const SplitCosts& costs);
 
 // Checks an explicit split (parallel.pp_layers): one entry per virtual stage, each >= 1,
 // summing to n_layers. Throws UserError saying what would work.
 void check_partition(const std::vector<int64_t>& layers, int64_t n_layers, int64_t stages);
 
+// The costs of the default split: matmul FLOPs per token of a layer and of the head.
+SplitCosts flop_split_costs(const ModelShape& model);
+
 // Layers of each virtual pipeline stage (pp * vpp of them): parallel.pp_layers when given
-// (checked), else balanced_partition by matmul FLOPs per token.
+// (checked; "auto" must have been resolved into its list, plan/stage_split.h), else
+// balanced_split by flop_split_costs.
 std::vector<int64_t> stage_layers(const ParallelConfig& parallel, const ModelShape& model);
 
 // The first layer of virtual stage `virtual_stage`: the layers of the stages before it.

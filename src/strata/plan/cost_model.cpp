@@ -14,6 +14,7 @@
 #include "strata/pipeline/simulator.h"
 #include "strata/plan/collectives.h"
 #include "strata/plan/stage_model.h"
+#include "strata/plan/stage_split.h"
 
 namespace strata {
 namespace {
@@ -325,7 +326,7 @@ CostModel::CostModel(PlanInputs inputs) : inputs_(std::move(inputs)) {}
 CostModel::~CostModel() = default;
 
 std::vector<StageModel> CostModel::stages(const PlanLayout& layout) const {
-  return stage_models(inputs_, layout, partition(layout.pp * layout.vpp));
+  return stage_models(inputs_, layout, partition(layout));
 }
 
 std::vector<CostModel::StageShare> CostModel::stage_shares(const PlanLayout& layout) const {
@@ -336,18 +337,15 @@ std::vector<CostModel::StageShare> CostModel::stage_shares(const PlanLayout& lay
   return out;
 }
 
-const std::vector<int64_t>& CostModel::partition(int64_t chunks) const {
-  auto found = partition_cache_.find(chunks);
-  if (found != partition_cache_.end()) return found->second;
-  // The runtime's partition (core/stages.h stage_layers): layers balanced against the head, costed
-  // in training FLOPs per token.
-  const TransformerSpec& spec = inputs_.model;
-  const double seq = static_cast<double>(spec.seq_len);
-  const double per_layer = layer_flops(spec, 1, false).total() / seq;
-  const double head = head_flops(spec, 1).total() / seq;
-  return partition_cache_
-      .emplace(chunks, balanced_partition(spec.n_layers, chunks, per_layer, 0.0, head))
-      .first->second;
+std::vector<int64_t> CostModel::partition(const PlanLayout& layout, std::string* source) const {
+  if (layout.pp_layers_auto) {
+    AutoSplit split = auto_split(inputs_, layout);
+    if (source != nullptr) *source = split.source;
+    return split.layers;
+  }
+  // The runtime's default (core/stages.h stage_layers).
+  return balanced_split(inputs_.model.n_layers, stage_placement(layout),
+                        flop_split_costs(inputs_.model));
 }
 
 const std::vector<double>& CostModel::inflight_per_stage(const PlanLayout& layout,
@@ -449,7 +447,8 @@ Prediction CostModel::predict(const PlanLayout& layout, bool simulate_pipeline) 
   prediction.layout = layout;
   prediction.microbatches = microbatches;
 
-  const std::vector<StageModel> models = stages(layout);
+  prediction.stage_layers = partition(layout, &prediction.split_source);
+  const std::vector<StageModel> models = stage_models(inputs_, layout, prediction.stage_layers);
   const std::vector<StageMemory> memories = stage_memory(layout, models);
   for (int64_t rank = 0; rank < layout.pp; ++rank) {
     prediction.stages.push_back(

@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "strata/plan/cluster.h"
+#include "strata/plan/layer_profile.h"
 #include "strata/plan/layout.h"
 #include "strata/plan/model_state.h"
 #include "strata/plan/transformer.h"
@@ -47,6 +48,9 @@ struct PlanInputs {
   ClusterProfile cluster;
   int64_t global_batch = 1;  // sequences per optimizer step
   Precision precision = Precision::bf16;
+  // This machine's measured layer profile: where it applies (layer_profile_applies), layouts
+  // with pp_layers=auto split their stages by it (stage_split.h).
+  std::optional<LayerProfile> layer_profile;
 };
 
 // The inputs for a cluster, with the precision its device profile trains in.
@@ -123,6 +127,8 @@ struct Prediction {
   bool tp_spans_nodes = false;
   LinkSpans links;
   std::vector<StagePrediction> stages;  // one per pipeline rank
+  std::vector<int64_t> stage_layers;    // layers of each virtual stage, as the runtime splits
+  std::string split_source;             // pp_layers=auto: what the split was costed by
 };
 
 // The part of a stage's gradient reduction (reduction_s in all, over `buckets` equal buckets)
@@ -162,6 +168,10 @@ class CostModel {
   };
   std::vector<StageShare> stage_shares(const PlanLayout& layout) const;
 
+  // Layers of each of the p * v virtual stages, as the runtime splits them: balanced by FLOPs,
+  // or with pp_layers=auto by time (stage_split.h); `source` says which costs made the latter.
+  std::vector<int64_t> partition(const PlanLayout& layout, std::string* source = nullptr) const;
+
   // Pipeline simulations run so far (a search's cost).
   int64_t simulations() const { return simulations_; }
 
@@ -171,14 +181,11 @@ class CostModel {
   std::vector<StageMemory> stage_memory(const PlanLayout& layout,
                                         const std::vector<StageModel>& models);
   const std::vector<double>& inflight_per_stage(const PlanLayout& layout, int64_t microbatches);
-  // Layers of each of the p * v virtual stages, as the runtime splits them.
-  const std::vector<int64_t>& partition(int64_t chunks) const;
   Prediction predict(const PlanLayout& layout, bool simulate_pipeline);
 
   PlanInputs inputs_;
   std::map<std::tuple<PipelineSchedule, int64_t, int64_t, int64_t>, std::vector<double>>
       inflight_cache_;
-  mutable std::map<int64_t, std::vector<int64_t>> partition_cache_;
   int64_t simulations_ = 0;
 };
 

@@ -13,7 +13,8 @@ namespace strata {
 namespace {
 
 // The planner's own keys, after the layout's settings (core/layout.h).
-const char* kPlannerKeys[] = {"recompute", "compression", "powersgd_rank", "zero_gather"};
+const char* kPlannerKeys[] = {"recompute", "compression", "powersgd_rank", "zero_gather",
+                              "pp_layers"};
 
 std::string layout_keys() {
   std::string keys;
@@ -94,6 +95,11 @@ PlanLayout parse_layout(const std::string& text) {
       layout.powersgd_rank = parse_size(key, value);
     } else if (key == "zero_gather") {
       layout.zero_gather = parse_layout_choice<GatherCompression>(key, value);
+    } else if (key == "pp_layers") {
+      STRATA_REQUIRE(value == "auto", "--layout: pp_layers=", value,
+                     " must be auto (the stages balanced by time); leave it out for the "
+                     "default split, balanced by FLOPs");
+      layout.pp_layers_auto = true;
     } else {
       throw UserError(str("--layout: unknown key '", key, "'; the keys are ", layout_keys()));
     }
@@ -131,7 +137,8 @@ std::string layout_to_string(const PlanLayout& layout) {
                            : ""),
              layout.zero_gather == GatherCompression::none
                  ? ""
-                 : str(" zero_gather=", name_of(layout.zero_gather)));
+                 : str(" zero_gather=", name_of(layout.zero_gather)),
+             layout.pp_layers_auto ? " pp_layers=auto" : "");
 }
 
 nlohmann::json layout_to_json(const PlanLayout& layout, int64_t microbatches) {
@@ -150,7 +157,8 @@ nlohmann::json layout_to_json(const PlanLayout& layout, int64_t microbatches) {
           {"schedule", schedule_label(layout)},
           {"compression", name_of(layout.compression)},
           {"powersgd_rank", layout.powersgd_rank},
-          {"zero_gather", name_of(layout.zero_gather)}};
+          {"zero_gather", name_of(layout.zero_gather)},
+          {"pp_layers", layout.pp_layers_auto ? "auto" : "flops"}};
 }
 
 std::vector<std::string> layout_problems(const TransformerSpec& model, const PlanLayout& layout,

@@ -25,10 +25,14 @@ struct PlanLayout : Layout {
   GradientCompression compression = GradientCompression::none;
   int64_t powersgd_rank = 4;
   GatherCompression zero_gather = GatherCompression::none;
+  // parallel.pp_layers = "auto" (pp_layers=auto): the layers split over the stages by time
+  // (stage_split.h) rather than by FLOPs, the runtime's default.
+  bool pp_layers_auto = false;
 };
 
 // "tp=2,pp=4,dp=8,cp=1,cp_comm=ring,ep=1,vpp=1,zero=1,micro_batch=2,recompute=selective,
-//  sequence_parallel=true,schedule=1f1b,compression=powersgd,powersgd_rank=4,zero_gather=int8":
+//  sequence_parallel=true,schedule=1f1b,compression=powersgd,powersgd_rank=4,zero_gather=int8,
+//  pp_layers=auto":
 //  any subset, in any order; the rest keep their
 // defaults. Throws UserError naming the item and the keys and values allowed.
 PlanLayout parse_layout(const std::string& text);
@@ -38,7 +42,8 @@ PlanLayout resolve_layout(PlanLayout layout, int64_t devices);
 
 // "tp=2 pp=4 dp=8 cp=1 cp_comm=ring ep=1 vpp=1 zero=1 micro_batch=2 recompute=selective
 //  sequence_parallel=true schedule=1f1b", the form --layout accepts with spaces for commas,
-//  followed by compression=.. (and powersgd_rank=..) and zero_gather=.. when they are not none.
+//  followed by compression=.. (and powersgd_rank=..) and zero_gather=.. when they are not none,
+//  and pp_layers=auto when set.
 std::string layout_to_string(const PlanLayout& layout);
 // The schedule as printed: its spelling, "none" without a pipeline.
 std::string schedule_label(const PlanLayout& layout);

@@ -91,6 +91,19 @@ std::string explanation(const Prediction& prediction) {
   return out.str();
 }
 
+// "split: layers per virtual stage 7 1, balanced by time (costed by the cost model, ...);
+// bubble 12.5%": the split the runtime would run and the schedule's predicted bubble.
+std::string split_text(const Prediction& prediction) {
+  std::string layers;
+  for (const int64_t count : prediction.stage_layers) layers += str(" ", count);
+  return str(
+      "split: layers per virtual stage", layers,
+      prediction.layout.pp_layers_auto
+          ? str(", balanced by time (pp_layers=auto, costed by ", prediction.split_source, ")")
+          : ", balanced by FLOPs (the default)",
+      "; predicted bubble ", percent(prediction.bubble_fraction));
+}
+
 }  // namespace
 
 nlohmann::json prediction_to_json(const Prediction& prediction) {
@@ -146,6 +159,8 @@ nlohmann::json prediction_to_json(const Prediction& prediction) {
         {"pipeline_p2p", link_name(prediction.links.pipeline)},
         {"data_parallel", link_name(prediction.links.data_parallel)}}},
       {"stages", stages},
+      {"stage_layers", prediction.stage_layers},
+      {"split_source", prediction.split_source},
   };
 }
 
@@ -181,6 +196,7 @@ std::string prediction_to_text(const Prediction& prediction, const PlanInputs& i
   out << "layout: " << layout_to_string(prediction.layout) << " (" << prediction.microbatches
       << " microbatches per step)";
   if (prediction.tp_spans_nodes) out << "\n  note: the tensor-parallel group spans nodes";
+  if (prediction.layout.pp > 1) out << "\n" << split_text(prediction);
   out << "\nmemory per device: " << gigabytes(memory.total()) << " of "
       << gigabytes(prediction.memory_capacity) << (prediction.fits ? ": fits" : ": DOES NOT FIT");
   if (prediction.layout.pp > 1) {

@@ -37,11 +37,13 @@ std::string gigabytes(double bytes, int digits = 1) {
 }
 
 // Fewer and smaller parallel dimensions first: among equal predictions, the simpler layout.
-// The ring, cp_comm's default, counts as the simplest exchange.
-std::tuple<int64_t, int, int64_t, int64_t, int64_t, int64_t, int64_t, int> complexity(
+// The ring, cp_comm's default, counts as the simplest exchange; the default split as simpler
+// than pp_layers=auto.
+std::tuple<int64_t, int, int64_t, int64_t, int64_t, int64_t, int64_t, int, bool> complexity(
     const PlanLayout& layout) {
   return std::make_tuple(layout.cp, static_cast<int>(layout.cp_comm), layout.ep, layout.zero,
-                         layout.vpp, layout.pp, layout.tp, static_cast<int>(layout.recompute));
+                         layout.vpp, layout.pp, layout.tp, static_cast<int>(layout.recompute),
+                         layout.pp_layers_auto);
 }
 
 std::string seconds_text(double seconds) {
@@ -169,11 +171,18 @@ std::vector<PlanLayout> zero_values(const PlanLayout& layout, const SearchSpace&
   return each(layout, zeros, [](PlanLayout& out, int64_t zero) { out.zero = zero; });
 }
 
+// With a pipeline, the runtime's default split (by FLOPs) and the split balanced by time
+// (pp_layers=auto, stage_split.h; search_layouts keeps the latter where the two differ).
+std::vector<PlanLayout> pp_layers_values(const PlanLayout& layout, const SearchSpace&) {
+  return each(layout, layout.pp > 1 ? std::vector<bool>{false, true} : std::vector<bool>{false},
+              [](PlanLayout& out, bool automatic) { out.pp_layers_auto = automatic; });
+}
+
 // The sizes, then the choices a layout of those sizes makes; the first dimension outermost.
 constexpr std::array<Dimension, 3> kSizeDimensions = {tp_values, cp_values, pp_values};
-constexpr std::array<Dimension, 7> kChoiceDimensions = {
+constexpr std::array<Dimension, 8> kChoiceDimensions = {
     cp_comm_values,           ep_values,        micro_batch_values, schedule_values,
-    sequence_parallel_values, recompute_values, zero_values};
+    sequence_parallel_values, recompute_values, zero_values,        pp_layers_values};
 
 // Every combination of the dimensions' values for `start`, the last dimension varying fastest.
 template <size_t N>
@@ -267,13 +276,21 @@ struct Bounded {
 
 SearchResult search_layouts(const PlanInputs& inputs, const SearchOptions& options) {
   STRATA_REQUIRE(options.top >= 1, "--top (", options.top, ") must be >= 1");
-  const std::vector<PlanLayout> layouts = enumerate_layouts(inputs, options);
+  CostModel model(inputs);
+  // pp_layers=auto only where it splits otherwise than the default: the same split predicts
+  // alike, and the default is the simpler.
+  std::vector<PlanLayout> layouts;
+  for (const PlanLayout& layout : enumerate_layouts(inputs, options)) {
+    PlanLayout by_flops = layout;
+    by_flops.pp_layers_auto = false;
+    if (layout.pp_layers_auto && model.partition(layout) == model.partition(by_flops)) continue;
+    layouts.push_back(layout);
+  }
   STRATA_REQUIRE(!layouts.empty(), "no layout of this model divides the cluster's ",
                  inputs.cluster.devices(), " devices with a global batch of ", inputs.global_batch,
                  " (the batch must be divisible by the data-parallel size, the heads and the MLP ",
                  "width by tp <= ", inputs.cluster.devices_per_node,
                  "); change --global-batch or the cluster size");
-  CostModel model(inputs);
   SearchResult result;
   result.candidates = static_cast<int64_t>(layouts.size());
 
@@ -389,7 +406,7 @@ namespace {
 Config with_layout(Config config, const PlanLayout& layout) {
   ParallelConfig& parallel = config.parallel;
   parallel.auto_layout = false;
-  parallel.pp_layers.clear();
+  parallel.pp_layers = PipelineLayers{layout.pp_layers_auto, {}};
   static_cast<Layout&>(parallel) = layout;
   parallel.microbatches = 0;
   return config;

@@ -46,8 +46,9 @@ struct SearchResult {
 // layout rules allow, pp (<= layers), dp
 // (the rest), ep (MoE only), the schedule (1f1b, zb-h1, zb-v with vpp 2 and interleaved-1f1b
 // with vpp up to 8, each where vpp divides the layers per stage), zero (0-3; 3 only without a
-// pipeline), micro_batch (divisors of the batch per replica, up to 64), recompute and sequence
-// parallelism. Throws UserError when no layout is valid, or none fits, saying what to change.
+// pipeline), micro_batch (divisors of the batch per replica, up to 64), recompute, sequence
+// parallelism and, with a pipeline, the stage split (by FLOPs, or pp_layers=auto by time).
+// Throws UserError when no layout is valid, or none fits, saying what to change.
 SearchResult search_layouts(const PlanInputs& inputs, const SearchOptions& options = {});
 
 // What `parallel.auto = true` runs: the fastest layout for `world` ranks among those this

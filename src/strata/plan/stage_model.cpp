@@ -475,15 +475,26 @@ void add_transfers(std::vector<StageModel>& stages, const PlanInputs& inputs,
   }
 }
 
+// What every rank of a layout shares: the terms, collectives and attention core the per-layer
+// steps read (LayerContext points into it).
+struct RankShared {
+  RankTerms terms;
+  LayerCollectives collectives;
+  AttentionCore core;
+  RankShared(const PlanInputs& inputs, const PlanLayout& layout)
+      : terms(rank_terms(inputs, layout)),
+        collectives(layer_collectives(inputs, layout, terms)),
+        core(attention_core(inputs, layout, terms)) {}
+};
+
 }  // namespace
 
 std::vector<StageModel> stage_models(const PlanInputs& inputs, const PlanLayout& layout,
                                      const std::vector<int64_t>& chunk_layers) {
   const TransformerSpec& spec = inputs.model;
-  const RankTerms terms = rank_terms(inputs, layout);
-  const LayerCollectives collectives = layer_collectives(inputs, layout, terms);
-  const AttentionCore core = attention_core(inputs, layout, terms);
-  const LayerContext context{spec, layout, inputs.cluster.device, terms, collectives, core};
+  const RankShared shared(inputs, layout);
+  const LayerContext context{
+      spec, layout, inputs.cluster.device, shared.terms, shared.collectives, shared.core};
   const ParameterCounts counts = parameter_counts(spec);
 
   // chunk_layers has one entry per virtual stage; the placement says which rank runs it.
@@ -508,6 +519,34 @@ std::vector<StageModel> stage_models(const PlanInputs& inputs, const PlanLayout&
   add_head_communication(out[placement.rank_of(last_stage)], inputs, context);
   add_transfers(out, inputs, context);
   return out;
+}
+
+SplitCosts split_costs(const PlanInputs& inputs, const PlanLayout& layout) {
+  const TransformerSpec& spec = inputs.model;
+  const RankShared shared(inputs, layout);
+  const LayerContext context{
+      spec, layout, inputs.cluster.device, shared.terms, shared.collectives, shared.core};
+  const ParameterCounts counts = parameter_counts(spec);
+  // A dense layer and an MoE layer, weighted by how many of each the model has (a search
+  // prices this for every candidate: one of each, not every layer).
+  auto layer_seconds = [&](bool moe_layer) {
+    StageModel layer;
+    add_layer_compute(layer, context, layer_params(context, counts, moe_layer), moe_layer);
+    add_layer_communication(layer, context, moe_layer);
+    return layer.per_microbatch();
+  };
+  const int64_t moe_layers = spec.moe_layers();
+  double layers = static_cast<double>(spec.n_layers - moe_layers) * layer_seconds(false);
+  if (moe_layers > 0) layers += static_cast<double>(moe_layers) * layer_seconds(true);
+  StageModel embedding, head;
+  add_embedding(embedding, context);
+  add_head_compute(head, context);
+  add_head_communication(head, inputs, context);
+  SplitCosts costs;
+  costs.layer = layers / static_cast<double>(spec.n_layers);
+  costs.embedding = embedding.per_microbatch();
+  costs.head = head.per_microbatch();
+  return costs;
 }
 
 }  // namespace strata

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "strata/core/stages.h"
 #include "strata/plan/cost_model.h"
 
 namespace strata {
@@ -45,5 +46,11 @@ struct StageMemory {
 // layers each (virtual stage c on rank c % p), one per pipeline rank.
 std::vector<StageModel> stage_models(const PlanInputs& inputs, const PlanLayout& layout,
                                      const std::vector<int64_t>& chunk_layers);
+
+// What parallel.pp_layers = "auto" balances (stage_split.h), priced for one rank of the layout:
+// seconds of one microbatch's forward, input gradient and weight gradient (with the exposed
+// collectives) of a layer (the mean of the model's layers), of the embedding and of the head
+// and loss.
+SplitCosts split_costs(const PlanInputs& inputs, const PlanLayout& layout);
 
 }  // namespace strata
