@@ -74,10 +74,11 @@ TEST(ConfigParse, UnknownKeysSuggestTheClosestAndListAllowed) {
   const std::string message = parse_error("[model]\nd_model = 64\nn_head = 4\n");
   EXPECT_CONTAINS(message, "unknown key 'model.n_head' in run.toml:3:1");
   EXPECT_CONTAINS(message, "did you mean 'model.n_heads'?");
-  EXPECT_CONTAINS(message,
-                  "allowed in [model]: vocab_size, d_model, n_layers, n_heads, n_kv_heads, head_dim, d_ff, "
-                  "seq_len, pos, norm, activation, attention, tie_embeddings, init_std, norm_eps, "
-                  "rope_theta");
+  EXPECT_CONTAINS(
+      message,
+      "allowed in [model]: vocab_size, d_model, n_layers, n_heads, n_kv_heads, head_dim, d_ff, "
+      "seq_len, pos, norm, activation, attention, tie_embeddings, init_std, norm_eps, "
+      "rope_theta");
   EXPECT_CONTAINS(parse_error("[train]\nwramup_steps = 4\n"), "did you mean 'train.warmup_steps'?");
 
   const std::string far = parse_error("[parallel]\nquantum = 4\n");

@@ -132,9 +132,9 @@ TEST(Hosts, ParsesHostListsAndHostfiles) {
   testing::write_bytes(path,
                        "# the cluster\nnode1 slots=8\n\nnode2 slots=4 max_slots=8  # two\nnode3\n"
                        "node4 max_slots=2\nnode3\nnode5 count=3\n");
-  EXPECT_EQ(read_hostfile(path), (std::vector<Host>{
-                                     {"node1", 8}, {"node2", 4}, {"node3", 2}, {"node4", 2},
-                                     {"node5", 3}}));
+  EXPECT_EQ(
+      read_hostfile(path),
+      (std::vector<Host>{{"node1", 8}, {"node2", 4}, {"node3", 2}, {"node4", 2}, {"node5", 3}}));
   testing::write_bytes(path, "node1 slots=8\nnode2\n");
   EXPECT_EQ(testing::user_error([&] { read_hostfile(path); }),
             "hostfile " + path +

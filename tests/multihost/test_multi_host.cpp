@@ -228,9 +228,8 @@ TEST(MultiHost, HostfilesReadAsOpenMpiReadsThem) {
     const std::vector<Host> ours = read_hostfile(path);
     EXPECT_EQ(open_mpi_hosts(path, total_slots(ours)), ours) << accepted;
   }
-  for (const std::string refused :
-       {"a slots=2\na slots=2\n", "a slots=3 max_slots=2\n", "a\na slots=2\n", "a slots=x\n",
-        "a cores=2\n"}) {
+  for (const std::string refused : {"a slots=2\na slots=2\n", "a slots=3 max_slots=2\n",
+                                    "a\na slots=2\n", "a slots=x\n", "a cores=2\n"}) {
     testing::write_bytes(path, refused);
     EXPECT_THROW(read_hostfile(path), UserError) << refused;
     EXPECT_TRUE(open_mpi_hosts(path, 1).empty()) << refused;
@@ -323,11 +322,11 @@ void lose_a_host_and_go_on(const HostLoss& loss) {
   // the layout the planner chose for the hosts of that attempt.
   char checkpoint[32];
   std::snprintf(checkpoint, sizeof checkpoint, "step_%08lld", static_cast<long long>(loss.resumed));
-  const TrainRun fresh = train(write_config(dir, "fresh"),
-                               "--hosts " + last_hosts + " --set parallel.auto=true " +
-                                   loss.options + " --set checkpoint.resume=" +
-                                   dir.file("elastic/ckpt/" + std::string(checkpoint)),
-                               cluster.env());
+  const TrainRun fresh =
+      train(write_config(dir, "fresh"),
+            "--hosts " + last_hosts + " --set parallel.auto=true " + loss.options +
+                " --set checkpoint.resume=" + dir.file("elastic/ckpt/" + std::string(checkpoint)),
+            cluster.env());
   ASSERT_EQ(fresh.exit_code, 0) << fresh.output;
   const std::vector<double> after = losses(dir.file("fresh/log"), loss.resumed + 1);
   ASSERT_EQ(after.size(), static_cast<size_t>(10 - loss.resumed)) << fresh.output;

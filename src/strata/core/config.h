@@ -28,9 +28,9 @@ struct ModelConfig {
   int64_t d_model = 128;
   int64_t n_layers = 2;
   int64_t n_heads = 4;
-  int64_t n_kv_heads = 0;  // 0 = same as n_heads (multi-head); fewer = grouped-query attention
+  int64_t n_kv_heads = 0;    // 0 = same as n_heads (multi-head); fewer = grouped-query attention
   int64_t head_dim_key = 0;  // model.head_dim: 0 = d_model / n_heads (head_dim() resolves it)
-  int64_t d_ff = 0;        // 0 = 4 * d_model
+  int64_t d_ff = 0;          // 0 = 4 * d_model
   int64_t seq_len = 128;
   PositionEncoding pos = PositionEncoding::learned;
   Norm norm = Norm::layernorm;

@@ -70,7 +70,7 @@ struct ModelShape {
   int64_t n_heads = 1;
   int64_t n_kv_heads = 1;  // n_heads for multi-head attention; fewer: grouped-query attention
   int64_t attention_head_dim = 0;  // model.head_dim: 0 for d_model / n_heads
-  int64_t d_ff = 4;        // the MLP width (model.d_ff, or 4 * model.d_model when 0)
+  int64_t d_ff = 4;                // the MLP width (model.d_ff, or 4 * model.d_model when 0)
   int64_t seq_len = 2;
   bool gated_mlp = false;  // SwiGLU: two up-projections of width d_ff
   // Mixture of experts (Switch / GShard): the MLP of every `every`-th layer becomes
@@ -86,7 +86,9 @@ struct ModelShape {
     bool enabled() const { return num_experts > 0; }
   } moe;
 
-  int64_t head_dim() const { return attention_head_dim > 0 ? attention_head_dim : d_model / n_heads; }
+  int64_t head_dim() const {
+    return attention_head_dim > 0 ? attention_head_dim : d_model / n_heads;
+  }
   int64_t q_width() const { return n_heads * head_dim(); }
   int64_t kv_width() const { return n_kv_heads * head_dim(); }
   bool is_moe_layer(int64_t layer) const { return moe.enabled() && (layer + 1) % moe.every == 0; }

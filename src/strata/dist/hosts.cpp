@@ -91,7 +91,8 @@ std::vector<Host> read_hostfile(const std::string& path) {
                    " is more than max_slots=", max_slots);
     auto entry = std::find_if(entries.begin(), entries.end(),
                               [&](const Entry& known) { return known.host.name == name; });
-    if (entry == entries.end()) entry = entries.insert(entries.end(), Entry{{name, 0}, 0, 0, number});
+    if (entry == entries.end())
+      entry = entries.insert(entries.end(), Entry{{name, 0}, 0, 0, number});
     const bool counted = slots > 0 || max_slots > 0;
     STRATA_REQUIRE(entry->lines == 0 || (!counted && entry->counted_on == 0), where, ": '", name,
                    "' is also on line ", entry->first_line,
@@ -108,7 +109,8 @@ std::vector<Host> read_hostfile(const std::string& path) {
     STRATA_REQUIRE(entry.lines > 1 || entry.counted_on > 0, "hostfile ", path, ", line ",
                    entry.first_line, ": '", entry.host.name,
                    "' has no slot count (Open MPI would give it one slot per core it finds there "
-                   "at launch): write '", entry.host.name, " slots=N', N the ranks to run on it");
+                   "at launch): write '",
+                   entry.host.name, " slots=N', N the ranks to run on it");
     hosts.push_back(entry.host);
   }
   STRATA_REQUIRE(!hosts.empty(), "hostfile ", path, ": names no host");

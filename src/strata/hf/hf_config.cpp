@@ -421,14 +421,13 @@ BlockSpec run_block_spec(const Config& config) {
   if (config.model_init.empty()) return block_spec_of(model);
   const HfModel hf = read_hf_config(config.model_init);
   const ModelConfig& expected = hf.model;
-  STRATA_REQUIRE(model.vocab_size == expected.vocab_size && model.d_model == expected.d_model &&
-                     model.n_layers == expected.n_layers && model.n_heads == expected.n_heads &&
-                     model.kv_heads() == expected.kv_heads() &&
-                     model.head_dim() == expected.head_dim() &&
-                     model.ff_dim() == expected.ff_dim() &&
-                     model.tie_embeddings == expected.tie_embeddings,
-                 "the [model] table does not describe the model.init model ", config.model_init,
-                 " (its sizes come from its config.json: read the config through with_hf_model)");
+  STRATA_REQUIRE(
+      model.vocab_size == expected.vocab_size && model.d_model == expected.d_model &&
+          model.n_layers == expected.n_layers && model.n_heads == expected.n_heads &&
+          model.kv_heads() == expected.kv_heads() && model.head_dim() == expected.head_dim() &&
+          model.ff_dim() == expected.ff_dim() && model.tie_embeddings == expected.tie_embeddings,
+      "the [model] table does not describe the model.init model ", config.model_init,
+      " (its sizes come from its config.json: read the config through with_hf_model)");
   BlockSpec block = hf.block;
   // A fine-tune's MoE training settings are the run's.
   block.moe.aux_loss_coef = model.moe.aux_loss_coef;

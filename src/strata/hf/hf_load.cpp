@@ -113,13 +113,12 @@ void load_hf_parameters(GPT& model, const HfTensorFiles& files, const HfTensorMa
 void load_hf_weights(const std::string& dir, GPT& model) {
   const HfModel hf = read_hf_config(dir);
   const ModelConfig& built = model.config();
-  STRATA_REQUIRE(built.vocab_size == hf.model.vocab_size && built.d_model == hf.model.d_model &&
-                     built.n_layers == hf.model.n_layers && built.n_heads == hf.model.n_heads &&
-                     built.kv_heads() == hf.model.kv_heads() &&
-                     built.head_dim() == hf.model.head_dim() &&
-                     built.ff_dim() == hf.model.ff_dim() &&
-                     built.tie_embeddings == hf.model.tie_embeddings,
-                 "the model built does not have the sizes of the Hugging Face model in ", dir);
+  STRATA_REQUIRE(
+      built.vocab_size == hf.model.vocab_size && built.d_model == hf.model.d_model &&
+          built.n_layers == hf.model.n_layers && built.n_heads == hf.model.n_heads &&
+          built.kv_heads() == hf.model.kv_heads() && built.head_dim() == hf.model.head_dim() &&
+          built.ff_dim() == hf.model.ff_dim() && built.tie_embeddings == hf.model.tie_embeddings,
+      "the model built does not have the sizes of the Hugging Face model in ", dir);
   HfTensorFiles files(dir);
   HfModel as_built = hf;
   as_built.model.seq_len = built.seq_len;  // learned positions: n_positions (with_hf_model)

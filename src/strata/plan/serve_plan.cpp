@@ -51,12 +51,12 @@ ServePrediction predict_serving(const PlanInputs& inputs, const PlanLayout& requ
   const std::vector<CostModel::StageShare> shares = model.stage_shares(layout);
   // The engine step's transient memory: fp32 logits of its tokens over the rank's vocabulary
   // share and one layer's activations of them (the residual, q/k/v, the MLP's widths).
-  out.workspace_bytes = T * (4 * std::ceil(static_cast<double>(spec.vocab_size) / t) +
-                             e * (3 * h +
-                                  (static_cast<double>(spec.q_width()) +
-                                   2 * static_cast<double>(spec.kv_width())) /
-                                      t +
-                                  2 * static_cast<double>(spec.d_ff) / t));
+  out.workspace_bytes =
+      T *
+      (4 * std::ceil(static_cast<double>(spec.vocab_size) / t) +
+       e * (3 * h +
+            (static_cast<double>(spec.q_width()) + 2 * static_cast<double>(spec.kv_width())) / t +
+            2 * static_cast<double>(spec.d_ff) / t));
   // The fullest device decides: every rank holds the same number of blocks.
   for (const CostModel::StageShare& share : shares) {
     const double weights = e * share.params;
