@@ -12,7 +12,6 @@
 #include <signal.h>
 
 #include <chrono>
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -20,6 +19,7 @@
 #include <regex>
 #include <thread>
 
+#include "strata/ckpt/checkpoint_index.h"
 #include "strata/core/error.h"
 #include "strata/data/sampler.h"
 #include "strata/dist/hosts.h"
@@ -320,13 +320,11 @@ void lose_a_host_and_go_on(const HostLoss& loss) {
 
   // The steps after the last restart: those of a run started fresh from the same checkpoint in
   // the layout the planner chose for the hosts of that attempt.
-  char checkpoint[32];
-  std::snprintf(checkpoint, sizeof checkpoint, "step_%08lld", static_cast<long long>(loss.resumed));
-  const TrainRun fresh =
-      train(write_config(dir, "fresh"),
-            "--hosts " + last_hosts + " --set parallel.auto=true " + loss.options +
-                " --set checkpoint.resume=" + dir.file("elastic/ckpt/" + std::string(checkpoint)),
-            cluster.env());
+  const TrainRun fresh = train(
+      write_config(dir, "fresh"),
+      "--hosts " + last_hosts + " --set parallel.auto=true " + loss.options +
+          " --set checkpoint.resume=" + dir.file("elastic/ckpt/" + step_dir_name(loss.resumed)),
+      cluster.env());
   ASSERT_EQ(fresh.exit_code, 0) << fresh.output;
   const std::vector<double> after = losses(dir.file("fresh/log"), loss.resumed + 1);
   ASSERT_EQ(after.size(), static_cast<size_t>(10 - loss.resumed)) << fresh.output;

@@ -85,23 +85,29 @@ struct ConfigPlan {
   int64_t max_batch_tokens = 0;           // serve.max_batch_tokens (its default when unset)
 };
 
-ConfigPlan load_model(const std::string& path) {
-  STRATA_REQUIRE(!path.empty(), "--model is required: a TOML file with a [model] section, e.g. ",
-                 "--model configs/tiny.toml");
-  STRATA_REQUIRE(
-      std::filesystem::is_regular_file(path), "--model '", path,
-      "' is not a readable file; give a training config or a file with a [model] section");
-  // A [model] init = DIR names its shape in DIR/config.json.
+// The config at `path` (`flag` names it in errors), its model checked as `strata train` checks
+// it; a [model] init = DIR names its shape in DIR/config.json. Its layout is not checked.
+Config load_with_valid_model(const std::string& flag, const std::string& path) {
   const Config config = with_hf_model(load_config(path));
   Config model_only;
   model_only.model = config.model;
   try {
     validate_config(model_only, 1);
   } catch (const UserError& error) {
-    throw UserError(str("--model ", path, ": ", error.what()));
+    throw UserError(str(flag, " ", path, ": ", error.what()));
   }
+  return config;
+}
+
+ConfigPlan load_model(const std::string& path) {
+  STRATA_REQUIRE(!path.empty(), "--model is required: a TOML file with a [model] section, e.g. ",
+                 "--model configs/tiny.toml");
+  STRATA_REQUIRE(
+      std::filesystem::is_regular_file(path), "--model '", path,
+      "' is not a readable file; give a training config or a file with a [model] section");
+  const Config config = load_with_valid_model("--model", path);
   ConfigPlan plan;
-  plan.model = transformer_of(model_only.model);
+  plan.model = transformer_of(config.model);
   plan.max_batch_tokens = config.serve.max_batch_tokens;
   // Which keys the file itself sets (the parsed config holds defaults for the rest).
   const toml::table file = toml::parse_file(path);
@@ -285,15 +291,8 @@ std::vector<std::string> own_command_line() {
 // model (its micro batch and precision) on every rank at once, and saves the slowest rank's
 // beside the cluster profile `cluster_path`.
 void profile_layers(Comm& world, const std::string& config_path, const std::string& cluster_path) {
-  // Its model is checked as `strata train` checks it; its layout is not the one timed here.
-  const Config config = with_hf_model(load_config(config_path));
-  Config model_only;
-  model_only.model = config.model;
-  try {
-    validate_config(model_only, 1);
-  } catch (const UserError& error) {
-    throw UserError(str("--profile-layers ", config_path, ": ", error.what()));
-  }
+  // Its layout is not the one timed here.
+  const Config config = load_with_valid_model("--profile-layers", config_path);
   STRATA_REQUIRE(config.parallel.micro_batch >= 1, "--profile-layers ", config_path,
                  ": train.micro_batch (", config.parallel.micro_batch, ") must be >= 1");
   constexpr int kRounds = 5;
