@@ -105,7 +105,7 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  strata::install_memory_tracker();
+  strata::install_cpu_allocator();
   at::set_num_threads(o.threads);
   auto blockwise = [](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double scale) {
     return strata::blockwise_attention(q, k, v, scale);

@@ -28,6 +28,7 @@
 #include "strata/cli/tokenize.h"
 #include "strata/core/config.h"
 #include "strata/core/error.h"
+#include "strata/core/memory.h"
 #include "strata/data/chat_template.h"
 #include "strata/data/prepare.h"
 #include "strata/data/tokenizer.h"
@@ -71,6 +72,7 @@ int run_on_ranks(const std::function<void(int, int*)>& body) {
   int argc = 0;
   char** no_args = nullptr;
   const int world_size = init_mpi(&argc, &no_args);
+  install_cpu_allocator();
   int rank = 0;
   try {
     body(world_size, &rank);

@@ -1,13 +1,19 @@
-// Counting CPU allocator: wraps ATen's default CPU allocator. Each block is allocated with a
-// header in front (kHeader bytes, keeping the default 64-byte alignment) that records its size,
-// so the deleter can subtract it; the data pointer is its own context, as c10's
-// raw_allocate/raw_deallocate require (oneDNN's bfloat16 kernels allocate that way).
+// strata's CPU allocator: each block is allocated with a header in front (kHeader bytes,
+// keeping the default 64-byte alignment) that records its size, so the deleter can subtract it;
+// the data pointer is its own context, as c10's raw_allocate/raw_deallocate require (oneDNN's
+// bfloat16 kernels allocate that way). Blocks from kHugePageBytes up start on a huge-page
+// boundary and are advised onto huge pages, as glibc's glibc.malloc.hugetlb=1 does for its
+// large chunks (which the launcher sets for the ranks it starts, covering Open MPI's buffers
+// too; a single process cannot set it for itself, glibc reads it at start-up).
 #include "strata/core/memory.h"
 
 #include <c10/core/CPUAllocator.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 
 #include <atomic>
+#include <cstdlib>
+#include <new>
 
 namespace strata {
 namespace {
@@ -17,23 +23,30 @@ std::atomic<int64_t> peak_bytes{0};
 std::atomic<bool> installed{false};
 
 constexpr size_t kHeader = 64;
-c10::DeleterFnPtr inner_deleter = nullptr;  // the wrapped allocator's raw deleter
+
+void* allocate_block(size_t bytes) {
+  const bool huge = bytes >= kHugePageBytes;
+  void* block = nullptr;
+  if (posix_memalign(&block, huge ? kHugePageBytes : kHeader, bytes) != 0) {
+    throw std::bad_alloc();
+  }
+  // Whole huge pages only: the tail past the last boundary stays on small pages. Advice the
+  // kernel cannot take (no transparent huge pages) changes nothing, so its result is not read.
+  if (huge) madvise(block, bytes & ~(kHugePageBytes - 1), MADV_HUGEPAGE);
+  return block;
+}
 
 void delete_counted(void* data) {
   if (data == nullptr) return;
   char* block = static_cast<char*>(data) - kHeader;
   live_bytes.fetch_sub(*reinterpret_cast<int64_t*>(block), std::memory_order_relaxed);
-  inner_deleter(block);
+  std::free(block);
 }
 
-class CountingAllocator final : public c10::Allocator {
+class StrataAllocator final : public c10::Allocator {
  public:
-  explicit CountingAllocator(c10::Allocator* inner) : inner_(inner) {
-    inner_deleter = inner->raw_deleter();
-  }
-
   c10::DataPtr allocate(size_t bytes) const override {
-    char* block = static_cast<char*>(inner_->raw_allocate(bytes + kHeader));
+    char* block = static_cast<char*>(allocate_block(bytes + kHeader));
     *reinterpret_cast<int64_t*>(block) = static_cast<int64_t>(bytes);
     void* data = block + kHeader;
     const int64_t now =
@@ -45,21 +58,18 @@ class CountingAllocator final : public c10::Allocator {
     return {data, data, &delete_counted, c10::Device(c10::DeviceType::CPU)};
   }
   c10::DeleterFnPtr raw_deleter() const override { return &delete_counted; }
-
- private:
-  c10::Allocator* inner_;
 };
 
 }  // namespace
 
-void install_memory_tracker() {
+void install_cpu_allocator() {
   bool expected = false;
   if (!installed.compare_exchange_strong(expected, true)) return;
-  static CountingAllocator allocator(c10::GetDefaultCPUAllocator());
+  static StrataAllocator allocator;
   c10::SetCPUAllocator(&allocator, /*priority=*/100);
 }
 
-bool memory_tracker_installed() { return installed.load(); }
+bool cpu_allocator_installed() { return installed.load(); }
 int64_t tracked_bytes_now() { return live_bytes.load(std::memory_order_relaxed); }
 int64_t tracked_bytes_peak() { return peak_bytes.load(std::memory_order_relaxed); }
 void reset_tracked_peak() { peak_bytes.store(live_bytes.load()); }

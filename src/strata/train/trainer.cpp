@@ -72,7 +72,7 @@ Trainer::Trainer(const Config& config, Mesh& mesh, std::shared_ptr<TokenDataset>
                to_string(mesh_.shape()), " is not the config's layout ",
                to_string(mesh_shape_of(config_.parallel)),
                "; build the mesh with Mesh(world, mesh_shape_of(config.parallel))");
-  install_memory_tracker();
+  install_cpu_allocator();
   choose_product_routes(mesh_.world(), config_, training_products(config_));
   const ModelConfig& model = config_.model;
   const StagePlacement placement = stage_placement(config_.parallel);
