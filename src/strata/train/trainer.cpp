@@ -3,6 +3,7 @@
 
 #include <ATen/core/grad_mode.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -11,6 +12,7 @@
 #include <iostream>
 #include <limits>
 #include <map>
+#include <string>
 
 #include "strata/ckpt/async_checkpoint.h"
 #include "strata/ckpt/checkpoint.h"
@@ -25,6 +27,7 @@
 #include "strata/dist/flight_record.h"
 #include "strata/dist/trace.h"
 #include "strata/hf/hf_load.h"
+#include "strata/kernels/matmul.h"
 #include "strata/kernels/matmul_peak.h"
 #include "strata/model/product_routes.h"
 #include "strata/parallel/context_parallel.h"
@@ -54,13 +57,37 @@ nlohmann::json per_kind_json(const std::array<T, N>& values) {
 
 }  // namespace
 
-double measure_matmul_peak_flops(at::ScalarType dtype) {
-  // Measured once per dtype and process: the one probe (kernels/matmul_peak.h), which times
-  // the linear layers' own routed products.
-  static std::map<at::ScalarType, double> measured;
-  auto found = measured.find(dtype);
+std::vector<MatmulShape> run_peak_shapes(const Config& config) {
+  // Rows capped so that a large model's probe stays a fraction of a second per shape; GEMMs of
+  // 2048 rows run at their full rate on the CPUs measured.
+  constexpr int64_t kPeakRows = 2048;
+  std::vector<MatmulShape> shapes;
+  for (const ProductShape& product : training_products(config)) {
+    if (product.a_transposed || !product.b_transposed || few_row_product(product.m, false, true)) {
+      continue;
+    }
+    const MatmulShape shape{std::min(product.m, kPeakRows), product.k, product.n};
+    const auto same = [&](const MatmulShape& s) {
+      return s.m == shape.m && s.k == shape.k && s.n == shape.n;
+    };
+    if (std::none_of(shapes.begin(), shapes.end(), same)) shapes.push_back(shape);
+  }
+  return shapes.empty() ? matmul_peak_shapes() : shapes;
+}
+
+double measure_matmul_peak_flops(at::ScalarType dtype, const std::vector<MatmulShape>& shapes) {
+  // Measured once per dtype, shapes and process: the one probe (kernels/matmul_peak.h), which
+  // times the linear layers' own routed products, shape by shape; the fastest is the peak.
+  static std::map<std::string, double> measured;
+  std::string key = c10::toString(dtype);
+  for (const MatmulShape& shape : shapes) key += str(" ", shape.m, "x", shape.k, "x", shape.n);
+  auto found = measured.find(key);
   if (found != measured.end()) return found->second;
-  return measured[dtype] = measure_matmul_peak(dtype);
+  double peak = 0;
+  for (const MatmulShape& shape : shapes) {
+    peak = std::max(peak, measure_matmul_peak(dtype, fastest_of_three_calls, {shape}));
+  }
+  return measured[key] = peak;
 }
 
 Trainer::Trainer(const Config& config, Mesh& mesh, std::shared_ptr<TokenDataset> dataset)
@@ -149,7 +176,7 @@ Trainer::Trainer(const Config& config, Mesh& mesh, std::shared_ptr<TokenDataset>
       STRATA_REQUIRE(samples_->good(), "log.samples: cannot write ", config_.log.dir, name);
     }
   }
-  peak_flops_ = measure_matmul_peak_flops(dtype_);
+  peak_flops_ = measure_matmul_peak_flops(dtype_, run_peak_shapes(config_));
 }
 
 Trainer::~Trainer() = default;

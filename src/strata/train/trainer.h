@@ -10,6 +10,7 @@
 #include "strata/core/config.h"
 #include "strata/data/dataset.h"
 #include "strata/dist/mesh.h"
+#include "strata/kernels/matmul_peak.h"
 #include "strata/model/gpt.h"
 #include "strata/optim/adamw.h"
 #include "strata/optim/loss_scale.h"
@@ -122,8 +123,16 @@ class Trainer {
   std::unique_ptr<AsyncCheckpointer> async_checkpointer_;  // checkpoint.async only
 };
 
-// The matmul-peak probe (kernels/matmul_peak.h) in `dtype` on this rank's threads, in FLOP/s
-// (measured once per dtype and process).
-double measure_matmul_peak_flops(at::ScalarType dtype = at::kFloat);
+// The shapes a run's MFU is measured against: the forward products x W^T of this rank's linear
+// layers at its rows (training_products, model/product_routes.h; rows capped at 2048), the
+// few-row ones left out; matmul_peak_shapes() when none is left.
+std::vector<MatmulShape> run_peak_shapes(const Config& config);
+
+// The matmul-peak probe (kernels/matmul_peak.h) in `dtype` on this rank's threads, in FLOP/s:
+// the fastest of `shapes`, each timed alone (measured once per dtype, shapes and process). A
+// fixed set of smaller shapes, FLOPs over seconds summed, ran below what a model's own products
+// reach (AMD EPYC, 2 threads: 289 GFLOP/s against 340-374 for d_model 768 at 2048 rows), and
+// MFU read 110%.
+double measure_matmul_peak_flops(at::ScalarType dtype, const std::vector<MatmulShape>& shapes);
 
 }  // namespace strata
