@@ -88,29 +88,42 @@ struct BFloat16 {
 };
 
 template <typename Access>
+[[gnu::always_inline]] inline void forward_lanes(const typename Access::type* x,
+                                                 typename Access::type* y, int64_t count) {
+  Floats lanes;
+  Access::read(lanes, x, count);
+  gelu_lanes(lanes);
+  Access::write(y, lanes, count);
+}
+
+template <typename Access>
+[[gnu::always_inline]] inline void backward_lanes(const typename Access::type* x,
+                                                  const typename Access::type* dy,
+                                                  typename Access::type* dx, int64_t count) {
+  Floats x_lanes, grad;
+  Access::read(x_lanes, x, count);
+  Access::read(grad, dy, count);
+  gelu_grad_lanes(x_lanes, grad);
+  Access::write(dx, grad, count);
+}
+
+// Whole vectors first, their copies of a constant size (one vector load or store each), then
+// the tail, whose copies of a run-time size would cost a call per vector in the loop.
+template <typename Access>
 [[gnu::always_inline]] inline void forward_pass(const typename Access::type* x,
                                                 typename Access::type* y, int64_t n) {
-  for (int64_t i = 0; i < n; i += kLanes) {
-    const int64_t count = std::min(kLanes, n - i);
-    Floats lanes;
-    Access::read(lanes, x + i, count);
-    gelu_lanes(lanes);
-    Access::write(y + i, lanes, count);
-  }
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) forward_lanes<Access>(x + i, y + i, kLanes);
+  if (i < n) forward_lanes<Access>(x + i, y + i, n - i);
 }
 
 template <typename Access>
 [[gnu::always_inline]] inline void backward_pass(const typename Access::type* x,
                                                  const typename Access::type* dy,
                                                  typename Access::type* dx, int64_t n) {
-  for (int64_t i = 0; i < n; i += kLanes) {
-    const int64_t count = std::min(kLanes, n - i);
-    Floats x_lanes, grad;
-    Access::read(x_lanes, x + i, count);
-    Access::read(grad, dy + i, count);
-    gelu_grad_lanes(x_lanes, grad);
-    Access::write(dx + i, grad, count);
-  }
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) backward_lanes<Access>(x + i, dy + i, dx + i, kLanes);
+  if (i < n) backward_lanes<Access>(x + i, dy + i, dx + i, n - i);
 }
 
 [[gnu::always_inline]] inline void forward_float_body(const float* x, float* y, int64_t n) {
