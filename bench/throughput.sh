@@ -164,7 +164,7 @@ for s, name in (("strata", "strata"), ("peer", "PyTorch eager peer")):
     print(f"| {name} | {r['tokens_per_s']:.1f} | {r['step_time_s']:.2f} | {100 * r['mfu']:.1f}% | {rounds_text} |")
 print(f"\nratio strata/peer: {summary['ratio']:.3f} (pooled medians), "
       f"{summary['ratio_paired']:.3f} (median of per-round ratios)   "
-      f"strata's own mfu metric (vs its 1024^3 probe): {100 * summary['strata']['mfu_self_reported']:.1f}%")
+      f"strata's own mfu metric (vs its run-shape probe): {100 * summary['strata']['mfu_self_reported']:.1f}%")
 print("matmul peak GFLOP/s: " + ", ".join(f"{p['shape']}@{p['threads']}t {p['gflops']:.1f}" for p in peaks))
 print(json.dumps(summary))
 EOF

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <functional>
 
 #include "strata/train/trainer.h"
 
@@ -46,12 +47,38 @@ TEST(PeakShapes, RowsAreCappedAt2048) {
   for (const MatmulShape& shape : shapes) EXPECT_EQ(shape.m, 2048);
 }
 
+TEST(PeakShapes, ContextParallelismDividesTheRowsAndFewRowsFallBack) {
+  Config cp2 = small_model(4, 1);
+  cp2.parallel.cp = 2;
+  EXPECT_TRUE(holds(run_peak_shapes(cp2), {64, 64, 256}));  // 128 rows over 2 cp ranks
+  // One sequence of 32 tokens: every product is the few-row kernel's, and the fixed shapes stand.
+  const std::vector<MatmulShape> few = run_peak_shapes(small_model(1, 1));
+  const std::vector<MatmulShape> fixed = matmul_peak_shapes();
+  ASSERT_EQ(few.size(), fixed.size());
+  for (const MatmulShape& shape : fixed) EXPECT_TRUE(holds(few, shape));
+}
+
+TEST(PeakShapes, WideModelsAreCappedAt4096) {
+  Config wide = small_model(4, 1);
+  wide.model.vocab_size = 50257;
+  EXPECT_TRUE(holds(run_peak_shapes(wide), {128, 64, 4096}));  // the head's 50257 columns
+}
+
 TEST(PeakShapes, ThePeakIsTheFastestShape) {
-  const std::vector<MatmulShape> shapes = {{256, 64, 256}, {256, 256, 64}};
-  const double both = measure_matmul_peak_flops(at::kFloat, shapes);
-  EXPECT_GT(both, 0);
+  // A timer that says how long each shape took, by its FLOPs: 1e9 FLOP/s, 3e9 and 2e9.
+  const std::vector<MatmulShape> shapes = {{64, 64, 64}, {64, 64, 128}, {128, 64, 64}};
+  int call = 0;
+  const double rates[] = {1e9, 3e9, 2e9};
+  const ProductTimer timer = [&](const std::function<void()>&) {
+    const MatmulShape& shape = shapes[call];
+    return 2.0 * shape.m * shape.k * shape.n / rates[call++];
+  };
+  EXPECT_DOUBLE_EQ(fastest_shape_rate(at::kFloat, shapes, timer), 3e9);
+  EXPECT_EQ(call, 3);
   // Measured once per process: asking again returns the same number, not a new timing.
-  EXPECT_EQ(measure_matmul_peak_flops(at::kFloat, shapes), both);
+  const double measured = measure_matmul_peak_flops(at::kFloat, shapes);
+  EXPECT_GT(measured, 0);
+  EXPECT_EQ(measure_matmul_peak_flops(at::kFloat, shapes), measured);
 }
 
 }  // namespace

@@ -8,12 +8,13 @@
 #include "strata/core/memory.h"
 
 #include <c10/core/CPUAllocator.h>
+#include <c10/util/Exception.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 
 #include <atomic>
+#include <cstdint>
 #include <cstdlib>
-#include <new>
 
 namespace strata {
 namespace {
@@ -27,9 +28,8 @@ constexpr size_t kHeader = 64;
 void* allocate_block(size_t bytes) {
   const bool huge = bytes >= kHugePageBytes;
   void* block = nullptr;
-  if (posix_memalign(&block, huge ? kHugePageBytes : kHeader, bytes) != 0) {
-    throw std::bad_alloc();
-  }
+  TORCH_CHECK(posix_memalign(&block, huge ? kHugePageBytes : kHeader, bytes) == 0,
+              "strata's CPU allocator: not enough memory: tried to allocate ", bytes, " bytes");
   // Whole huge pages only: the tail past the last boundary stays on small pages. Advice the
   // kernel cannot take (no transparent huge pages) changes nothing, so its result is not read.
   if (huge) madvise(block, bytes & ~(kHugePageBytes - 1), MADV_HUGEPAGE);
@@ -46,6 +46,8 @@ void delete_counted(void* data) {
 class StrataAllocator final : public c10::Allocator {
  public:
   c10::DataPtr allocate(size_t bytes) const override {
+    TORCH_CHECK(bytes <= SIZE_MAX - kHeader, "strata's CPU allocator: ", bytes,
+                " bytes is more than can be allocated");
     char* block = static_cast<char*>(allocate_block(bytes + kHeader));
     *reinterpret_cast<int64_t*>(block) = static_cast<int64_t>(bytes);
     void* data = block + kHeader;
@@ -65,8 +67,9 @@ class StrataAllocator final : public c10::Allocator {
 void install_cpu_allocator() {
   bool expected = false;
   if (!installed.compare_exchange_strong(expected, true)) return;
-  static StrataAllocator allocator;
-  c10::SetCPUAllocator(&allocator, /*priority=*/100);
+  // Never destroyed: c10 keeps the pointer, and tensors may be freed during static destruction.
+  static auto* allocator = new StrataAllocator();
+  c10::SetCPUAllocator(allocator, /*priority=*/100);
 }
 
 bool cpu_allocator_installed() { return installed.load(); }

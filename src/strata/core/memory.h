@@ -13,7 +13,8 @@ namespace strata {
 // gradients of every step; on 4 KiB pages each is first-touched page by page and its products
 // miss the TLB. On the 2-core AMD EPYC VM measured (d_model 768, one rank, fp32) that made
 // steps 2.34 s instead of 2.03 s (docs/install.md, "Memory pages"). Effective where the
-// kernel's transparent huge pages are in `madvise` or `always` mode; harmless in `never`.
+// kernel's transparent huge pages are in `madvise` or `always` mode; harmless in `never` and
+// without transparent huge pages (the advice is then refused and ignored).
 inline constexpr size_t kHugePageBytes = size_t{2} << 20;
 
 // Installs strata's allocator as ATen's CPU allocator (idempotent): every command that runs a

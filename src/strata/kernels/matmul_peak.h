@@ -1,9 +1,11 @@
 // The one matmul-peak probe: the rate at which this process multiplies matrices the way the
 // model does (routed_product, kernels/matmul.h: activations (m, k) times a linear layer's
 // weight (n, k) transposed), on the shapes of a transformer layer. The trainer's MFU, `strata
-// plan calibrate`'s peak and bench/matmul_peak all call it, so they measure the same products;
-// they differ only in how a call is timed (the trainer: best of three calls; calibrate: the
-// median trial of every rank at once, the slowest rank's).
+// plan calibrate`'s peak and bench/matmul_peak all call it, so they measure the same products.
+// They differ in the shapes and in how a call is timed: the trainer takes the fastest of its own
+// run's forward shapes, each the best of three calls (train/trainer.h, run_peak_shapes);
+// calibrate sums matmul_peak_shapes(), each the median trial of every rank at once, the
+// slowest rank's.
 #pragma once
 #include <ATen/ATen.h>
 

@@ -124,8 +124,8 @@ class Trainer {
 };
 
 // The shapes a run's MFU is measured against: the forward products x W^T of this rank's linear
-// layers at its rows (training_products, model/product_routes.h; rows capped at 2048), the
-// few-row ones left out; matmul_peak_shapes() when none is left.
+// layers at its rows (training_products, model/product_routes.h; rows capped at 2048, inner
+// size and columns at 4096), the few-row ones left out; matmul_peak_shapes() when none is left.
 std::vector<MatmulShape> run_peak_shapes(const Config& config);
 
 // The matmul-peak probe (kernels/matmul_peak.h) in `dtype` on this rank's threads, in FLOP/s:
@@ -134,5 +134,8 @@ std::vector<MatmulShape> run_peak_shapes(const Config& config);
 // reach (AMD EPYC, 2 threads: 289 GFLOP/s against 340-374 for d_model 768 at 2048 rows), and
 // MFU read 110%.
 double measure_matmul_peak_flops(at::ScalarType dtype, const std::vector<MatmulShape>& shapes);
+// The fastest rate among `shapes`, each timed alone with `timer` (no caching).
+double fastest_shape_rate(at::ScalarType dtype, const std::vector<MatmulShape>& shapes,
+                          const ProductTimer& timer);
 
 }  // namespace strata
