@@ -11,9 +11,7 @@ namespace strata {
 namespace {
 
 bool holds(const std::vector<MatmulShape>& shapes, MatmulShape shape) {
-  return std::any_of(shapes.begin(), shapes.end(), [&](const MatmulShape& s) {
-    return s.m == shape.m && s.k == shape.k && s.n == shape.n;
-  });
+  return std::find(shapes.begin(), shapes.end(), shape) != shapes.end();
 }
 
 Config small_model(int64_t micro_batch, int64_t tp) {

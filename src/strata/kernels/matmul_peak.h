@@ -17,6 +17,10 @@ namespace strata {
 
 struct MatmulShape {
   int64_t m, k, n;  // (m, k) times the transpose of a (n, k) weight
+
+  bool operator==(const MatmulShape& other) const {
+    return m == other.m && k == other.k && n == other.n;
+  }
 };
 
 // tokens x d_model times the up-projection, the down-projection, and a square product:

@@ -69,10 +69,7 @@ std::vector<MatmulShape> run_peak_shapes(const Config& config) {
     }
     const MatmulShape shape{std::min(product.m, kPeakRows), std::min(product.k, kPeakWidth),
                             std::min(product.n, kPeakWidth)};
-    const auto same = [&](const MatmulShape& s) {
-      return s.m == shape.m && s.k == shape.k && s.n == shape.n;
-    };
-    if (std::none_of(shapes.begin(), shapes.end(), same)) shapes.push_back(shape);
+    if (std::find(shapes.begin(), shapes.end(), shape) == shapes.end()) shapes.push_back(shape);
   }
   return shapes.empty() ? matmul_peak_shapes() : shapes;
 }
