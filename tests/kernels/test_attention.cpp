@@ -200,6 +200,31 @@ TEST(BlockwiseAttention, TransposedViewsEqualContiguousCopies) {
   EXPECT_EQ(max_relative_error(strided.dv, contiguous.dv), 0.0) << "dv";
 }
 
+// The output and the gradients come in (B, T, heads, D) memory, in every dtype: the model
+// reads the output as (B, T, heads * D) rows without a copy (so the out-projection's saved
+// input is the tensor the kernel saved), and the gradients reach the projections likewise.
+TEST(BlockwiseAttention, OutputAndGradientsAreTokenMajor) {
+  const Shape s{2, 4, 2, kQ + 9, kQ + 9, 8, 0, 0};
+  for (at::ScalarType dtype : {at::kFloat, at::kBFloat16, at::kDouble}) {
+    const Inputs in = make_inputs(s, dtype, 17);
+    const AttentionForward forward = [&] {
+      at::NoGradGuard no_grad;
+      return blockwise_attention_forward(in.q, in.k, in.v, 0.3);
+    }();
+    EXPECT_TRUE(forward.out.transpose(1, 2).is_contiguous()) << dtype;
+    EXPECT_EQ(forward.out.scalar_type(), dtype);
+    const AttentionGradients grads = blockwise_attention_backward(
+        in.weights, in.q, in.k, in.v, forward.out, forward.lse, 0.3);
+    for (const at::Tensor& g : {grads.dq, grads.dk, grads.dv}) {
+      EXPECT_TRUE(g.transpose(1, 2).is_contiguous()) << dtype;
+      EXPECT_EQ(g.scalar_type(), dtype);
+    }
+    // The model's view: rows of every head's D values, sharing the output's storage.
+    const at::Tensor rows = forward.out.transpose(1, 2).reshape({s.B, s.Tq, s.H * s.D});
+    EXPECT_EQ(rows.data_ptr(), forward.out.data_ptr()) << dtype;
+  }
+}
+
 TEST(BlockwiseAttention, BFloat16AccumulatesInFloat32) {
   const Shape s{1, 4, 2, kQ + 6, kQ + 6, 16, 0, 0};
   const Inputs in = make_inputs(s, at::kBFloat16, 5);

@@ -210,9 +210,11 @@ TEST(ActivationFormulas, StrataHasNoDropoutAndTrainsInFp32) {
                    4 * s * b * h * 16 + 4 * a * s * s * b);
 }
 
-// The blockwise kernel keeps its output and a float32 log-sum-exp per row and head instead of
-// the s x s softmax (docs/parallelism.md's table), and selective recomputation drops those.
-TEST(ActivationFormulas, BlockwiseKeepsItsOutputAndLogSumExpNotTheScores) {
+// The blockwise kernel keeps a float32 log-sum-exp per row and head instead of the s x s
+// softmax (docs/parallelism.md's table); its output is the out-projection's input, counted
+// with the layer. Selective recomputation leaves that core alone; under context parallelism the
+// pieces keep their own copy of the output too, and selective recomputation drops both.
+TEST(ActivationFormulas, BlockwiseKeepsItsLogSumExpNotTheScores) {
   TransformerSpec spec = megatron_gpt(2, 512, 8, 256, 256);
   spec.dropout = false;
   spec.attention = AttentionKernel::blockwise;
@@ -220,11 +222,21 @@ TEST(ActivationFormulas, BlockwiseKeepsItsOutputAndLogSumExpNotTheScores) {
   options.element_bytes = 4;
   options.tp = 2;
   const double s = 256, b = 2, h = 512, a = 8, t = 2;
-  const double core = (4 * s * b * h + 4 * a * s * b) / t;
-  EXPECT_DOUBLE_EQ(attention_core_activation_bytes(spec, 2, options), core);
-  const double without_core = layer_activation_bytes(spec, 2, false, options) - core;
+  EXPECT_DOUBLE_EQ(attention_core_activation_bytes(spec, 2, options), 4 * a * s * b / t);
+  const double none = layer_activation_bytes(spec, 2, false, options);
   options.recompute = Recompute::selective;
-  EXPECT_DOUBLE_EQ(layer_activation_bytes(spec, 2, false, options), without_core);
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(spec, 2, false, options), none);
+  EXPECT_DOUBLE_EQ(hardware_flops_per_step(spec, 8, Recompute::selective),
+                   hardware_flops_per_step(spec, 8, Recompute::none));
+
+  options.cp = 2;
+  const double core = (4 * s / 2 * b * h + 4 * a * s / 2 * b) / t;
+  EXPECT_DOUBLE_EQ(attention_core_activation_bytes(spec, 2, options), core);
+  const double selective = layer_activation_bytes(spec, 2, false, options);
+  options.recompute = Recompute::none;
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(spec, 2, false, options), selective + core);
+  EXPECT_GT(hardware_flops_per_step(spec, 8, Recompute::selective, 2),
+            hardware_flops_per_step(spec, 8, Recompute::none, 2));
 }
 
 // The attention core as the kernels execute it: eager the full s x s (layer_flops' core, twice

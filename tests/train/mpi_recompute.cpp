@@ -1,9 +1,12 @@
 // Activation recomputation (train.recompute) on the real MPI transport: full and selective
-// recomputation, of all layers or the first one, train bit-identically to no recomputation —
+// recomputation (the latter with the eager kernel, the only one whose core it repeats without
+// cp), of all layers or the first one, train bit-identically to no recomputation —
 // on one rank (dense and MoE), with tp + sequence parallelism, with pipelines under 1F1B and
 // ZB-H1 (deferred weight gradients), with ring context parallelism and with ZeRO-3 — and full
 // recomputation keeps a fraction of the activations.
 #include <gtest/gtest.h>
+
+#include <map>
 
 #include "strata/core/precision.h"
 #include "strata/kernels/matmul.h"
@@ -19,8 +22,10 @@ using testing::TestLayout;
 using testing::with;
 
 // 8 layers of width 64: the blocks' activations outweigh the head's logits.
-Config tiny_run(const TestLayout& layout, Recompute recompute, int64_t recompute_layers) {
+Config tiny_run(const TestLayout& layout, Recompute recompute, int64_t recompute_layers,
+                AttentionKernel attention = AttentionKernel::blockwise) {
   Config config = testing::tiny_training_run(6, 4, 2);
+  config.model.attention = attention;
   config.model.d_model = 64;
   config.model.n_layers = 8;
   config.model.tie_embeddings = true;
@@ -51,13 +56,26 @@ std::vector<TestLayout> layouts_for(int world) {
 TEST(Recompute, EveryModeTrainsBitIdenticallyToNone) {
   Comm world = Comm::world(120);
   for (const TestLayout& layout : layouts_for(world.size())) {
-    const TrainResult none = testing::train_on(world, tiny_run(layout, Recompute::none, 0));
-    const std::pair<Recompute, int64_t> modes[] = {
-        {Recompute::full, 0}, {Recompute::full, 1}, {Recompute::selective, 0}};
-    for (const auto& [mode, layers] : modes) {
-      const std::string what =
-          layout.name() + " " + name_of(mode) + " layers " + std::to_string(layers);
-      const TrainResult run = testing::train_on(world, tiny_run(layout, mode, layers));
+    // Selective with the eager kernel: under the blockwise one without cp it runs as none
+    // (selective_recomputes_attention); cp computes with the blockwise kernel only.
+    struct Mode {
+      Recompute recompute;
+      int64_t layers;
+      AttentionKernel attention;
+    };
+    const AttentionKernel recomputed_core =
+        layout.cp > 1 ? AttentionKernel::blockwise : AttentionKernel::eager;
+    const Mode modes[] = {{Recompute::full, 0, AttentionKernel::blockwise},
+                          {Recompute::full, 1, AttentionKernel::blockwise},
+                          {Recompute::selective, 0, recomputed_core}};
+    std::map<AttentionKernel, TrainResult> nones;
+    for (const auto& [mode, layers, attention] : modes) {
+      if (!nones.count(attention))
+        nones[attention] = testing::train_on(world, tiny_run(layout, Recompute::none, 0, attention));
+      const TrainResult& none = nones[attention];
+      const std::string what = layout.name() + " " + name_of(mode) + " layers " +
+                               std::to_string(layers) + " " + name_of(attention);
+      const TrainResult run = testing::train_on(world, tiny_run(layout, mode, layers, attention));
       ASSERT_EQ(run.losses.size(), none.losses.size()) << what;
       for (size_t i = 0; i < none.losses.size(); ++i) {
         EXPECT_EQ(run.losses[i], none.losses[i]) << what << " step " << i + 1;
@@ -93,8 +111,9 @@ TEST(Recompute, FullKeepsAFractionOfTheActivations) {
 //   both norm inputs, kept in float32 whatever e:        2 * 4 * n*h
 //   the q/kv and out-projection inputs, Q, K, V:          5 * e * n*h (K = V = h wide here)
 //   the MLP input, up-projection output, GELU output:     e * (n*h + 2 * n*F)
-//   attention core (dropped by selective recompute): blockwise: its output e*n*h and
-//     log-sum-exp 4*a*n; eager: the float32 softmax a*s*s*b (and its e-byte copy in bf16)
+//   attention core (dropped by selective recompute, which repeats only the eager core here):
+//     blockwise: its log-sum-exp 4*a*n (its output is the out-projection's input, counted
+//     above); eager: the float32 softmax a*s*s*b (and its e-byte copy in bf16)
 // Korthikanti's 34*s*b*h + 5*a*s*s*b bytes are these items at e = 2 with two dropout masks
 // (1 byte each per element) and the dropout's own copy of the softmax, which strata lacks.
 // Full recomputation keeps each layer's input e*n*h, plus one layer's items while that layer
@@ -109,8 +128,10 @@ double activation_formula_bytes(const Config& config, Recompute mode) {
   const double L = static_cast<double>(model.n_layers), V = static_cast<double>(model.vocab_size);
   const double kept = 2 * 4 * n * h + 5 * e * n * h + e * (n * h + 2 * n * F);
   const double core = model.attention == AttentionKernel::blockwise
-                          ? e * n * h + 4 * a * n
+                          ? 4 * a * n
                           : (4 + (e < 4 ? e : 0)) * a * s * n;
+  const double selective_core =
+      selective_recomputes_attention(model.attention, /*context_parallel=*/false) ? 0.0 : core;
   const double head = 4 * n * h + e * n * h + 2 * 4 * n * V;
   // 16-bit forward products that run in float32 on CPU (the route the run's probe chose,
   // kernels/matmul.h: fp16 always, bf16 where it is faster): the up-projection's float32 output
@@ -121,7 +142,7 @@ double activation_formula_bytes(const Config& config, Recompute mode) {
     case Recompute::none:
       return L * (kept + core) + head + transient;
     case Recompute::selective:
-      return L * kept + head + transient;
+      return L * (kept + selective_core) + head + transient;
     case Recompute::full:
       return L * e * n * h + kept + core + head + transient;
   }

@@ -148,6 +148,13 @@ int run_train(const std::string& config_path, const std::vector<std::string>& ov
           alike_on_every_rank([&] { return resolve_pp_layers_on_ranks(world, config, &note); });
       if (world.rank() == 0) std::cout << note << std::endl;
     }
+    if (world.rank() == 0 && config.train.recompute == Recompute::selective &&
+        !selective_recomputes_attention(config.model.attention, config.parallel.cp > 1)) {
+      std::cout << "strata train: train.recompute = \"selective\" runs as \"none\" here: the "
+                   "blockwise attention kernel keeps no scores to drop (its output is the "
+                   "out-projection's input); \"full\" trades compute for memory"
+                << std::endl;
+    }
     Mesh mesh(world, mesh_shape_of(config.parallel));
     // Building the model and opening the data read the same config and files on every rank.
     auto trainer = alike_on_every_rank([&] { return std::make_unique<Trainer>(config, mesh); });

@@ -21,6 +21,14 @@ enum class PipelineSchedule { gpipe, one_f_one_b, interleaved_one_f_one_b, zb_h1
 enum class ContextParallelComm { ring, all_gather, all_to_all };
 // train.recompute: what a layer's backward recomputes instead of keeping (also the planner's).
 enum class Recompute { none, selective, full };
+// Whether "selective" recomputes a layer's attention core. It drops what the core keeps besides
+// its output (the out-projection keeps that as its input anyway): the eager core's s x s
+// probabilities, and under context parallelism the pieces' own copy of the output. The blockwise
+// kernel on its own keeps only one float32 log-sum-exp per row and head besides that output, too
+// little to repeat its forward for, so under it "selective" runs as "none".
+inline bool selective_recomputes_attention(AttentionKernel kernel, bool context_parallel) {
+  return kernel == AttentionKernel::eager || context_parallel;
+}
 // train.precision: the dtype parameters, activations and gradients are computed in. bf16 and
 // fp16 keep fp32 master weights and moments in the optimizer (also the planner's).
 enum class Precision { fp32, bf16, fp16, fp64 };

@@ -187,6 +187,15 @@ void zero_rows(const Rows<scalar_t>& x, int64_t b, int64_t head, int64_t first, 
     std::fill(x.at(b, head, r), x.at(b, head, r) + D, 0);
 }
 
+// A (B, heads, T, D) tensor laid out as (B, T, heads, D), the layout the model's projections
+// produce q, k and v in: the model reads an output as (B, T, heads * D) rows with no copy, so
+// the output the forward saves and the out-projection's saved input are one tensor, and the
+// gradients reach the projections without a transposing copy. (.to() keeps the layout.)
+at::Tensor rows_major(int64_t B, int64_t heads, int64_t T, int64_t D,
+                      const at::TensorOptions& options) {
+  return at::empty({B, T, heads, D}, options).transpose(1, 2);
+}
+
 // x in the accumulation dtype with contiguous rows (a copy only where either differs).
 at::Tensor accumulating(const at::Tensor& x, at::ScalarType accumulate) {
   at::Tensor converted = x.to(accumulate);
@@ -342,7 +351,7 @@ AttentionForward blockwise_attention_forward(const at::Tensor& q, const at::Tens
   const Problem p = describe(q, k, v, positions, documents);
   const at::Tensor qa = accumulating(q, p.accumulate), ka = accumulating(k, p.accumulate),
                    va = accumulating(v, p.accumulate);
-  at::Tensor out = at::empty({p.B, p.H, p.Tq, p.D}, qa.options());
+  at::Tensor out = rows_major(p.B, p.H, p.Tq, p.D, qa.options());
   at::Tensor lse = at::empty({p.B, p.H, p.Tq}, qa.options());
   const int64_t skipped = p.accumulate == at::kDouble
                               ? forward_tiles<double>(p, qa, ka, va, scale, out, lse)
@@ -361,9 +370,9 @@ AttentionGradients blockwise_attention_backward(const at::Tensor& dout, const at
                    va = accumulating(v, p.accumulate), douta = accumulating(dout, p.accumulate);
   const at::Tensor outa = accumulating(out, p.accumulate), lsea = lse.to(p.accumulate);
   // Zeroed by the task that owns the rows.
-  at::Tensor dq = at::empty({p.B, p.H, p.Tq, p.D}, qa.options());
-  at::Tensor dk = at::empty({p.B, p.K, p.Tk, p.D}, qa.options());
-  at::Tensor dv = at::empty({p.B, p.K, p.Tk, p.D}, qa.options());
+  at::Tensor dq = rows_major(p.B, p.H, p.Tq, p.D, qa.options());
+  at::Tensor dk = rows_major(p.B, p.K, p.Tk, p.D, qa.options());
+  at::Tensor dv = rows_major(p.B, p.K, p.Tk, p.D, qa.options());
   if (p.accumulate == at::kDouble) {
     backward_tiles<double>(p, douta, qa, ka, va, lsea, outa, scale, dq, dk, dv);
   } else {

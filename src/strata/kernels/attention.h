@@ -41,7 +41,7 @@ struct AttentionDocuments {
 };
 
 struct AttentionForward {
-  at::Tensor out;  // (B, H, Tq, D), q's dtype
+  at::Tensor out;  // (B, H, Tq, D), q's dtype, in (B, Tq, H, D) memory order
   at::Tensor lse;  // (B, H, Tq) log-sum-exp of each row's scaled scores (float32, or float64
                    // for float64 inputs); -inf for a row that sees no key (its out row is 0)
   // (query tile, key tile) pairs, over batch rows and heads, that the causal mask alone would
@@ -67,7 +67,7 @@ AttentionForward blockwise_attention_forward(const at::Tensor& q, const at::Tens
                                              const AttentionDocuments& documents = {});
 
 struct AttentionGradients {
-  at::Tensor dq, dk, dv;  // shaped and typed as q, k, v
+  at::Tensor dq, dk, dv;  // shaped and typed as q, k, v, in (B, T, heads, D) memory order
 };
 // Gradients from the forward's out and lse, recomputing the probabilities tile by tile.
 AttentionGradients blockwise_attention_backward(const at::Tensor& dout, const at::Tensor& q,

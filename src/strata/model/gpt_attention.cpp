@@ -59,7 +59,7 @@ at::Tensor GPT::attention(const at::Tensor& x, const BlockParams& block, int64_t
     q = rope_.rotate(q, positions);
     k = rope_.rotate(k, positions);
   }
-  at::Tensor y;  // (B, H_l, T, D)
+  at::Tensor y;  // (B, H_l, T, D); the blockwise kernel's in (B, T, H_l, D) memory order
   switch (context.kv_view()) {
     case KvView::none:
       y = attend_sequences(q, k, v, layer, context.documents);
@@ -71,7 +71,7 @@ at::Tensor GPT::attention(const at::Tensor& x, const BlockParams& block, int64_t
       y = attend_paged(q, k, v, layer, *context.paged);
       break;
   }
-  y = y.transpose(1, 2).reshape({B, T, H_l * D});
+  y = y.transpose(1, 2).reshape({B, T, H_l * D});  // a view of the blockwise kernel's output
   // Row-parallel output projection; its bias once, after the reduction.
   at::Tensor out =
       leave_tp(strata::linear(y, weight(block.attn_out_weight)), context.sequence_parallel);
@@ -81,7 +81,8 @@ at::Tensor GPT::attention(const at::Tensor& x, const BlockParams& block, int64_t
 at::Tensor GPT::attend_sequences(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                  int64_t layer, const at::Tensor& documents) {
   const at::Tensor k_heads = expand_kv(k), v_heads = expand_kv(v);
-  if (!recomputes(layer, Recompute::selective)) {
+  if (!recomputes(layer, Recompute::selective) ||
+      !selective_recomputes_attention(config_.attention, cp_.comm != nullptr)) {
     return attention_core(q, k_heads, v_heads, 0, documents);
   }
   return recomputed({q, k_heads, v_heads},

@@ -296,7 +296,9 @@ void set_throughput(Prediction& prediction, const PlanInputs& inputs) {
   prediction.model_tflops_per_device =
       model_flops_per_step(spec, inputs.global_batch) / step / devices / 1e12;
   prediction.hardware_tflops_per_device =
-      hardware_flops_per_step(spec, inputs.global_batch, prediction.layout.recompute) / step /
+      hardware_flops_per_step(spec, inputs.global_batch, prediction.layout.recompute,
+                              prediction.layout.cp) /
+          step /
       devices / 1e12;
   prediction.mfu = prediction.model_tflops_per_device / inputs.cluster.device.peak_tflops;
 }

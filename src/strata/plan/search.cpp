@@ -156,10 +156,12 @@ std::vector<PlanLayout> sequence_parallel_values(const PlanLayout& layout, const
               [](PlanLayout& out, bool sp) { out.sequence_parallel = sp; });
 }
 
-std::vector<PlanLayout> recompute_values(const PlanLayout& layout, const SearchSpace&) {
-  return each(layout,
-              std::vector<Recompute>{Recompute::none, Recompute::selective, Recompute::full},
-              [](PlanLayout& out, Recompute recompute) { out.recompute = recompute; });
+// Selective only where it repeats the attention core: elsewhere it is the same run as none.
+std::vector<PlanLayout> recompute_values(const PlanLayout& layout, const SearchSpace& space) {
+  std::vector<Recompute> values = {Recompute::none, Recompute::full};
+  if (selective_recomputes_attention(space.spec.attention, layout.cp > 1))
+    values.insert(values.begin() + 1, Recompute::selective);
+  return each(layout, values, [](PlanLayout& out, Recompute recompute) { out.recompute = recompute; });
 }
 
 // ZeRO shards over dp * cp (nothing to shard on one replica); ZeRO-3 with a pipeline is not

@@ -244,6 +244,13 @@ struct LayerContext {
   const RankTerms& terms;
   const LayerCollectives& collectives;
   const AttentionCore& core;
+
+  // Selective recomputation that repeats the attention core (not under the blockwise kernel
+  // without cp: selective_recomputes_attention).
+  bool recomputes_core() const {
+    return layout.recompute == Recompute::selective &&
+           selective_recomputes_attention(spec.attention, layout.cp > 1);
+  }
 };
 
 // The parameters one layer puts on a rank: replicated over dp * cp, and its experts' share
@@ -297,7 +304,7 @@ void add_layer_memory(StageModel& stage, const LayerContext& context, const Laye
   } else {
     stage.activation_bytes += cp_activations;
   }
-  if (layout.recompute == Recompute::selective) {
+  if (context.recomputes_core()) {
     stage.working_set = std::max(
         stage.working_set,
         attention_core_activation_bytes(context.spec, layout.micro_batch, terms.activation));
@@ -340,7 +347,7 @@ void add_layer_compute(StageModel& stage, const LayerContext& context, const Lay
   if (context.layout.recompute == Recompute::full) {
     stage.input_compute += forward_matmul + forward_elementwise;
     stage.parts.recompute += forward_matmul + forward_elementwise;
-  } else if (context.layout.recompute == Recompute::selective) {
+  } else if (context.recomputes_core()) {
     const double repeated = core.forward + elementwise.scores + core.kernels.forward * kernel;
     stage.input_compute += repeated;
     stage.parts.recompute += repeated;

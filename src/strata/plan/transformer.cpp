@@ -154,9 +154,11 @@ double model_flops_per_step(const TransformerSpec& spec, int64_t sequences) {
 }
 
 double hardware_flops_per_step(const TransformerSpec& spec, int64_t sequences,
-                               Recompute recompute) {
+                               Recompute recompute, int64_t cp) {
   double total = model_flops_per_step(spec, sequences);
   if (recompute == Recompute::none) return total;
+  if (recompute == Recompute::selective && !selective_recomputes_attention(spec.attention, cp > 1))
+    return total;
   for (int64_t layer = 0; layer < spec.n_layers; ++layer) {
     const PassFlops flops = layer_flops(spec, sequences, spec.is_moe_layer(layer));
     total += recompute == Recompute::full ? flops.forward : flops.attention_core_forward;
@@ -170,9 +172,11 @@ double attention_core_activation_bytes(const TransformerSpec& spec, int64_t micr
   const double mask = spec.dropout ? 1.0 : 0.0;
   const double s = static_cast<double>(spec.seq_len);
   if (spec.attention == AttentionKernel::blockwise) {
+    // The kernel's output is the out-projection's input (counted there); context parallelism's
+    // pieces keep a copy of their own.
     const double rows = static_cast<double>(micro_batch) * s / static_cast<double>(options.cp);
-    return (e * rows * static_cast<double>(spec.q_width()) +
-            4 * static_cast<double>(spec.n_heads) * rows) /
+    const double output = options.cp > 1 ? e * rows * static_cast<double>(spec.q_width()) : 0.0;
+    return (output + 4 * static_cast<double>(spec.n_heads) * rows) /
            static_cast<double>(options.tp);
   }
   // Each rank keeps its s / cp queries against all s keys.
@@ -206,7 +210,8 @@ double layer_activation_bytes(const TransformerSpec& spec, int64_t micro_batch, 
   const double q = static_cast<double>(spec.q_width());
   const double split = e * (n * q + 2 * n * kv + n * q + mlp);
   double bytes = replicated / replicated_divisor + split / t;
-  if (options.recompute == Recompute::none) {
+  if (options.recompute == Recompute::none ||
+      !selective_recomputes_attention(spec.attention, options.cp > 1)) {
     bytes += attention_core_activation_bytes(spec, micro_batch, options);
   }
   return bytes;

@@ -82,7 +82,8 @@ AttentionCoreFlops attention_core_flops(const TransformerSpec& spec, int64_t mic
 // FLOPs of one training step over `sequences` sequences: model FLOPs count forward and backward
 // once (the MFU convention); hardware FLOPs add what recomputation repeats.
 double model_flops_per_step(const TransformerSpec& spec, int64_t sequences);
-double hardware_flops_per_step(const TransformerSpec& spec, int64_t sequences, Recompute recompute);
+double hardware_flops_per_step(const TransformerSpec& spec, int64_t sequences, Recompute recompute,
+                               int64_t cp = 1);
 
 struct ActivationOptions {
   int64_t tp = 1;
@@ -100,9 +101,11 @@ struct ActivationOptions {
 //     both norm inputs and both matmul inputs after them 4e*sbh, two dropout masks 2d*sbh
 //   split by t: Q e*sbh, K and V 2e*sb*kv_width, the out-projection input e*sbh,
 //     MLP: up-projection output and activation output 2e*sb*ffn (SwiGLU: 4e*sb*ffn)
-//   attention core, split by t, dropped by selective recompute:
+//   attention core, split by t, dropped by selective recompute where it recomputes the core
+//   (selective_recomputes_attention):
 //     eager: softmax output e*a*s*s*b, with dropout also its mask d and output e per element;
-//     blockwise: its output e*sbh and one float32 log-sum-exp per row and head, 4*a*sb
+//     blockwise: one float32 log-sum-exp per row and head, 4*a*sb (its output is the
+//     out-projection's input), and with cp > 1 the pieces' own copy of the output e*sbh
 // Full recomputation keeps only the layer input e*sbh (split by t with sequence parallelism).
 // MoE layers keep top_k * capacity-factor copies of the MLP items of their expert width.
 double layer_activation_bytes(const TransformerSpec& spec, int64_t micro_batch, bool moe_layer,
