@@ -96,12 +96,15 @@ smoke_extra=()
 
 sizes=(256 512 768)
 [[ -n ${SMOKE:-} ]] && sizes=(256)
+# Steps of 0.3-0.5 s on a 2-core VM move 10-30% from round to round: 5 rounds of 10 steps keep
+# the medians steadier than 3 of 6 did (12-06: ZeRO-2/ZeRO-0 rounds 0.87-1.29 with 3 of 6).
+# From d_model 512 the targets are issue 37's (dp 2 within 0.8x of DDP's step, ZeRO-3 1.10x).
 for d in "${sizes[@]}"; do
   targets=(--target 'dp2/ddp<=1.00')
-  ((d >= 512)) && targets+=(--target 'zero2/zero0<=1.05' --target 'zero3/zero0<=1.15')
+  ((d >= 512)) && targets=(--target 'dp2/ddp<=0.80' --target 'zero2/zero0<=1.05' --target 'zero3/zero0<=1.10')
   heads=$((d / 64))
   record "dp_d$d" --title "Data parallelism and ZeRO against PyTorch DDP (dp 2, d_model $d)" "${targets[@]}" \
-    $fair_blas ROUNDS=3 STEPS=6 WARMUP=2 D_MODEL=$d N_HEADS=$heads bench/data_parallel.sh "$build"
+    $fair_blas ROUNDS=5 STEPS=10 WARMUP=2 D_MODEL=$d N_HEADS=$heads bench/data_parallel.sh "$build"
 done
 
 record throughput_fp32 --title "One rank against PyTorch eager, fp32 (d_model 768)" \
