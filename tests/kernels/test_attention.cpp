@@ -213,8 +213,8 @@ TEST(BlockwiseAttention, OutputAndGradientsAreTokenMajor) {
     }();
     EXPECT_TRUE(forward.out.transpose(1, 2).is_contiguous()) << dtype;
     EXPECT_EQ(forward.out.scalar_type(), dtype);
-    const AttentionGradients grads = blockwise_attention_backward(
-        in.weights, in.q, in.k, in.v, forward.out, forward.lse, 0.3);
+    const AttentionGradients grads =
+        blockwise_attention_backward(in.weights, in.q, in.k, in.v, forward.out, forward.lse, 0.3);
     for (const at::Tensor& g : {grads.dq, grads.dk, grads.dv}) {
       EXPECT_TRUE(g.transpose(1, 2).is_contiguous()) << dtype;
       EXPECT_EQ(g.scalar_type(), dtype);

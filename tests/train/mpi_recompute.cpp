@@ -71,7 +71,8 @@ TEST(Recompute, EveryModeTrainsBitIdenticallyToNone) {
     std::map<AttentionKernel, TrainResult> nones;
     for (const auto& [mode, layers, attention] : modes) {
       if (!nones.count(attention))
-        nones[attention] = testing::train_on(world, tiny_run(layout, Recompute::none, 0, attention));
+        nones[attention] =
+            testing::train_on(world, tiny_run(layout, Recompute::none, 0, attention));
       const TrainResult& none = nones[attention];
       const std::string what = layout.name() + " " + name_of(mode) + " layers " +
                                std::to_string(layers) + " " + name_of(attention);
@@ -127,9 +128,8 @@ double activation_formula_bytes(const Config& config, Recompute mode) {
   const double a = static_cast<double>(model.n_heads), F = 4 * h;
   const double L = static_cast<double>(model.n_layers), V = static_cast<double>(model.vocab_size);
   const double kept = 2 * 4 * n * h + 5 * e * n * h + e * (n * h + 2 * n * F);
-  const double core = model.attention == AttentionKernel::blockwise
-                          ? 4 * a * n
-                          : (4 + (e < 4 ? e : 0)) * a * s * n;
+  const double core =
+      model.attention == AttentionKernel::blockwise ? 4 * a * n : (4 + (e < 4 ? e : 0)) * a * s * n;
   const double selective_core =
       selective_recomputes_attention(model.attention, /*context_parallel=*/false) ? 0.0 : core;
   const double head = 4 * n * h + e * n * h + 2 * 4 * n * V;

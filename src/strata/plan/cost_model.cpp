@@ -298,8 +298,7 @@ void set_throughput(Prediction& prediction, const PlanInputs& inputs) {
   prediction.hardware_tflops_per_device =
       hardware_flops_per_step(spec, inputs.global_batch, prediction.layout.recompute,
                               prediction.layout.cp) /
-          step /
-      devices / 1e12;
+      step / devices / 1e12;
   prediction.mfu = prediction.model_tflops_per_device / inputs.cluster.device.peak_tflops;
 }
 

@@ -161,7 +161,8 @@ std::vector<PlanLayout> recompute_values(const PlanLayout& layout, const SearchS
   std::vector<Recompute> values = {Recompute::none, Recompute::full};
   if (selective_recomputes_attention(space.spec.attention, layout.cp > 1))
     values.insert(values.begin() + 1, Recompute::selective);
-  return each(layout, values, [](PlanLayout& out, Recompute recompute) { out.recompute = recompute; });
+  return each(layout, values,
+              [](PlanLayout& out, Recompute recompute) { out.recompute = recompute; });
 }
 
 // ZeRO shards over dp * cp (nothing to shard on one replica); ZeRO-3 with a pipeline is not

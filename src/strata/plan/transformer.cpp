@@ -153,8 +153,8 @@ double model_flops_per_step(const TransformerSpec& spec, int64_t sequences) {
   return total;
 }
 
-double hardware_flops_per_step(const TransformerSpec& spec, int64_t sequences,
-                               Recompute recompute, int64_t cp) {
+double hardware_flops_per_step(const TransformerSpec& spec, int64_t sequences, Recompute recompute,
+                               int64_t cp) {
   double total = model_flops_per_step(spec, sequences);
   if (recompute == Recompute::none) return total;
   if (recompute == Recompute::selective && !selective_recomputes_attention(spec.attention, cp > 1))
