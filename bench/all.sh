@@ -68,10 +68,13 @@ record layouts --title "Tensor, sequence and pipeline parallelism against one ra
   "${short[@]}" bench/compare_layouts.sh "$build" one:1:2 tp2:2:1:parallel.tp=2 \
   tp2_sp:2:1:parallel.tp=2,parallel.sequence_parallel=true pp2:2:1:parallel.pp=2,train.micro_batch=1
 
+# selective under the default blockwise kernel runs as none (it has no scores to drop: model/gpt.h);
+# the eager rows show what selective recomputation of the s x s scores costs (eager_selective / eager).
 record recompute_precision --title "Recomputation and bf16 against fp32 without recompute (d_model 768, 1 rank)" \
   --target 'selective<=1.05' --target 'full<=1.40' --target 'bf16<=0.50' \
   "${short[@]}" bench/compare_layouts.sh "$build" none:1:2 selective:1:2:train.recompute=selective \
-  full:1:2:train.recompute=full bf16:1:2:train.precision=bf16
+  full:1:2:train.recompute=full bf16:1:2:train.precision=bf16 eager:1:2:model.attention=eager \
+  eager_selective:1:2:model.attention=eager,train.recompute=selective
 
 record pipeline_bubble --title "Pipeline bubble measured against the simulator (pp 2, 8 microbatches, d_model 768)" \
   --target '1f1b<=3' --target 'zb-h1<=3' \

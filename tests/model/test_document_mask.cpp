@@ -119,7 +119,7 @@ INSTANTIATE_TEST_SUITE_P(
         Variant{PositionEncoding::rope, AttentionKernel::blockwise, Recompute::none},
         Variant{PositionEncoding::learned, AttentionKernel::eager, Recompute::none},
         Variant{PositionEncoding::rope, AttentionKernel::eager, Recompute::none},
-        Variant{PositionEncoding::rope, AttentionKernel::blockwise, Recompute::selective},
+        Variant{PositionEncoding::rope, AttentionKernel::eager, Recompute::selective},
         Variant{PositionEncoding::learned, AttentionKernel::blockwise, Recompute::full}),
     variant_name);
 

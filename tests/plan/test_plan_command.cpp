@@ -86,10 +86,14 @@ TEST_F(PlanCommand, SearchAsTextAndJson) {
 // layout: the search keeps them, --layout overrides them.
 TEST_F(PlanCommand, ATrainingConfigFixesWhatItSets) {
   const std::string config = dir_.file("train.toml");
+  const std::string fixed =
+      "n_heads = 32\nseq_len = 2048\n[train]\nglobal_batch = 64\n"
+      "micro_batch = 2\nrecompute = \"selective\"\nprecision = \"bf16\"\n"
+      "[parallel]\ntp = 2\npp = 2\n[data]\nsource = \"synthetic\"\n";
+  // The eager kernel: selective recomputation repeats its attention core.
   std::ofstream(config) << "[model]\nvocab_size = 51200\nd_model = 4096\nn_layers = 32\n"
-                           "n_heads = 32\nseq_len = 2048\n[train]\nglobal_batch = 64\n"
-                           "micro_batch = 2\nrecompute = \"selective\"\nprecision = \"bf16\"\n"
-                           "[parallel]\ntp = 2\npp = 2\n[data]\nsource = \"synthetic\"\n";
+                           "attention = \"eager\"\n"
+                        << fixed;
   const CommandResult search =
       run_plan({"--model", config, "--cluster", "a100-80gb", "--top", "3", "--json"});
   ASSERT_EQ(search.exit_code, 0) << search.err;
@@ -107,6 +111,28 @@ TEST_F(PlanCommand, ATrainingConfigFixesWhatItSets) {
   EXPECT_NE(text.out.find("tp=2 pp=2 micro_batch=2 recompute=selective (the search keeps these)"),
             std::string::npos)
       << text.out;
+
+  // The blockwise kernel keeps only its log-sum-exp besides its output: selective repeats its
+  // core only with cp > 1 and is the same run as none elsewhere, which the search keeps.
+  const std::string blockwise = dir_.file("blockwise.toml");
+  std::ofstream(blockwise) << "[model]\nvocab_size = 51200\nd_model = 4096\nn_layers = 32\n"
+                              "attention = \"blockwise\"\n"
+                           << fixed;
+  const CommandResult as_none =
+      run_plan({"--model", blockwise, "--cluster", "a100-80gb", "--top", "3", "--json"});
+  ASSERT_EQ(as_none.exit_code, 0) << as_none.err;
+  const nlohmann::json none_list = nlohmann::json::parse(as_none.out);
+  ASSERT_FALSE(none_list.empty());
+  for (const nlohmann::json& ranked : none_list) {
+    const bool selective_repeats_the_core = ranked["layout"]["cp"].get<int64_t>() > 1;
+    EXPECT_EQ(ranked["layout"]["recompute"], selective_repeats_the_core ? "selective" : "none");
+  }
+  const CommandResult none_text =
+      run_plan({"--model", blockwise, "--cluster", "a100-80gb", "--top", "1"});
+  EXPECT_NE(none_text.out.find("recompute=selective repeats the blockwise kernel's attention "
+                               "core only with cp > 1; elsewhere it runs as none"),
+            std::string::npos)
+      << none_text.out;
 
   const CommandResult layout = run_plan({"--model", config, "--cluster", "a100-80gb", "--layout",
                                          "pp=1,zero=1,recompute=full", "--json"});

@@ -133,18 +133,23 @@ double activation_formula_bytes(const Config& config, Recompute mode) {
   const double selective_core =
       selective_recomputes_attention(model.attention, /*context_parallel=*/false) ? 0.0 : core;
   const double head = 4 * n * h + e * n * h + 2 * 4 * n * V;
-  // 16-bit forward products that run in float32 on CPU (the route the run's probe chose,
-  // kernels/matmul.h: fp16 always, bf16 where it is faster): the up-projection's float32 output
-  // 4*n*F lives until it is rounded, on top of whatever the peak holds.
-  const bool widened = class_route({compute_dtype(config.train.precision), false, true}).in_float32;
-  const double transient = widened ? 4 * n * F : 0.0;
+  // 16-bit products that run in float32 on CPU (the routes the run's probe chose for each
+  // class, kernels/matmul.h: fp16 always, bf16 where it is faster) hold a float32 result of
+  // 4*n*F until it is rounded, on top of whatever the peak holds: the forward's up-projection
+  // x W^T at the forward's peak; under full recomputation the peak is in a recomputed layer's
+  // backward, which also runs the down-projection's input gradient dy W (n x F).
+  const at::ScalarType dtype = compute_dtype(config.train.precision);
+  const bool widened_forward = class_route({dtype, false, true}).in_float32;
+  const bool widened_input_grad = class_route({dtype, false, false}).in_float32;
+  const double transient = widened_forward ? 4 * n * F : 0.0;
+  const double backward_transient = widened_forward || widened_input_grad ? 4 * n * F : 0.0;
   switch (mode) {
     case Recompute::none:
       return L * (kept + core) + head + transient;
     case Recompute::selective:
       return L * (kept + selective_core) + head + transient;
     case Recompute::full:
-      return L * e * n * h + kept + core + head + transient;
+      return L * e * n * h + kept + core + head + backward_transient;
   }
   return 0;
 }

@@ -82,6 +82,7 @@ struct ConfigPlan {
   std::optional<Precision> precision;
   std::optional<int64_t> global_batch;
   std::vector<std::string> layout_items;  // "key=value" in --layout's spelling
+  std::optional<Recompute> recompute;     // train.recompute (also an item above)
   int64_t max_batch_tokens = 0;           // serve.max_batch_tokens (its default when unset)
 };
 
@@ -139,6 +140,7 @@ ConfigPlan load_model(const std::string& path) {
   }
   if (given("train", "recompute")) {
     plan.layout_items.push_back(str("recompute=", name_of(config.train.recompute)));
+    plan.recompute = config.train.recompute;
   }
   if (parallel.pp_layers.automatic) plan.layout_items.push_back("pp_layers=auto");
   return plan;
@@ -230,6 +232,11 @@ void run_plan(const PlanOptions& options) {
   if (!config.layout_items.empty() && !options.json) {
     std::cout << "from " << options.model_path << ": " << joined(config.layout_items, " ")
               << (options.layout.empty() ? " (the search keeps these)" : "") << "\n";
+    if (config.recompute == Recompute::selective &&
+        !selective_recomputes_attention(inputs.model.attention, false)) {
+      std::cout << "recompute=selective repeats the " << name_of(inputs.model.attention)
+                << " kernel's attention core only with cp > 1; elsewhere it runs as none\n";
+    }
   }
 
   const std::optional<CheckpointCosts> costs = checkpoint_costs(options);
@@ -254,8 +261,17 @@ void run_plan(const PlanOptions& options) {
   search.top = parse_positive("--top", options.top, "5");
   search.allow_tp_across_nodes = options.allow_tp_across_nodes;
   if (!config.layout_items.empty()) {
-    search.allowed = [items = config.layout_items](const PlanLayout& layout) {
-      return matches(layout, items);
+    // train.recompute as it runs in each layout: selective that repeats no attention core is
+    // the same run as none (effective_recompute), which is the one the search keeps.
+    std::vector<std::string> items;
+    for (const std::string& item : config.layout_items) {
+      if (item.rfind("recompute=", 0) != 0) items.push_back(item);
+    }
+    search.allowed = [items, recompute = config.recompute,
+                      attention = inputs.model.attention](const PlanLayout& layout) {
+      return matches(layout, items) &&
+             (!recompute ||
+              layout.recompute == effective_recompute(*recompute, attention, layout.cp > 1));
     };
   }
   const SearchResult result = search_layouts(inputs, search);

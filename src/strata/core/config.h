@@ -112,7 +112,8 @@ struct TrainConfig {
   // exact tests.
   Precision precision = Precision::fp32;
   // Activation recomputation: full keeps each layer's input and recomputes its forward in the
-  // backward; selective recomputes only the attention core. recompute_layers: how many layers
+  // backward; selective recomputes only the attention core (not the blockwise kernel's without
+  // cp: selective_recomputes_attention). recompute_layers: how many layers
   // of each model chunk (the first ones), 0 = all.
   Recompute recompute = Recompute::none;
   int64_t recompute_layers = 0;

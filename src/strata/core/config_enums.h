@@ -29,6 +29,13 @@ enum class Recompute { none, selective, full };
 inline bool selective_recomputes_attention(AttentionKernel kernel, bool context_parallel) {
   return kernel == AttentionKernel::eager || context_parallel;
 }
+// The recomputation a run asked for `mode` performs: "selective" that repeats no core is "none".
+inline Recompute effective_recompute(Recompute mode, AttentionKernel kernel,
+                                     bool context_parallel) {
+  return mode == Recompute::selective && !selective_recomputes_attention(kernel, context_parallel)
+             ? Recompute::none
+             : mode;
+}
 // train.precision: the dtype parameters, activations and gradients are computed in. bf16 and
 // fp16 keep fp32 master weights and moments in the optimizer (also the planner's).
 enum class Precision { fp32, bf16, fp16, fp64 };

@@ -153,7 +153,8 @@ class GPT {
   void wrap_units(UnitWrapper* wrapper) { wrapper_ = wrapper; }
   // Activation recomputation (model/recompute.h) of this chunk's first `layers` blocks (0 =
   // all): full recomputes each block's forward in its backward, keeping only its input;
-  // selective recomputes the attention core from the q, k, v it keeps.
+  // selective recomputes the attention core from the q, k, v it keeps, where the core keeps
+  // more than its output (selective_recomputes_attention).
   void set_recompute(Recompute mode, int64_t layers = 0);
   // Mixture of experts: every forward without a cache records one MoeLayerStats per MoE
   // layer; take_moe_stats() hands them over and clears.

@@ -87,8 +87,11 @@ std::vector<PlanLayout> tp_values(const PlanLayout& layout, const SearchSpace& s
 // cp: the divisors of what tp leaves, each rank keeping at least kMinTokensPerContextRank.
 std::vector<PlanLayout> cp_values(const PlanLayout& layout, const SearchSpace& space) {
   std::vector<int64_t> cps;
+  // Context-parallel attention is computed by the blockwise kernel only (as the runtime checks).
+  const bool blockwise = space.spec.attention == AttentionKernel::blockwise;
   for (int64_t cp : divisors(space.devices / layout.tp)) {
-    if (cp == 1 || space.spec.seq_len / cp >= kMinTokensPerContextRank) cps.push_back(cp);
+    if (cp == 1 || (blockwise && space.spec.seq_len / cp >= kMinTokensPerContextRank))
+      cps.push_back(cp);
   }
   return each(layout, cps, [](PlanLayout& out, int64_t cp) { out.cp = cp; });
 }
@@ -325,7 +328,11 @@ SearchResult search_layouts(const PlanInputs& inputs, const SearchOptions& optio
                         " has ", gigabytes(capacity), "; use more devices (about ", nodes_needed,
                         " nodes of ", inputs.cluster.devices_per_node,
                         "), devices with more memory, a smaller global batch, a shorter sequence "
-                        "or a smaller model"));
+                        "or a smaller model",
+                        inputs.model.attention == AttentionKernel::eager
+                            ? "; or model.attention = \"blockwise\", which keeps no s x s "
+                              "scores and splits a sequence over ranks (cp)"
+                            : ""));
   }
   // Enough digits to show the difference from the capacity.
   int digits = 2;
@@ -437,10 +444,9 @@ AutoLayout choose_layout(const Config& config, int64_t world, const ClusterProfi
   SearchOptions options;
   options.top = 2;
   options.allowed = [&config](const PlanLayout& layout) {
-    // Recomputation is the run's own choice (train.recompute); context parallelism runs the
-    // blockwise kernel.
-    return layout.recompute == config.train.recompute &&
-           (layout.cp == 1 || config.model.attention == AttentionKernel::blockwise);
+    // Recomputation is the run's own choice (train.recompute), as it will run in this layout.
+    return layout.recompute ==
+           effective_recompute(config.train.recompute, config.model.attention, layout.cp > 1);
   };
   const SearchResult result = search_layouts(inputs, options);
   AutoLayout choice;

@@ -111,7 +111,8 @@ struct ActivationOptions {
 double layer_activation_bytes(const TransformerSpec& spec, int64_t micro_batch, bool moe_layer,
                               const ActivationOptions& options);
 
-// The attention-core part of the above (what selective recomputation drops).
+// The attention-core part of the above (what selective recomputation drops where it repeats the
+// core).
 double attention_core_activation_bytes(const TransformerSpec& spec, int64_t micro_batch,
                                        const ActivationOptions& options);
 
