@@ -47,10 +47,13 @@ using Halves = uint16_t __attribute__((vector_size(32)));  // kLanes bf16 number
 
 constexpr int64_t kPanel = 64;  // columns per task
 // One thread runs the whole product unless it has 2^21 multiply-adds (~10 us of one core's work;
-// waking a second thread costs several us) or a weight of 2^20 values (4 MB: beyond the core's
-// L2, where the product streams w from memory and two cores stream it faster than one).
+// waking a second thread costs several us) or a weight of 2^16 values (256 KB of float32). A
+// decode step reads each weight once, from memory (the model is far larger than the caches),
+// and two cores stream it faster than one (AMD EPYC VM: 30 against 54 GB/s): at 2^20, the
+// d_model 768 model's 768 x 768 out-projections ran on one thread, and the other thread spun
+// through 41% of the batch-1 step (perf) against 21% at 2^16 (docs/serving.md).
 constexpr int64_t kThreadedWork = int64_t{1} << 21;
-constexpr int64_t kThreadedWeight = int64_t{1} << 20;
+constexpr int64_t kThreadedWeight = int64_t{1} << 16;
 
 // One level of the tree: a and b each hold 16 / W accumulators' partial sums, 2W lanes apiece;
 // the result holds all 32 / W accumulators (a's, then b's), W lanes apiece, each lane the sum
