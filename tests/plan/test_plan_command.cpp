@@ -85,19 +85,26 @@ TEST_F(PlanCommand, SearchAsTextAndJson) {
 // and the [parallel] keys, train.micro_batch and train.recompute it sets fix those parts of the
 // layout: the search keeps them, --layout overrides them.
 TEST_F(PlanCommand, ATrainingConfigFixesWhatItSets) {
-  const std::string config = dir_.file("train.toml");
-  const std::string fixed =
-      "n_heads = 32\nseq_len = 2048\n[train]\nglobal_batch = 64\n"
-      "micro_batch = 2\nrecompute = \"selective\"\nprecision = \"bf16\"\n"
-      "[parallel]\ntp = 2\npp = 2\n[data]\nsource = \"synthetic\"\n";
+  // The config of one attention kernel, and the search's top 3 layouts for it.
+  auto config_of = [&](const std::string& attention) {
+    const std::string path = dir_.file(attention + ".toml");
+    std::ofstream(path) << "[model]\nvocab_size = 51200\nd_model = 4096\nn_layers = 32\n"
+                           "n_heads = 32\nseq_len = 2048\nattention = \""
+                        << attention
+                        << "\"\n[train]\nglobal_batch = 64\nmicro_batch = 2\n"
+                           "recompute = \"selective\"\nprecision = \"bf16\"\n"
+                           "[parallel]\ntp = 2\npp = 2\n[data]\nsource = \"synthetic\"\n";
+    return path;
+  };
+  auto top_3 = [&](const std::string& path) {
+    const CommandResult search =
+        run_plan({"--model", path, "--cluster", "a100-80gb", "--top", "3", "--json"});
+    EXPECT_EQ(search.exit_code, 0) << search.err;
+    return search.exit_code == 0 ? nlohmann::json::parse(search.out) : nlohmann::json::array();
+  };
   // The eager kernel: selective recomputation repeats its attention core.
-  std::ofstream(config) << "[model]\nvocab_size = 51200\nd_model = 4096\nn_layers = 32\n"
-                           "attention = \"eager\"\n"
-                        << fixed;
-  const CommandResult search =
-      run_plan({"--model", config, "--cluster", "a100-80gb", "--top", "3", "--json"});
-  ASSERT_EQ(search.exit_code, 0) << search.err;
-  const nlohmann::json list = nlohmann::json::parse(search.out);
+  const std::string config = config_of("eager");
+  const nlohmann::json list = top_3(config);
   ASSERT_EQ(list.size(), 3u);
   for (const nlohmann::json& ranked : list) {
     EXPECT_EQ(ranked["layout"]["tp"], 2);
@@ -114,14 +121,8 @@ TEST_F(PlanCommand, ATrainingConfigFixesWhatItSets) {
 
   // The blockwise kernel keeps only its log-sum-exp besides its output: selective repeats its
   // core only with cp > 1 and is the same run as none elsewhere, which the search keeps.
-  const std::string blockwise = dir_.file("blockwise.toml");
-  std::ofstream(blockwise) << "[model]\nvocab_size = 51200\nd_model = 4096\nn_layers = 32\n"
-                              "attention = \"blockwise\"\n"
-                           << fixed;
-  const CommandResult as_none =
-      run_plan({"--model", blockwise, "--cluster", "a100-80gb", "--top", "3", "--json"});
-  ASSERT_EQ(as_none.exit_code, 0) << as_none.err;
-  const nlohmann::json none_list = nlohmann::json::parse(as_none.out);
+  const std::string blockwise = config_of("blockwise");
+  const nlohmann::json none_list = top_3(blockwise);
   ASSERT_FALSE(none_list.empty());
   for (const nlohmann::json& ranked : none_list) {
     const bool selective_repeats_the_core = ranked["layout"]["cp"].get<int64_t>() > 1;

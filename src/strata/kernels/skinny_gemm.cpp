@@ -50,8 +50,8 @@ constexpr int64_t kPanel = 64;  // columns per task
 // waking a second thread costs several us) or a weight of 2^16 values (256 KB of float32). A
 // decode step reads each weight once, from memory (the model is far larger than the caches),
 // and two cores stream it faster than one (AMD EPYC VM: 30 against 54 GB/s): at 2^20, the
-// d_model 768 model's 768 x 768 out-projections ran on one thread, and the other thread spun
-// through 41% of the batch-1 step (perf) against 21% at 2^16 (docs/serving.md).
+// d_model 768 model's 768 x 768 out-projections ran on one thread, and the other thread waited
+// through 46% of the batch-1 step (perf) against 27% at 2^16 (docs/serving.md).
 constexpr int64_t kThreadedWork = int64_t{1} << 21;
 constexpr int64_t kThreadedWeight = int64_t{1} << 16;
 
