@@ -130,8 +130,6 @@ double activation_formula_bytes(const Config& config, Recompute mode) {
   const double kept = 2 * 4 * n * h + 5 * e * n * h + e * (n * h + 2 * n * F);
   const double core =
       model.attention == AttentionKernel::blockwise ? 4 * a * n : (4 + (e < 4 ? e : 0)) * a * s * n;
-  const double selective_core =
-      selective_recomputes_attention(model.attention, /*context_parallel=*/false) ? 0.0 : core;
   const double head = 4 * n * h + e * n * h + 2 * 4 * n * V;
   // 16-bit products that run in float32 on CPU (the routes the run's probe chose for each
   // class, kernels/matmul.h: fp16 always, bf16 where it is faster) hold a float32 result of
@@ -143,11 +141,12 @@ double activation_formula_bytes(const Config& config, Recompute mode) {
   const bool widened_input_grad = class_route({dtype, false, false}).in_float32;
   const double transient = widened_forward ? 4 * n * F : 0.0;
   const double backward_transient = widened_forward || widened_input_grad ? 4 * n * F : 0.0;
-  switch (mode) {
+  // Selective recomputation that repeats no core (the blockwise kernel's) keeps what none keeps.
+  switch (effective_recompute(mode, model.attention, /*context_parallel=*/false)) {
     case Recompute::none:
       return L * (kept + core) + head + transient;
     case Recompute::selective:
-      return L * (kept + selective_core) + head + transient;
+      return L * kept + head + transient;
     case Recompute::full:
       return L * e * n * h + kept + core + head + backward_transient;
   }
