@@ -1,7 +1,8 @@
 // The product routing (kernels/matmul.h): which kernel each product takes (a few float32 or
 // 16-bit rows: the few-row kernel; more: its class's route, the default until a probe chose;
 // other devices' and mismatched operands: ATen), that a chosen route is followed and counted,
-// and that every path multiplies correctly (against float64).
+// that every path multiplies correctly (against float64), and that a product added into a
+// tensor lands in its memory.
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
@@ -129,6 +130,36 @@ TEST(Matmul, EveryPathMultipliesAndCountsItself) {
           dtype == at::kBFloat16 ? 1e-2 * (1 + want.abs().max().item<double>()) : 1e-4;
       EXPECT_LE((got.to(at::kDouble) - want).abs().max().item<double>(), tolerance)
           << rows << " rows of " << dtype << " by " << product_path_name(path);
+    }
+  }
+}
+
+// out += a^T b, the deferred weight gradient's accumulation, along every route of its class:
+// in out's own memory (float32, or the operands' bf16), counted once, equal to the sum in
+// float64 within the operands' precision.
+TEST(Matmul, ProductAddAccumulatesInPlaceOnEveryRoute) {
+  at::manual_seed(13);
+  const at::Tensor dy = at::randn({60, 50}), x = at::randn({60, 40}), start = at::randn({50, 40});
+  for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+    const ProductClass weight_grad{dtype, true, false};
+    const at::Tensor a = dy.to(dtype), b = x.to(dtype);
+    const at::Tensor want =
+        start.to(at::kDouble) + at::mm(a.to(at::kDouble).t(), b.to(at::kDouble));
+    for (const ProductRoute& route : candidate_routes(weight_grad)) {
+      ChosenRoutes chosen({{weight_grad, route}});
+      for (at::ScalarType out_dtype : {at::kFloat, dtype}) {
+        at::Tensor out = start.to(out_dtype).clone();
+        const void* memory = out.data_ptr();
+        const int64_t before = product_count(route.path);
+        routed_product_add(out, a, b, true, false);
+        const std::string what =
+            class_name(weight_grad) + " " + route_name(route) + " into " + dtype_name(out_dtype);
+        EXPECT_EQ(out.data_ptr(), memory) << what;
+        EXPECT_EQ(product_count(route.path), before + 1) << what;
+        EXPECT_LE((out.to(at::kDouble) - want).abs().max().item<double>(),
+                  dtype == at::kFloat ? 1e-4 : 1e-2 * (1 + want.abs().max().item<double>()))
+            << what;
+      }
     }
   }
 }

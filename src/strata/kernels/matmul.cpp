@@ -188,6 +188,26 @@ at::Tensor routed_product(const at::Tensor& a, const at::Tensor& b, bool a_trans
   return product_along(route, a, b, a_transposed, b_transposed);
 }
 
+void routed_product_add(at::Tensor& out, const at::Tensor& a, const at::Tensor& b,
+                        bool a_transposed, bool b_transposed) {
+  const ProductRoute route = route_product(a, b, a_transposed, b_transposed);
+  const int64_t m = a.size(a_transposed ? 1 : 0), n = b.size(b_transposed ? 0 : 1);
+  const bool in_place = route.path == ProductPath::onednn_tile && out.scalar_type() == at::kFloat &&
+                        out.is_cpu() && out.is_contiguous() && out.dim() == 2 && out.size(0) == m &&
+                        out.size(1) == n;
+  if (!in_place) {
+    out.add_(routed_product(a, b, a_transposed, b_transposed));
+    return;
+  }
+  taken[static_cast<int>(route.path)].fetch_add(1, std::memory_order_relaxed);
+  // 16-bit operands on this route are multiplied as float32 copies (route.in_float32).
+  const at::Tensor ac = a.to(at::kFloat).contiguous(), bc = b.to(at::kFloat).contiguous();
+  tile_gemm(m, n, ac.size(a_transposed ? 0 : 1), 1.0f,
+            TileOperand<float>{ac.data_ptr<float>(), ac.size(1), a_transposed},
+            TileOperand<float>{bc.data_ptr<float>(), bc.size(1), b_transposed}, 1.0f,
+            out.data_ptr<float>(), n, TileGemmBackend::onednn);
+}
+
 int64_t product_count(ProductPath path) {
   return taken[static_cast<int>(path)].load(std::memory_order_relaxed);
 }

@@ -81,6 +81,14 @@ ProductRoute class_route(const ProductClass& product);
 at::Tensor routed_product(const at::Tensor& a, const at::Tensor& b, bool a_transposed,
                           bool b_transposed);
 
+// out += a @ op(b) (operands as routed_product's; out (M, N), contiguous): on the oneDNN sgemm
+// route into a float32 out, the product adds itself into out (beta = 1) and no (M, N) product
+// is built; elsewhere the product is built and added. A deferred weight gradient accumulates
+// into .grad this way: the zero-bubble schedules' W would otherwise hold a second weight-sized
+// tensor at their peak.
+void routed_product_add(at::Tensor& out, const at::Tensor& a, const at::Tensor& b,
+                        bool a_transposed, bool b_transposed);
+
 // The product along `route` (the probe times each candidate with it); routed_product is this
 // along route_product's route, counted.
 at::Tensor product_along(const ProductRoute& route, const at::Tensor& a, const at::Tensor& b,

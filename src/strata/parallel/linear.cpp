@@ -27,14 +27,14 @@ at::Tensor weight_grad(const at::Tensor& dy, const at::Tensor& x) {
   return routed_product(dy.reshape({-1, dy.size(-1)}), x.reshape({-1, x.size(-1)}), true, false);
 }
 
-// dW accumulated into weight.grad.
+// dW accumulated into weight.grad, in place where the route allows (routed_product_add).
 void accumulate_weight_grad(at::Tensor weight, const at::Tensor& dy, const at::Tensor& x) {
   at::NoGradGuard no_grad;
-  at::Tensor dw = weight_grad(dy, x);
   if (weight.grad().defined()) {
-    weight.mutable_grad().add_(dw);
+    routed_product_add(weight.mutable_grad(), dy.reshape({-1, dy.size(-1)}),
+                       x.reshape({-1, x.size(-1)}), true, false);
   } else {
-    weight.mutable_grad() = dw;
+    weight.mutable_grad() = weight_grad(dy, x);
   }
 }
 
@@ -68,7 +68,11 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& weight) {
 void WeightGradQueue::run() {
   std::vector<std::function<void()>> work;
   work.swap(work_);
-  for (auto& item : work) item();
+  // Each item's dy and x are freed as soon as its product has run, not after the last one.
+  for (auto& item : work) {
+    item();
+    item = nullptr;
+  }
 }
 
 DeferWeightGrads::DeferWeightGrads(WeightGradQueue& queue) : previous_(active_queue) {

@@ -4,6 +4,8 @@
 #include <chrono>
 #include <deque>
 
+#include <torch/csrc/autograd/engine.h>
+
 #include "strata/core/error.h"
 #include "strata/dist/comm.h"
 #include "strata/dist/trace.h"
@@ -45,6 +47,7 @@ PipelineExecutor::MicrobatchState& PipelineExecutor::state(int microbatch, int c
 void PipelineExecutor::release(MicrobatchState& state) {
   state.input = at::Tensor();
   state.output = at::Tensor();
+  state.output_edge = torch::autograd::Edge();
   state.output_grad = at::Tensor();
   if (state.holds_activations) --inflight_;
   state.holds_activations = false;
@@ -72,7 +75,8 @@ void PipelineExecutor::forward(const Action& action, const MicrobatchSource& mic
 
 void PipelineExecutor::backward(const Action& action, bool defer_weight_grads) {
   MicrobatchState& s = state(action.microbatch, action.chunk);
-  STRATA_CHECK(s.output.defined(), "backward of ", to_string(action), " before its forward");
+  STRATA_CHECK(s.output.defined() || s.output_edge.is_valid(), "backward of ", to_string(action),
+               " before its forward");
   const bool last = chunks_[action.chunk]->stage().last;
   STRATA_CHECK(last || s.output_grad.defined(), "backward of ", to_string(action),
                " before its output gradient arrived");
@@ -81,14 +85,19 @@ void PipelineExecutor::backward(const Action& action, bool defer_weight_grads) {
     if (defer_weight_grads) defer = std::make_unique<DeferWeightGrads>(s.deferred);
     if (last) {
       s.output.backward();
-    } else {
+    } else if (s.output.defined()) {
       s.output.backward(s.output_grad);
+    } else {  // sent: from its place in the graph, as Tensor::backward does
+      torch::autograd::Engine::get_default_engine().execute(
+          {s.output_edge}, {s.output_grad}, /*keep_graph=*/false, /*create_graph=*/false,
+          /*accumulate_grad=*/true);
     }
   }
   if (listener_) listener_->backward_done(action.chunk);
   if (s.input.defined()) s.input_grad = s.input.grad();
   s.input = at::Tensor();
   s.output = at::Tensor();
+  s.output_edge = torch::autograd::Edge();
   s.output_grad = at::Tensor();
   if (!defer_weight_grads) release(s);
 }
@@ -98,8 +107,26 @@ PipelineStepStats PipelineExecutor::run(const MicrobatchSource& microbatches, in
   PipelineStepStats stats;
   states_.clear();
   inflight_ = 0;
-  std::vector<Work> sends;
-  std::vector<at::Tensor> send_buffers;  // alive until their sends complete
+  // Posted sends with their buffers. A buffer is dropped as soon as its send has completed
+  // (checked after every action): a message already delivered must not hold memory to the
+  // step's end, where ZB-V's rank 0, which sends a gradient for every microbatch besides its
+  // activations, would hold twice 1F1B's (issue 36).
+  struct PendingSend {
+    Work work;
+    at::Tensor buffer;
+  };
+  std::vector<PendingSend> sends;
+  auto drop_delivered = [&] {
+    size_t kept = 0;
+    for (PendingSend& pending : sends) {
+      if (pending.work.is_completed()) {
+        pending.work.wait();  // returns at once; throws the send's failure, if any
+      } else {
+        sends[kept++] = std::move(pending);
+      }
+    }
+    sends.resize(kept);
+  };
   // Messages between two chunks of this rank (zb-v's turn at the bottom of the V), in the order
   // sent: the validated schedule receives each after its send, in the same order.
   std::deque<at::Tensor> local_activations, local_grads;
@@ -124,8 +151,8 @@ PipelineStepStats PipelineExecutor::run(const MicrobatchSource& microbatches, in
       local.push_back(std::move(message));
       return;
     }
-    send_buffers.push_back(std::move(message));
-    sends.push_back(pp_.isend(send_buffers.back(), peer, tag));
+    Work work = pp_.isend(message, peer, tag);
+    sends.push_back({std::move(work), std::move(message)});
   };
   Trace unused(false, 0);
   Trace& trace = trace_ ? *trace_ : unused;
@@ -160,7 +187,12 @@ PipelineStepStats PipelineExecutor::run(const MicrobatchSource& microbatches, in
         const at::Tensor output = s.output.detach();
         send(peer == rank_ ? output.clone() : output.contiguous(), peer, kActivationTag,
              local_activations);
-        if (forward_only_) release(s);
+        if (forward_only_) {
+          release(s);
+        } else if (s.output.requires_grad()) {
+          s.output_edge = torch::autograd::impl::gradient_edge(s.output);
+          s.output = at::Tensor();
+        }
         break;
       }
       case ActionKind::SendGrad: {
@@ -188,8 +220,9 @@ PipelineStepStats PipelineExecutor::run(const MicrobatchSource& microbatches, in
       }
     }
     if (listener_ && last_gradient_work) listener_->gradients_complete(action.chunk);
+    drop_delivered();
   }
-  for (auto& work : sends) work.wait();
+  for (PendingSend& pending : sends) pending.work.wait();
   STRATA_CHECK(local_activations.empty() && local_grads.empty(),
                "messages between this rank's chunks left unreceived");
   STRATA_CHECK(inflight_ == 0, inflight_, " microbatch activations still held after the step");

@@ -10,6 +10,7 @@
 // and dropped right after: the executor counts the pairs in flight and reports the peak.
 #pragma once
 #include <ATen/ATen.h>
+#include <torch/csrc/autograd/edge.h>
 
 #include <functional>
 #include <map>
@@ -69,8 +70,13 @@ class PipelineExecutor {
  private:
   // What one microbatch holds on one chunk between its forward and its backward.
   struct MicrobatchState {
-    at::Tensor input;        // leaf collecting the input gradient (not on virtual stage 0)
-    at::Tensor output;       // activation sent on, or the loss on the last virtual stage
+    at::Tensor input;   // leaf collecting the input gradient (not on virtual stage 0)
+    at::Tensor output;  // activation to send on, or the loss on the last virtual stage
+    // Once the activation is sent: its place in the graph, where the backward starts. The
+    // sent tensor itself is not needed for the backward, and is freed once delivered (as
+    // Megatron-LM's deallocate_output_tensor does): one activation-sized tensor less per
+    // microbatch held on every chunk but the last.
+    torch::autograd::Edge output_edge;
     at::Tensor output_grad;  // received from the next virtual stage
     at::Tensor input_grad;   // to send to the previous virtual stage
     WeightGradQueue deferred;
