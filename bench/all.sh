@@ -87,6 +87,12 @@ record pipeline_bubble_zbv --title "ZB-V against 1F1B, measured against the simu
   --target '1f1b<=3' --target 'zb-v<=3' --target 'zb-v activations peak / 1f1b<=1.00' \
   ROUNDS=3 STEPS=3 WARMUP=1 PP=4 'SCHEDULES=1f1b zb-v' D_MODEL=768 N_LAYERS=8 N_HEADS=12 SEQ_LEN=256 \
   bench/pipeline_bubble.sh "$build"
+# The same model on pp 2, one core per rank: what the simulator reproduces when no rank waits
+# for a core (the pp 4 record's ranks share the two cores).
+record pipeline_bubble_zbv_pp2 --title "ZB-V against 1F1B, measured against the simulator (pp 2, one core per rank, 8 microbatches, d_model 768)" \
+  --target '1f1b<=3' --target 'zb-v<=3' --target 'zb-v activations peak / 1f1b<=1.00' \
+  ROUNDS=3 STEPS=3 WARMUP=1 PP=2 'SCHEDULES=1f1b zb-v' D_MODEL=768 N_LAYERS=8 N_HEADS=12 SEQ_LEN=256 \
+  bench/pipeline_bubble.sh "$build"
 smoke_extra=()
 
 # Stages balanced by time (parallel.pp_layers = "auto") against the even split (issue 36): the
