@@ -4,11 +4,13 @@
 // 1, 2, 4 and H (one kv head), chunks that are not a multiple of the kernel's tiles, float64
 // and float32; with packed documents each exchange equals masked whole-sequence attention and
 // the ring skips the blocks that share no document; the bytes each exchange sends equal the
-// formulas of docs/parallelism.md; and the chunk assignment balances the causal work.
+// formulas of docs/parallelism.md; the ring keeps only its output, in the inputs' dtype, and
+// its log-sum-exp for the backward; and the chunk assignment balances the causal work.
 #include <gtest/gtest.h>
 
 #include <ATen/CPUGeneratorImpl.h>
 
+#include "strata/core/memory.h"
 #include "strata/dist/comm.h"
 #include "strata/kernels/attention.h"
 #include "strata/parallel/context_parallel.h"
@@ -217,6 +219,31 @@ TEST(ContextParallel, BytesSentEqualTheFormulas) {
       EXPECT_EQ(forward, want_forward) << what << " forward";
       EXPECT_EQ(backward, want_backward) << what << " backward";
     }
+  }
+}
+
+// What the ring keeps for its backward beyond q, k and v: the output it returned (in the
+// inputs' dtype: the backward reads that one, not a float32 copy besides) and its float32
+// log-sum-exp. A bf16 run holds 2 bytes per output element, as the kernel without cp does.
+TEST(ContextParallel, RingKeepsOnlyItsOutputAndLogSumExp) {
+  install_cpu_allocator();
+  Comm cp = Comm::world(120);
+  const int64_t H = 4, B = 2, T_l = 2 * 16, D = 8;
+  for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+    const at::Tensor q =
+        shared_randn({B, H, T_l, D}, 10 + cp.rank(), dtype).set_requires_grad(true);
+    const at::Tensor k =
+        shared_randn({B, H, T_l, D}, 20 + cp.rank(), dtype).set_requires_grad(true);
+    const at::Tensor v =
+        shared_randn({B, H, T_l, D}, 30 + cp.rank(), dtype).set_requires_grad(true);
+    const int64_t before = tracked_bytes_now();
+    at::Tensor out =
+        context_parallel_attention(q, k, v, 0.3, ContextParallel{&cp, ContextParallelComm::ring});
+    const int64_t held = tracked_bytes_now() - before;
+    const int64_t output = out.numel() * out.element_size(), lse = B * H * T_l * 4;
+    EXPECT_EQ(out.scalar_type(), dtype);
+    EXPECT_LE(held, output + lse + 1024)
+        << c10::toString(dtype) << ": output " << output << " bytes, log-sum-exp " << lse;
   }
 }
 

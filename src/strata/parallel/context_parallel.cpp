@@ -276,14 +276,17 @@ struct RingAttention : torch::autograd::Function<RingAttention> {
         std::swap(kv, next);
       }
     }
-    const at::Tensor out = at::cat({result[0]->out, result[1]->out}, 2);
+    // Merged in float32, returned and saved in q's dtype: the backward reads the output it
+    // returned, as the kernel without cp does (its delta = rowsum(dout * out)), and a bf16 run
+    // holds 2 bytes per element of it, not a float32 copy besides.
+    const at::Tensor out = at::cat({result[0]->out, result[1]->out}, 2).to(q.scalar_type());
     const at::Tensor lse = at::cat({result[0]->lse, result[1]->lse}, 2);
     ctx->save_for_backward({q, k, v, out, lse});
     ctx->saved_data["scale"] = scale;
     ctx->saved_data["trace"] = static_cast<int64_t>(reinterpret_cast<intptr_t>(trace));
     ctx->saved_data["row_documents"] = row_documents;
     remember_comm(ctx, cp);
-    return out.to(q.scalar_type());
+    return out;
   }
 
   // Every block's gradients from the final out and lse (blockwise_attention_backward's delta
