@@ -108,9 +108,9 @@ PipelineStepStats PipelineExecutor::run(const MicrobatchSource& microbatches, in
   states_.clear();
   inflight_ = 0;
   // Posted sends with their buffers. A buffer is dropped as soon as its send has completed
-  // (checked after every action): a message already delivered must not hold memory to the
-  // step's end, where ZB-V's rank 0, which sends a gradient for every microbatch besides its
-  // activations, would hold twice 1F1B's (issue 36).
+  // (checked after every action), not at the step's end: kept, the delivered messages grew a
+  // rank's peak with the microbatch count, most on ZB-V's rank 0, which sends a gradient for
+  // every microbatch besides its activations (docs/pipeline.md, "What a rank holds").
   struct PendingSend {
     Work work;
     at::Tensor buffer;
