@@ -11,6 +11,8 @@
 // read as they are stored and widened in the registers (a bf16 number is the upper half of a
 // float32's bits): the same float32 sums as multiplying their float32 copies, from half the
 // bytes. x's few rows are widened once up front (m x k values), the weights as they stream.
+// A single row of x (one_row) reads the weight rows one after another instead, with the same
+// sums: nothing in x to reuse, and one sequential stream is the fastest read of the weight.
 #include "strata/kernels/skinny_gemm.h"
 
 #include <algorithm>
@@ -162,15 +164,53 @@ template <typename T>
   }
 }
 
+// One row of x (a batch-1 decode): the weight rows one after another, each one multiply-add
+// chain into its own accumulator, and the tree run once per 16 rows over their 16
+// accumulators. The same sums as block<1, NR> (one accumulator per output, added over k in
+// order, then the same tree), so a row's bits do not depend on the call's row count; but the
+// weight streams as one sequential read where block's four rows are four streams 4k bytes
+// apart, which on the AMD EPYC VM reached 30 GB/s against 45 for a plain summing pass.
+template <typename T>
+[[gnu::always_inline]] inline void one_row(int64_t k, const float* x, const T* w, int64_t ldw,
+                                           float* out, int64_t first, int64_t last) {
+  const int64_t whole = k - k % kLanes;
+  for (int64_t j = first; j < last; j += 16) {
+    const int64_t rows = std::min<int64_t>(16, last - j);
+    Floats acc[16] = {};
+    for (int64_t r = 0; r < rows; ++r) {
+      const T* row = w + (j + r) * ldw;
+      Floats sum = {};
+      for (int64_t l = 0; l < whole; l += kLanes) {
+        Floats xs, ws;
+        load(xs, x + l);
+        load(ws, row + l);
+        sum += xs * ws;
+      }
+      if (whole < k) {  // the last k % kLanes, zero-filled
+        Floats xs, ws;
+        load(xs, x + whole, k - whole);
+        load(ws, row + whole, k - whole);
+        sum += xs * ws;
+      }
+      acc[r] = sum;
+    }
+    Floats sums;
+    sum_each(acc, sums);
+    for (int64_t r = 0; r < rows; ++r) out[j + r] = sums[r];
+  }
+}
+
 [[gnu::always_inline]] inline void panel_body(int64_t m, int64_t k, const float* x, int64_t ldx,
                                               const float* w, int64_t ldw, float* out, int64_t ldo,
                                               int64_t first, int64_t last) {
+  if (m == 1) return one_row(k, x, w, ldw, out, first, last);
   columns(m, k, x, ldx, w, ldw, out, ldo, first, last);
 }
 [[gnu::always_inline]] inline void panel_bf16_body(int64_t m, int64_t k, const float* x,
                                                    int64_t ldx, const c10::BFloat16* w, int64_t ldw,
                                                    float* out, int64_t ldo, int64_t first,
                                                    int64_t last) {
+  if (m == 1) return one_row(k, x, w, ldw, out, first, last);
   columns(m, k, x, ldx, w, ldw, out, ldo, first, last);
 }
 
