@@ -161,7 +161,7 @@ record serve_bench_prefix_d768 --title "Prefix cache: 64 requests sharing a 512-
 record serve_step --title "One serving engine step: decode time by batch size (d_model 256, 2 threads)" \
   bench/serve_step.sh "$build" --sequences 1,8,16
 record serve_step_d768 --title "One serving engine step: decode time by batch size (d_model 768, 12 layers, 2 threads)" \
-  --target 'S 1 / weight stream<=1.3' bench/serve_step.sh "$build" --d-model 768 --layers 12 --heads 12 --sequences 1,8,16 --steps 20
+  --target 'S 1 / weight stream<=1.3' --target 'S 1 / weight read<=1.3' bench/serve_step.sh "$build" --d-model 768 --layers 12 --heads 12 --sequences 1,8,16 --steps 20
 record onebit_allreduce --title "1-bit compressed all-reduce against float32, 2 ranks, shared memory and TCP (3.2 M floats)" \
   bench/onebit_allreduce.sh "$build"
 

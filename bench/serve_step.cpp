@@ -6,7 +6,9 @@
 // over the rounds and its range, then one with the fit, then one with the bound a decode step
 // at batch 1 cannot beat: the time to stream every weight once at the machine's memory
 // bandwidth, measured here as the fastest of several summing passes over a buffer of
-// --stream-mb MiB (far larger than the caches) on the same threads.
+// --stream-mb MiB (far larger than the caches) on the same threads; and the same bound taken
+// beside the steps: in every round a summing pass over the model's own weight tensors, and the
+// median over rounds of the batch-1 step over that round's pass.
 //
 // --dtype bf16 serves the model in bfloat16 (weights and KV cache), as `strata serve --set
 // train.precision=bf16` does.
@@ -20,6 +22,7 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -128,6 +131,24 @@ int main(int argc, char** argv) {
     cache.values.push_back(at::randn_like(cache.keys.back()));
   }
 
+  // Every parameter is read once per step (a tied head reads the embedding table whole).
+  double weight_bytes = 0;
+  for (const auto& parameter : model.parameters()) {
+    weight_bytes += static_cast<double>(parameter.value.nbytes());
+  }
+  // The same weights read by a summing pass, tensor by tensor on the same threads, in every
+  // round next to its steps: the bound of a step that reads them once, taken at the same
+  // moment (this VM's bandwidth drifts by 2x within minutes, so a bound probed apart from the
+  // steps can say more about the drift than about the step).
+  auto read_weights = [&] {
+    const auto start = Clock::now();
+    double total = 0;
+    for (const auto& parameter : model.parameters()) total += parameter.value.sum().item<double>();
+    const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+    return std::isfinite(total) ? elapsed : elapsed * 2;  // keeps the sums from being dropped
+  };
+  std::vector<double> weight_reads;
+
   // Rounds alternate over S, so that a change in the machine's load touches every S alike.
   std::vector<std::vector<double>> seconds(counts.size());
   for (int round = 0; round <= rounds; ++round) {
@@ -141,6 +162,8 @@ int main(int argc, char** argv) {
       const double per_step = std::chrono::duration<double>(Clock::now() - start).count() / steps;
       if (round > 0) seconds[c].push_back(per_step);  // round 0 warms up
     }
+    const double read = read_weights();
+    if (round > 0) weight_reads.push_back(read);
   }
 
   // Least squares of step time = fixed + S x per_sequence over the medians.
@@ -167,18 +190,22 @@ int main(int argc, char** argv) {
         per_sequence, fixed / per_sequence);
   }
 
-  // Every parameter is read once per step (a tied head reads the embedding table whole).
-  double weight_bytes = 0;
-  for (const auto& parameter : model.parameters()) {
-    weight_bytes += static_cast<double>(parameter.value.nbytes());
-  }
   const double bandwidth = read_bandwidth(stream_mb, 5);
   const auto one = std::find(counts.begin(), counts.end(), 1);
   const double step_one = one == counts.end() ? 0 : median(seconds[one - counts.begin()]);
+  // Per round, the batch-1 step over that round's read of the weights; their median.
+  std::vector<double> over_read;
+  if (one != counts.end()) {
+    const std::vector<double>& steps_one = seconds[one - counts.begin()];
+    for (size_t r = 0; r < weight_reads.size(); ++r)
+      over_read.push_back(steps_one[r] / weight_reads[r]);
+  }
   std::printf(
       "{\"weight_bytes\": %.6g, \"bandwidth_bytes_per_s\": %.6g, \"weight_stream_s\": %.6g, "
-      "\"step_1_over_stream\": %.4g}\n",
+      "\"step_1_over_stream\": %.4g, \"weight_read_s\": %.6g, \"step_1_over_weight_read\": "
+      "%.4g}\n",
       weight_bytes, bandwidth, weight_bytes / bandwidth,
-      step_one > 0 ? step_one / (weight_bytes / bandwidth) : 0.0);
+      step_one > 0 ? step_one / (weight_bytes / bandwidth) : 0.0, median(weight_reads),
+      over_read.empty() ? 0.0 : median(over_read));
   return 0;
 }

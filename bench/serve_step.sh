@@ -45,6 +45,11 @@ for r in lines:
         if r["step_1_over_stream"] > 0:
             rows.append({"name": "S 1 / weight stream", "metric": "decode step at batch 1 over the weight stream time",
                          "value": r["step_1_over_stream"]})
+        rows.append({"name": "weight read", "metric": "seconds to sum every weight tensor once, next to each round's steps",
+                     "value": r["weight_read_s"]})
+        if r["step_1_over_weight_read"] > 0:
+            rows.append({"name": "S 1 / weight read", "metric": "decode step at batch 1 over the same round's weight read (median of rounds)",
+                         "value": r["step_1_over_weight_read"]})
     else:
         rows.append({"name": "fixed", "metric": "seconds per step, fitted fixed part", "value": r["fixed_s"]})
         rows.append({"name": "per sequence", "metric": "seconds per step and sequence, fitted",
