@@ -62,7 +62,7 @@ void decode_tasks(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
       const int64_t h = task % H, g = (heads.first + h) / heads.group, L = query.length;
       const scalar_t* q_in = queries_in.at(query.row, h);
       for (int64_t d = 0; d < D; ++d) q_row[d] = static_cast<acc_t>(q_in[d]) * scale;
-      if constexpr (std::is_same_v<scalar_t, float>) {
+      if constexpr (std::is_same_v<scalar_t, float> || std::is_same_v<scalar_t, at::BFloat16>) {
         gathered_scores_row(q_row.data(), keys.at(0, g), keys.row_stride, query.slots, L, D,
                             scores.data());
       } else {
@@ -72,7 +72,7 @@ void decode_tasks(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
       }
       acc_t max = -std::numeric_limits<acc_t>::infinity(), sum = 0;
       online_softmax_row(scores.data(), L, L, max, sum);
-      if constexpr (std::is_same_v<scalar_t, float>) {
+      if constexpr (std::is_same_v<scalar_t, float> || std::is_same_v<scalar_t, at::BFloat16>) {
         gathered_weighted_sum(scores.data(), values.at(0, g), values.row_stride, query.slots, L, D,
                               o_row.data());
       } else {

@@ -81,24 +81,36 @@ using namespace lanes;
   }
 }
 
-[[gnu::always_inline]] inline void gathered_scores_row_body(const float* query, const float* rows,
-                                                            int64_t row_stride,
-                                                            const int64_t* slots, int64_t count,
-                                                            int64_t D, float* scores) {
+// n (<= kLanes) values of a gathered row as float32, the rest 0: float32 as stored, bf16
+// widened in the registers (a bf16 number is the upper half of a float32's bits).
+[[gnu::always_inline]] inline void load_row(Floats& lanes, const float* values, int64_t n) {
+  load(lanes, values, n, 0);
+}
+[[gnu::always_inline]] inline void load_row(Floats& lanes, const c10::BFloat16* values, int64_t n) {
+  using Halves = uint16_t __attribute__((vector_size(32)));
+  Halves bits = {};
+  std::memcpy(&bits, values, n * sizeof(uint16_t));
+  lanes = (Floats)(__builtin_convertvector(bits, Ints) << 16);
+}
+
+template <typename T>
+[[gnu::always_inline]] inline void gathered_scores_row_of(const float* query, const T* rows,
+                                                          int64_t row_stride, const int64_t* slots,
+                                                          int64_t count, int64_t D, float* scores) {
   for (int64_t j = 0; j < count; ++j) {
-    const float* key = rows + slots[j] * row_stride;
+    const T* key = rows + slots[j] * row_stride;
     Floats sums{};
     int64_t d = 0;
     for (; d + kLanes <= D; d += kLanes) {
       Floats q, k;
       load(q, query + d, kLanes, 0);
-      load(k, key + d, kLanes, 0);
+      load_row(k, key + d, kLanes);
       sums += q * k;
     }
     if (d < D) {
       Floats q, k;
       load(q, query + d, D - d, 0);
-      load(k, key + d, D - d, 0);
+      load_row(k, key + d, D - d);
       sums += q * k;
     }
     float sum = 0;
@@ -107,25 +119,51 @@ using namespace lanes;
   }
 }
 
-[[gnu::always_inline]] inline void gathered_weighted_sum_body(const float* weights,
-                                                              const float* rows, int64_t row_stride,
-                                                              const int64_t* slots, int64_t count,
-                                                              int64_t D, float* out) {
+template <typename T>
+[[gnu::always_inline]] inline void gathered_weighted_sum_of(const float* weights, const T* rows,
+                                                            int64_t row_stride,
+                                                            const int64_t* slots, int64_t count,
+                                                            int64_t D, float* out) {
   int64_t d0 = 0;
   for (; d0 + kLanes <= D; d0 += kLanes) {  // whole vectors: loads of a constant size
     Floats sums{};
     for (int64_t j = 0; j < count; ++j) {
       Floats v;
-      load(v, rows + slots[j] * row_stride + d0, kLanes, 0);
+      load_row(v, rows + slots[j] * row_stride + d0, kLanes);
       sums += weights[j] * v;
     }
     std::memcpy(out + d0, &sums, sizeof sums);
   }
   for (; d0 < D; ++d0) {
     float sum = 0;
-    for (int64_t j = 0; j < count; ++j) sum += weights[j] * rows[slots[j] * row_stride + d0];
+    for (int64_t j = 0; j < count; ++j) {
+      sum += weights[j] * static_cast<float>(rows[slots[j] * row_stride + d0]);
+    }
     out[d0] = sum;
   }
+}
+
+[[gnu::always_inline]] inline void gathered_scores_row_body(const float* query, const float* rows,
+                                                            int64_t row_stride,
+                                                            const int64_t* slots, int64_t count,
+                                                            int64_t D, float* scores) {
+  gathered_scores_row_of(query, rows, row_stride, slots, count, D, scores);
+}
+[[gnu::always_inline]] inline void gathered_scores_row_bf16_body(
+    const float* query, const c10::BFloat16* rows, int64_t row_stride, const int64_t* slots,
+    int64_t count, int64_t D, float* scores) {
+  gathered_scores_row_of(query, rows, row_stride, slots, count, D, scores);
+}
+[[gnu::always_inline]] inline void gathered_weighted_sum_body(const float* weights,
+                                                              const float* rows, int64_t row_stride,
+                                                              const int64_t* slots, int64_t count,
+                                                              int64_t D, float* out) {
+  gathered_weighted_sum_of(weights, rows, row_stride, slots, count, D, out);
+}
+[[gnu::always_inline]] inline void gathered_weighted_sum_bf16_body(
+    const float* weights, const c10::BFloat16* rows, int64_t row_stride, const int64_t* slots,
+    int64_t count, int64_t D, float* out) {
+  gathered_weighted_sum_of(weights, rows, row_stride, slots, count, D, out);
 }
 
 [[gnu::always_inline]] inline void exp_in_place_body(float* values, int64_t n) {
@@ -151,7 +189,24 @@ STRATA_VECTOR_PATHS(void, gathered_weighted_sum,
                     (const float* weights, const float* rows, int64_t row_stride,
                      const int64_t* slots, int64_t count, int64_t D, float* out),
                     (weights, rows, row_stride, slots, count, D, out))
+STRATA_VECTOR_PATHS(void, gathered_scores_row_bf16,
+                    (const float* query, const c10::BFloat16* rows, int64_t row_stride,
+                     const int64_t* slots, int64_t count, int64_t D, float* scores),
+                    (query, rows, row_stride, slots, count, D, scores))
+STRATA_VECTOR_PATHS(void, gathered_weighted_sum_bf16,
+                    (const float* weights, const c10::BFloat16* rows, int64_t row_stride,
+                     const int64_t* slots, int64_t count, int64_t D, float* out),
+                    (weights, rows, row_stride, slots, count, D, out))
 STRATA_VECTOR_PATHS(void, exp_in_place, (float* values, int64_t n), (values, n))
+
+void gathered_scores_row(const float* query, const c10::BFloat16* rows, int64_t row_stride,
+                         const int64_t* slots, int64_t count, int64_t D, float* scores) {
+  gathered_scores_row_bf16(query, rows, row_stride, slots, count, D, scores);
+}
+void gathered_weighted_sum(const float* weights, const c10::BFloat16* rows, int64_t row_stride,
+                           const int64_t* slots, int64_t count, int64_t D, float* out) {
+  gathered_weighted_sum_bf16(weights, rows, row_stride, slots, count, D, out);
+}
 
 double online_softmax_row(double* scores, int64_t seen, int64_t cols, double& running_max,
                           double& running_sum) {

@@ -8,6 +8,7 @@
 // chose (vector_path()).
 // double rows use std::exp, so the float64 path stays exact enough to check the float one.
 #pragma once
+#include <c10/util/BFloat16.h>
 #include <cstdint>
 
 namespace strata {
@@ -40,6 +41,12 @@ void gathered_scores_row(const float* query, const float* rows, int64_t row_stri
                          const int64_t* slots, int64_t count, int64_t D, float* scores);
 // And the weighted sum of the gathered value rows: out = sum_j weights[j] value_j (D values).
 void gathered_weighted_sum(const float* weights, const float* rows, int64_t row_stride,
+                           const int64_t* slots, int64_t count, int64_t D, float* out);
+// The same over a bf16 cache, each key and value read as stored and widened in the registers:
+// the sums of their float32 copies.
+void gathered_scores_row(const float* query, const c10::BFloat16* rows, int64_t row_stride,
+                         const int64_t* slots, int64_t count, int64_t D, float* scores);
+void gathered_weighted_sum(const float* weights, const c10::BFloat16* rows, int64_t row_stride,
                            const int64_t* slots, int64_t count, int64_t D, float* out);
 
 // exp on each of n values in place, as the float rows compute it (for tests).
