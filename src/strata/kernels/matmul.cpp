@@ -43,6 +43,16 @@ ProductPath float32_path() {
   return cpu_info().onednn_sgemm != nullptr ? ProductPath::onednn_tile : ProductPath::aten;
 }
 
+// out (m x n, contiguous float32) = a b + beta out on oneDNN's sgemm, a and b contiguous float32
+// (route_product checked their inner sizes) in routed_product's layout.
+void onednn_product(const at::Tensor& a, const at::Tensor& b, bool a_transposed, bool b_transposed,
+                    float beta, at::Tensor& out) {
+  tile_gemm(out.size(0), out.size(1), a.size(a_transposed ? 0 : 1), 1.0f,
+            TileOperand<float>{a.data_ptr<float>(), a.size(1), a_transposed},
+            TileOperand<float>{b.data_ptr<float>(), b.size(1), b_transposed}, beta,
+            out.data_ptr<float>(), out.size(1), TileGemmBackend::onednn);
+}
+
 // CPU operands whose inner sizes agree (route_product checked them), along `path`: float32 for
 // the raw-pointer paths (bf16 too for the few-row kernel), any dtype for ATen's.
 at::Tensor multiply(ProductPath path, const at::Tensor& a, const at::Tensor& b, bool a_transposed,
@@ -64,9 +74,7 @@ at::Tensor multiply(ProductPath path, const at::Tensor& a, const at::Tensor& b, 
     }
     return out;
   }
-  tile_gemm(m, n, k, 1.0f, TileOperand<float>{ac.data_ptr<float>(), ac.size(1), a_transposed},
-            TileOperand<float>{bc.data_ptr<float>(), bc.size(1), b_transposed}, 0.0f,
-            out.data_ptr<float>(), n, TileGemmBackend::onednn);
+  onednn_product(ac, bc, a_transposed, b_transposed, 0.0f, out);
   return out;
 }
 
@@ -201,11 +209,8 @@ void routed_product_add(at::Tensor& out, const at::Tensor& a, const at::Tensor& 
   }
   taken[static_cast<int>(route.path)].fetch_add(1, std::memory_order_relaxed);
   // 16-bit operands on this route are multiplied as float32 copies (route.in_float32).
-  const at::Tensor ac = a.to(at::kFloat).contiguous(), bc = b.to(at::kFloat).contiguous();
-  tile_gemm(m, n, ac.size(a_transposed ? 0 : 1), 1.0f,
-            TileOperand<float>{ac.data_ptr<float>(), ac.size(1), a_transposed},
-            TileOperand<float>{bc.data_ptr<float>(), bc.size(1), b_transposed}, 1.0f,
-            out.data_ptr<float>(), n, TileGemmBackend::onednn);
+  onednn_product(a.to(at::kFloat).contiguous(), b.to(at::kFloat).contiguous(), a_transposed,
+                 b_transposed, 1.0f, out);
 }
 
 int64_t product_count(ProductPath path) {

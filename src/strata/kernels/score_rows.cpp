@@ -81,22 +81,13 @@ using namespace lanes;
   }
 }
 
-// n (<= kLanes) values of a gathered row as float32, the rest 0: float32 as stored, bf16
-// widened in the registers (a bf16 number is the upper half of a float32's bits).
-[[gnu::always_inline]] inline void load_row(Floats& lanes, const float* values, int64_t n) {
-  load(lanes, values, n, 0);
-}
-[[gnu::always_inline]] inline void load_row(Floats& lanes, const c10::BFloat16* values, int64_t n) {
-  using Halves = uint16_t __attribute__((vector_size(32)));
-  Halves bits = {};
-  std::memcpy(&bits, values, n * sizeof(uint16_t));
-  lanes = (Floats)(__builtin_convertvector(bits, Ints) << 16);
-}
-
+// Gathered rows of float32 or bf16 (lanes::load widens bf16 in the registers); one variant set
+// per dtype below.
 template <typename T>
-[[gnu::always_inline]] inline void gathered_scores_row_of(const float* query, const T* rows,
-                                                          int64_t row_stride, const int64_t* slots,
-                                                          int64_t count, int64_t D, float* scores) {
+[[gnu::always_inline]] inline void gathered_scores_row_body(const float* query, const T* rows,
+                                                            int64_t row_stride,
+                                                            const int64_t* slots, int64_t count,
+                                                            int64_t D, float* scores) {
   for (int64_t j = 0; j < count; ++j) {
     const T* key = rows + slots[j] * row_stride;
     Floats sums{};
@@ -104,13 +95,13 @@ template <typename T>
     for (; d + kLanes <= D; d += kLanes) {
       Floats q, k;
       load(q, query + d, kLanes, 0);
-      load_row(k, key + d, kLanes);
+      load(k, key + d, kLanes);
       sums += q * k;
     }
     if (d < D) {
       Floats q, k;
       load(q, query + d, D - d, 0);
-      load_row(k, key + d, D - d);
+      load(k, key + d, D - d);
       sums += q * k;
     }
     float sum = 0;
@@ -120,16 +111,16 @@ template <typename T>
 }
 
 template <typename T>
-[[gnu::always_inline]] inline void gathered_weighted_sum_of(const float* weights, const T* rows,
-                                                            int64_t row_stride,
-                                                            const int64_t* slots, int64_t count,
-                                                            int64_t D, float* out) {
+[[gnu::always_inline]] inline void gathered_weighted_sum_body(const float* weights, const T* rows,
+                                                              int64_t row_stride,
+                                                              const int64_t* slots, int64_t count,
+                                                              int64_t D, float* out) {
   int64_t d0 = 0;
   for (; d0 + kLanes <= D; d0 += kLanes) {  // whole vectors: loads of a constant size
     Floats sums{};
     for (int64_t j = 0; j < count; ++j) {
       Floats v;
-      load_row(v, rows + slots[j] * row_stride + d0, kLanes);
+      load(v, rows + slots[j] * row_stride + d0, kLanes);
       sums += weights[j] * v;
     }
     std::memcpy(out + d0, &sums, sizeof sums);
@@ -141,29 +132,6 @@ template <typename T>
     }
     out[d0] = sum;
   }
-}
-
-[[gnu::always_inline]] inline void gathered_scores_row_body(const float* query, const float* rows,
-                                                            int64_t row_stride,
-                                                            const int64_t* slots, int64_t count,
-                                                            int64_t D, float* scores) {
-  gathered_scores_row_of(query, rows, row_stride, slots, count, D, scores);
-}
-[[gnu::always_inline]] inline void gathered_scores_row_bf16_body(
-    const float* query, const c10::BFloat16* rows, int64_t row_stride, const int64_t* slots,
-    int64_t count, int64_t D, float* scores) {
-  gathered_scores_row_of(query, rows, row_stride, slots, count, D, scores);
-}
-[[gnu::always_inline]] inline void gathered_weighted_sum_body(const float* weights,
-                                                              const float* rows, int64_t row_stride,
-                                                              const int64_t* slots, int64_t count,
-                                                              int64_t D, float* out) {
-  gathered_weighted_sum_of(weights, rows, row_stride, slots, count, D, out);
-}
-[[gnu::always_inline]] inline void gathered_weighted_sum_bf16_body(
-    const float* weights, const c10::BFloat16* rows, int64_t row_stride, const int64_t* slots,
-    int64_t count, int64_t D, float* out) {
-  gathered_weighted_sum_of(weights, rows, row_stride, slots, count, D, out);
 }
 
 [[gnu::always_inline]] inline void exp_in_place_body(float* values, int64_t n) {
@@ -189,24 +157,15 @@ STRATA_VECTOR_PATHS(void, gathered_weighted_sum,
                     (const float* weights, const float* rows, int64_t row_stride,
                      const int64_t* slots, int64_t count, int64_t D, float* out),
                     (weights, rows, row_stride, slots, count, D, out))
-STRATA_VECTOR_PATHS(void, gathered_scores_row_bf16,
+STRATA_VECTOR_PATHS(void, gathered_scores_row,
                     (const float* query, const c10::BFloat16* rows, int64_t row_stride,
                      const int64_t* slots, int64_t count, int64_t D, float* scores),
                     (query, rows, row_stride, slots, count, D, scores))
-STRATA_VECTOR_PATHS(void, gathered_weighted_sum_bf16,
+STRATA_VECTOR_PATHS(void, gathered_weighted_sum,
                     (const float* weights, const c10::BFloat16* rows, int64_t row_stride,
                      const int64_t* slots, int64_t count, int64_t D, float* out),
                     (weights, rows, row_stride, slots, count, D, out))
 STRATA_VECTOR_PATHS(void, exp_in_place, (float* values, int64_t n), (values, n))
-
-void gathered_scores_row(const float* query, const c10::BFloat16* rows, int64_t row_stride,
-                         const int64_t* slots, int64_t count, int64_t D, float* scores) {
-  gathered_scores_row_bf16(query, rows, row_stride, slots, count, D, scores);
-}
-void gathered_weighted_sum(const float* weights, const c10::BFloat16* rows, int64_t row_stride,
-                           const int64_t* slots, int64_t count, int64_t D, float* out) {
-  gathered_weighted_sum_bf16(weights, rows, row_stride, slots, count, D, out);
-}
 
 double online_softmax_row(double* scores, int64_t seen, int64_t cols, double& running_max,
                           double& running_sum) {

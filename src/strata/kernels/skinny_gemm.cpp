@@ -30,7 +30,6 @@ using lanes::Floats;
 using lanes::Ints;
 using lanes::kLanes;
 using Indices = int32_t __attribute__((vector_size(64)));
-using Halves = uint16_t __attribute__((vector_size(32)));  // kLanes bf16 numbers
 
 // kLanes values from `values` (n of them, the rest `fill`) as float32.
 [[gnu::always_inline]] inline void load(Floats& lanes, const float* values, int64_t n = kLanes) {
@@ -42,9 +41,7 @@ using Halves = uint16_t __attribute__((vector_size(32)));  // kLanes bf16 number
 }
 [[gnu::always_inline]] inline void load(Floats& lanes, const c10::BFloat16* values,
                                         int64_t n = kLanes) {
-  Halves bits = {};
-  std::memcpy(&bits, values, n * sizeof(uint16_t));
-  lanes = (Floats)(__builtin_convertvector(bits, Ints) << 16);
+  lanes::load(lanes, values, n);
 }
 
 constexpr int64_t kPanel = 64;  // columns per task
@@ -200,25 +197,20 @@ template <typename T>
   }
 }
 
+template <typename T>
 [[gnu::always_inline]] inline void panel_body(int64_t m, int64_t k, const float* x, int64_t ldx,
-                                              const float* w, int64_t ldw, float* out, int64_t ldo,
+                                              const T* w, int64_t ldw, float* out, int64_t ldo,
                                               int64_t first, int64_t last) {
   if (m == 1) return one_row(k, x, w, ldw, out, first, last);
   columns(m, k, x, ldx, w, ldw, out, ldo, first, last);
 }
-[[gnu::always_inline]] inline void panel_bf16_body(int64_t m, int64_t k, const float* x,
-                                                   int64_t ldx, const c10::BFloat16* w, int64_t ldw,
-                                                   float* out, int64_t ldo, int64_t first,
-                                                   int64_t last) {
-  if (m == 1) return one_row(k, x, w, ldw, out, first, last);
-  columns(m, k, x, ldx, w, ldw, out, ldo, first, last);
-}
 
+// One `panel` per weight dtype, each in the three vector variants.
 STRATA_VECTOR_PATHS(void, panel,
                     (int64_t m, int64_t k, const float* x, int64_t ldx, const float* w, int64_t ldw,
                      float* out, int64_t ldo, int64_t first, int64_t last),
                     (m, k, x, ldx, w, ldw, out, ldo, first, last))
-STRATA_VECTOR_PATHS(void, panel_bf16,
+STRATA_VECTOR_PATHS(void, panel,
                     (int64_t m, int64_t k, const float* x, int64_t ldx, const c10::BFloat16* w,
                      int64_t ldw, float* out, int64_t ldo, int64_t first, int64_t last),
                     (m, k, x, ldx, w, ldw, out, ldo, first, last))
@@ -238,11 +230,7 @@ void product(int64_t m, int64_t n, int64_t k, const float* x, int64_t ldx, const
   run_on_threads(threads, [&] {
     for (int64_t task; tasks.take(task);) {
       const int64_t first = task * kPanel, last = std::min(n, (task + 1) * kPanel);
-      if constexpr (std::is_same_v<T, float>) {
-        panel(m, k, x, ldx, w, ldw, out, ldo, first, last);
-      } else {
-        panel_bf16(m, k, x, ldx, w, ldw, out, ldo, first, last);
-      }
+      panel(m, k, x, ldx, w, ldw, out, ldo, first, last);
     }
   });
 }

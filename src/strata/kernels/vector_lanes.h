@@ -9,6 +9,8 @@
 // into the exponent bits. Inputs are clamped to [-87.3, 88] so 2^n stays a normal float, and
 // inputs below -87.3 (exp under 1.2e-38), -inf included, give exactly 0.
 #pragma once
+#include <c10/util/BFloat16.h>
+
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -63,9 +65,18 @@ constexpr float kNegativeInfinity = -std::numeric_limits<float>::infinity();
 // Vectors travel by reference between these helpers: passed by value between functions built
 // for different targets they would change the ABI (GCC's -Wpsabi); always inlined, nothing is
 // passed at all.
-[[gnu::always_inline]] inline void load(Floats& lanes, const float* values, int64_t n, float fill) {
+[[gnu::always_inline]] inline void load(Floats& lanes, const float* values, int64_t n,
+                                        float fill = 0.0f) {
   lanes = Floats{} + fill;
   std::memcpy(&lanes, values, n * sizeof(float));
+}
+// n (<= kLanes) bf16 values as float32, the rest 0: a bf16 number is the upper half of a
+// float32's bits, so it is widened in the registers.
+[[gnu::always_inline]] inline void load(Floats& lanes, const c10::BFloat16* values, int64_t n) {
+  using Halves = uint16_t __attribute__((vector_size(kLanes * sizeof(uint16_t))));
+  Halves bits = {};
+  std::memcpy(&bits, values, n * sizeof(uint16_t));
+  lanes = (Floats)(__builtin_convertvector(bits, Ints) << 16);
 }
 
 [[gnu::always_inline]] inline void exp_lanes(Floats& x) {
