@@ -90,6 +90,7 @@ nlohmann::json environment() {
         {"vector_paths_built", cpu.vector_paths_built},
         {"best_path", vector_path_name(cpu.best_path)},
         {"vector_path", vector_path_name(cpu.vector_path)},
+        {"bf16_dot", cpu.bf16_dot},
         {"forced_path", cpu.requested_path}}},
       {"threads", at::get_num_threads()},
       {"products", products},
@@ -125,6 +126,9 @@ void print_text(const nlohmann::json& env) {
   line("features", or_none(cpu["features"]));
   line("vector path", or_none(cpu["vector_path"]) + " (best " + or_none(cpu["best_path"]) +
                           ", STRATA_CPU_PATH " + or_none(cpu["forced_path"]) + ")");
+  line("bf16 products", cpu["bf16_dot"].get<bool>()
+                            ? "few-row kernel: AVX512-BF16 dot product"
+                            : "few-row kernel: widened to float32");
   line("threads", std::to_string(env["threads"].get<int>()));
   for (const auto& product : env["products"]) {
     std::string timings;

@@ -64,6 +64,7 @@ CpuInfo detect() {
   detect_features(info);
   if (const char* requested = std::getenv("STRATA_CPU_PATH")) info.requested_path = requested;
   info.vector_path = choose_vector_path(info.requested_path, info.best_path);
+  info.bf16_dot = info.avx512_bf16 && info.vector_path == VectorPath::avx512;
   find_libraries(info);
   return info;
 }

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "strata/core/error.h"
+#include "strata/kernels/cpu.h"
 #include "strata/kernels/thread_team.h"
 #include "strata/kernels/vector_lanes.h"
 
@@ -43,6 +44,54 @@ using Indices = int32_t __attribute__((vector_size(64)));
                                         int64_t n = kLanes) {
   lanes::load(lanes, values, n);
 }
+
+// How the k loop multiplies, as a policy of the blocks below. Widen<T>: kLanes values of x
+// (float32) and of w (float32, or bf16 widened as it is loaded) per step, multiply-added into
+// the float32 lanes. Dot: 2 kLanes bf16 values of x and of w per step, a pair per lane, added
+// into the float32 lanes by the AVX512-BF16 dot product (vdpbf16ps: the two exact products
+// added to the lane, rounded to nearest even, subnormals flushed to zero); x is read as
+// stored, and a step covers a whole cache line of w. Its sums differ from Widen's by that
+// rounding, never by the call: every output still has its own lanes, added over k in order,
+// then the one tree. Dot runs only in the AVX-512 variant, on a CPU that has the instruction
+// (CpuInfo::bf16_dot); an assembler that knows it is all the build needs.
+template <typename T>
+struct Widen {
+  using X = float;
+  using W = T;
+  using Operand = Floats;
+  static constexpr int64_t kStep = kLanes;
+  [[gnu::always_inline]] static void load_x(Operand& v, const X* p, int64_t n = kStep) {
+    load(v, p, n);
+  }
+  [[gnu::always_inline]] static void load_w(Operand& v, const W* p, int64_t n = kStep) {
+    load(v, p, n);
+  }
+  [[gnu::always_inline]] static void add(Floats& acc, const Operand& x, const Operand& w) {
+    acc += x * w;
+  }
+};
+
+struct Dot {
+  using X = c10::BFloat16;
+  using W = c10::BFloat16;
+  using Operand = uint16_t __attribute__((vector_size(64)));
+  static constexpr int64_t kStep = 2 * kLanes;
+  [[gnu::always_inline]] static void load_x(Operand& v, const X* p, int64_t n = kStep) {
+    v = Operand{};
+    std::memcpy(&v, p, n * sizeof(X));
+  }
+  [[gnu::always_inline]] static void load_w(Operand& v, const W* p, int64_t n = kStep) {
+    load_x(v, p, n);
+  }
+  [[gnu::always_inline]] static void add(Floats& acc, const Operand& x, const Operand& w) {
+#if defined(STRATA_VECTOR_TARGETS)
+    asm("vdpbf16ps %2, %1, %0" : "+v"(acc) : "v"(x), "v"(w));
+#else
+    (void)acc, (void)x, (void)w;
+    __builtin_trap();  // never chosen: CpuInfo::bf16_dot needs the vector paths
+#endif
+  }
+};
 
 constexpr int64_t kPanel = 64;  // columns per task
 // One thread runs the whole product unless it has 2^21 multiply-adds (~10 us of one core's work;
@@ -88,33 +137,35 @@ template <int W>
 
 // out[i][j] for i < MR, j < NR: accumulator 4i + j, whatever MR and NR are, so every output is
 // summed by the same tree.
-template <int MR, int NR, typename T>
-[[gnu::always_inline]] inline void block(const float* x, int64_t ldx, const T* w, int64_t ldw,
-                                         int64_t k, float* out, int64_t ldo) {
+template <int MR, int NR, typename Op>
+[[gnu::always_inline]] inline void block(const typename Op::X* x, int64_t ldx,
+                                         const typename Op::W* w, int64_t ldw, int64_t k,
+                                         float* out, int64_t ldo) {
   Floats acc[16] = {};
-  const int64_t whole = k - k % kLanes;
-  for (int64_t l = 0; l < whole; l += kLanes) {
-    Floats xs[MR], ws[NR];
-    for (int i = 0; i < MR; ++i) load(xs[i], x + i * ldx + l);
-    for (int j = 0; j < NR; ++j) load(ws[j], w + j * ldw + l);
+  const int64_t whole = k - k % Op::kStep;
+  for (int64_t l = 0; l < whole; l += Op::kStep) {
+    typename Op::Operand xs[MR], ws[NR];
+    for (int i = 0; i < MR; ++i) Op::load_x(xs[i], x + i * ldx + l);
+    for (int j = 0; j < NR; ++j) Op::load_w(ws[j], w + j * ldw + l);
     // The next column group's rows: on the first block of x they stream from memory while
     // this group's multiply-adds run (~10% at the 12-layer d_model 768 model's decode of 8
     // rows). Integer arithmetic: past the last group the address is outside w (a prefetch does
     // not fault; the pointer arithmetic would be undefined).
     const auto here = reinterpret_cast<uintptr_t>(w + l);
     for (int j = 0; j < 4; ++j) {
-      __builtin_prefetch(reinterpret_cast<const void*>(here + (4 + j) * ldw * sizeof(T)));
+      __builtin_prefetch(
+          reinterpret_cast<const void*>(here + (4 + j) * ldw * sizeof(typename Op::W)));
     }
     for (int i = 0; i < MR; ++i) {
-      for (int j = 0; j < NR; ++j) acc[4 * i + j] += xs[i] * ws[j];
+      for (int j = 0; j < NR; ++j) Op::add(acc[4 * i + j], xs[i], ws[j]);
     }
   }
-  if (whole < k) {  // the last k % kLanes, zero-filled
-    Floats xs[MR], ws[NR];
-    for (int i = 0; i < MR; ++i) load(xs[i], x + i * ldx + whole, k - whole);
-    for (int j = 0; j < NR; ++j) load(ws[j], w + j * ldw + whole, k - whole);
+  if (whole < k) {  // the last k % kStep, zero-filled
+    typename Op::Operand xs[MR], ws[NR];
+    for (int i = 0; i < MR; ++i) Op::load_x(xs[i], x + i * ldx + whole, k - whole);
+    for (int j = 0; j < NR; ++j) Op::load_w(ws[j], w + j * ldw + whole, k - whole);
     for (int i = 0; i < MR; ++i) {
-      for (int j = 0; j < NR; ++j) acc[4 * i + j] += xs[i] * ws[j];
+      for (int j = 0; j < NR; ++j) Op::add(acc[4 * i + j], xs[i], ws[j]);
     }
   }
   Floats sums;
@@ -125,37 +176,38 @@ template <int MR, int NR, typename T>
 }
 
 // The blocks of one 4-column group of w against every row of x.
-template <int NR, typename T>
-[[gnu::always_inline]] inline void column_group(int64_t m, int64_t k, const float* x, int64_t ldx,
-                                                const T* w, int64_t ldw, float* out, int64_t ldo) {
+template <int NR, typename Op>
+[[gnu::always_inline]] inline void column_group(int64_t m, int64_t k, const typename Op::X* x,
+                                                int64_t ldx, const typename Op::W* w, int64_t ldw,
+                                                float* out, int64_t ldo) {
   int64_t i = 0;
-  for (; i + 4 <= m; i += 4) block<4, NR, T>(x + i * ldx, ldx, w, ldw, k, out + i * ldo, ldo);
+  for (; i + 4 <= m; i += 4) block<4, NR, Op>(x + i * ldx, ldx, w, ldw, k, out + i * ldo, ldo);
   switch (m - i) {
     case 3:
-      return block<3, NR, T>(x + i * ldx, ldx, w, ldw, k, out + i * ldo, ldo);
+      return block<3, NR, Op>(x + i * ldx, ldx, w, ldw, k, out + i * ldo, ldo);
     case 2:
-      return block<2, NR, T>(x + i * ldx, ldx, w, ldw, k, out + i * ldo, ldo);
+      return block<2, NR, Op>(x + i * ldx, ldx, w, ldw, k, out + i * ldo, ldo);
     case 1:
-      return block<1, NR, T>(x + i * ldx, ldx, w, ldw, k, out + i * ldo, ldo);
+      return block<1, NR, Op>(x + i * ldx, ldx, w, ldw, k, out + i * ldo, ldo);
     default:
       return;
   }
 }
 
 // Columns [first, last) of out.
-template <typename T>
-[[gnu::always_inline]] inline void columns(int64_t m, int64_t k, const float* x, int64_t ldx,
-                                           const T* w, int64_t ldw, float* out, int64_t ldo,
-                                           int64_t first, int64_t last) {
+template <typename Op>
+[[gnu::always_inline]] inline void columns(int64_t m, int64_t k, const typename Op::X* x,
+                                           int64_t ldx, const typename Op::W* w, int64_t ldw,
+                                           float* out, int64_t ldo, int64_t first, int64_t last) {
   int64_t j = first;
-  for (; j + 4 <= last; j += 4) column_group<4, T>(m, k, x, ldx, w + j * ldw, ldw, out + j, ldo);
+  for (; j + 4 <= last; j += 4) column_group<4, Op>(m, k, x, ldx, w + j * ldw, ldw, out + j, ldo);
   switch (last - j) {
     case 3:
-      return column_group<3, T>(m, k, x, ldx, w + j * ldw, ldw, out + j, ldo);
+      return column_group<3, Op>(m, k, x, ldx, w + j * ldw, ldw, out + j, ldo);
     case 2:
-      return column_group<2, T>(m, k, x, ldx, w + j * ldw, ldw, out + j, ldo);
+      return column_group<2, Op>(m, k, x, ldx, w + j * ldw, ldw, out + j, ldo);
     case 1:
-      return column_group<1, T>(m, k, x, ldx, w + j * ldw, ldw, out + j, ldo);
+      return column_group<1, Op>(m, k, x, ldx, w + j * ldw, ldw, out + j, ldo);
     default:
       return;
   }
@@ -167,27 +219,28 @@ template <typename T>
 // order, then the same tree), so a row's bits do not depend on the call's row count; but the
 // weight streams as one sequential read where block's four rows are four streams 4k bytes
 // apart, which on the AMD EPYC VM reached 30 GB/s against 45 for a plain summing pass.
-template <typename T>
-[[gnu::always_inline]] inline void one_row(int64_t k, const float* x, const T* w, int64_t ldw,
-                                           float* out, int64_t first, int64_t last) {
-  const int64_t whole = k - k % kLanes;
+template <typename Op>
+[[gnu::always_inline]] inline void one_row(int64_t k, const typename Op::X* x,
+                                           const typename Op::W* w, int64_t ldw, float* out,
+                                           int64_t first, int64_t last) {
+  const int64_t whole = k - k % Op::kStep;
   for (int64_t j = first; j < last; j += 16) {
     const int64_t rows = std::min<int64_t>(16, last - j);
     Floats acc[16] = {};
     for (int64_t r = 0; r < rows; ++r) {
-      const T* row = w + (j + r) * ldw;
+      const typename Op::W* row = w + (j + r) * ldw;
       Floats sum = {};
-      for (int64_t l = 0; l < whole; l += kLanes) {
-        Floats xs, ws;
-        load(xs, x + l);
-        load(ws, row + l);
-        sum += xs * ws;
+      for (int64_t l = 0; l < whole; l += Op::kStep) {
+        typename Op::Operand xs, ws;
+        Op::load_x(xs, x + l);
+        Op::load_w(ws, row + l);
+        Op::add(sum, xs, ws);
       }
-      if (whole < k) {  // the last k % kLanes, zero-filled
-        Floats xs, ws;
-        load(xs, x + whole, k - whole);
-        load(ws, row + whole, k - whole);
-        sum += xs * ws;
+      if (whole < k) {  // the last k % kStep, zero-filled
+        typename Op::Operand xs, ws;
+        Op::load_x(xs, x + whole, k - whole);
+        Op::load_w(ws, row + whole, k - whole);
+        Op::add(sum, xs, ws);
       }
       acc[r] = sum;
     }
@@ -197,15 +250,23 @@ template <typename T>
   }
 }
 
+// Columns [first, last) of out, by the kernel for x's row count.
+template <typename Op>
+[[gnu::always_inline]] inline void panel_of(int64_t m, int64_t k, const typename Op::X* x,
+                                            int64_t ldx, const typename Op::W* w, int64_t ldw,
+                                            float* out, int64_t ldo, int64_t first, int64_t last) {
+  if (m == 1) return one_row<Op>(k, x, w, ldw, out, first, last);
+  columns<Op>(m, k, x, ldx, w, ldw, out, ldo, first, last);
+}
+
+// One `panel` per pair of operand types: the widening ones in the three vector variants, Dot
+// in the AVX-512 one only.
 template <typename T>
 [[gnu::always_inline]] inline void panel_body(int64_t m, int64_t k, const float* x, int64_t ldx,
                                               const T* w, int64_t ldw, float* out, int64_t ldo,
                                               int64_t first, int64_t last) {
-  if (m == 1) return one_row(k, x, w, ldw, out, first, last);
-  columns(m, k, x, ldx, w, ldw, out, ldo, first, last);
+  panel_of<Widen<T>>(m, k, x, ldx, w, ldw, out, ldo, first, last);
 }
-
-// One `panel` per weight dtype, each in the three vector variants.
 STRATA_VECTOR_PATHS(void, panel,
                     (int64_t m, int64_t k, const float* x, int64_t ldx, const float* w, int64_t ldw,
                      float* out, int64_t ldo, int64_t first, int64_t last),
@@ -215,8 +276,22 @@ STRATA_VECTOR_PATHS(void, panel,
                      int64_t ldw, float* out, int64_t ldo, int64_t first, int64_t last),
                     (m, k, x, ldx, w, ldw, out, ldo, first, last))
 
-template <typename T>
-void product(int64_t m, int64_t n, int64_t k, const float* x, int64_t ldx, const T* w, int64_t ldw,
+#if defined(STRATA_VECTOR_TARGETS)
+__attribute__((target("avx512f"))) void panel(int64_t m, int64_t k, const c10::BFloat16* x,
+                                              int64_t ldx, const c10::BFloat16* w, int64_t ldw,
+                                              float* out, int64_t ldo, int64_t first,
+                                              int64_t last) {
+  panel_of<Dot>(m, k, x, ldx, w, ldw, out, ldo, first, last);
+}
+#else
+void panel(int64_t, int64_t, const c10::BFloat16*, int64_t, const c10::BFloat16*, int64_t, float*,
+           int64_t, int64_t, int64_t) {
+  __builtin_trap();  // never chosen: CpuInfo::bf16_dot needs the vector paths
+}
+#endif
+
+template <typename X, typename W>
+void product(int64_t m, int64_t n, int64_t k, const X* x, int64_t ldx, const W* w, int64_t ldw,
              float* out, int64_t ldo) {
   STRATA_CHECK(m >= 0 && n >= 0 && k >= 0, "skinny_gemm_nt: sizes m ", m, ", n ", n, ", k ", k);
   STRATA_CHECK(ldx >= k && ldw >= k && ldo >= n, "skinny_gemm_nt: row strides ldx ", ldx, ", ldw ",
@@ -244,6 +319,7 @@ void skinny_gemm_nt(int64_t m, int64_t n, int64_t k, const float* x, int64_t ldx
 
 void skinny_gemm_nt(int64_t m, int64_t n, int64_t k, const c10::BFloat16* x, int64_t ldx,
                     const c10::BFloat16* w, int64_t ldw, float* out, int64_t ldo) {
+  if (cpu_info().bf16_dot) return product(m, n, k, x, ldx, w, ldw, out, ldo);
   STRATA_CHECK(m >= 0 && k >= 0 && ldx >= k, "skinny_gemm_nt: sizes m ", m, ", k ", k, ", ldx ",
                ldx);
   // x's few rows widened once (exact), not at every group of weight rows that reads them.
