@@ -162,6 +162,8 @@ record serve_step --title "One serving engine step: decode time by batch size (d
   bench/serve_step.sh "$build" --sequences 1,8,16
 record serve_step_d768 --title "One serving engine step: decode time by batch size (d_model 768, 12 layers, 2 threads)" \
   --target 'S 1 / weight stream<=1.3' --target 'S 1 / weight read<=1.3' bench/serve_step.sh "$build" --d-model 768 --layers 12 --heads 12 --sequences 1,8,16 --steps 20
+record serve_step_bf16_d768 --title "One serving engine step in bf16 against float32: decode time by batch size (d_model 768, 12 layers, 2 threads)" \
+  --target 'S 1 this/base<=0.6' 'THIS_FLAGS=--dtype bf16' 'BASE_FLAGS=--dtype fp32' ROUNDS=5 bench/serve_step.sh "$build" --d-model 768 --layers 12 --heads 12 --sequences 1,8,16 --steps 20
 record onebit_allreduce --title "1-bit compressed all-reduce against float32, 2 ranks, shared memory and TCP (3.2 M floats)" \
   bench/onebit_allreduce.sh "$build"
 
