@@ -1,6 +1,7 @@
 // `strata serve` as a user runs it: trained checkpoint in, the binary on a free port (one rank,
 // and two ranks as pipeline stages through the launcher), curl-like requests out. A greedy
-// completion is exactly what `strata generate --temperature 0` prints after the prompt; SIGTERM
+// completion is exactly what `strata generate --temperature 0` prints after the prompt (in bf16
+// too, with its log-probabilities); SIGTERM
 // stops the server.
 #include <gtest/gtest.h>
 #include <httplib.h>
@@ -10,6 +11,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -276,6 +278,51 @@ TEST(ServeCli, ServesAHuggingFaceDirectoryWithOrWithoutItsTokenizer) {
       }
       EXPECT_NE(server.stop(), -1) << "SIGTERM did not stop the server";
     }
+  }
+
+  // Served in bf16 (`--set train.precision=bf16`: the KV cache and the products' operands,
+  // which meet in AVX512-BF16's dot product where the CPU has it): the greedy ids and their
+  // log-probabilities are what `strata generate --precision bf16` prints, and the
+  // log-probabilities are not float32's (the precision was applied).
+  ASSERT_EQ(testing::run_command(kStrata + " generate --checkpoint " + without +
+                                     " --prompt-ids 260,32 --precision bf16" + generate,
+                                 &output),
+            0)
+      << output;
+  const nlohmann::json in_bf16 = nlohmann::json::parse(output);
+  {
+    ServerProcess server(
+        kStrata + " serve --checkpoint " + without + " --port 0 --set train.precision=bf16",
+        dir.file("serve.log"));
+    const int port = server.wait_until_ready();
+    ASSERT_NE(port, 0);
+    httplib::Client client("127.0.0.1", port);
+    auto result = client.Post("/v1/completions",
+                              nlohmann::json({{"prompt", {260, 32}},
+                                              {"max_tokens", 12},
+                                              {"temperature", 0},
+                                              {"logprobs", 0},
+                                              {"return_token_ids", true},
+                                              {"ignore_eos", true}})
+                                  .dump(),
+                              "application/json");
+    ASSERT_TRUE(result);
+    ASSERT_EQ(result->status, 200) << result->body;
+    const nlohmann::json choice = nlohmann::json::parse(result->body)["choices"][0];
+    EXPECT_EQ(choice["token_ids"], in_bf16["generated_ids"]);
+    const auto served = choice["logprobs"]["token_logprobs"].get<std::vector<double>>();
+    const auto generated = in_bf16["logprobs"].get<std::vector<double>>();
+    const auto in_fp32 = by_ids["logprobs"].get<std::vector<double>>();
+    ASSERT_EQ(served.size(), generated.size());
+    ASSERT_EQ(in_fp32.size(), generated.size());
+    double from_generate = 0, from_fp32 = 0;
+    for (size_t i = 0; i < served.size(); ++i) {
+      from_generate = std::max(from_generate, std::abs(served[i] - generated[i]));
+      from_fp32 = std::max(from_fp32, std::abs(generated[i] - in_fp32[i]));
+    }
+    EXPECT_LE(from_generate, 1e-6);
+    EXPECT_GE(from_fp32, 1e-4) << "generate --precision bf16 computed in float32";
+    EXPECT_EQ(server.stop(), 0) << read_file(dir.file("serve.log"));
   }
 
   // generation_config.json's eos_token_id ends a completion: make the 5th greedy token the end
