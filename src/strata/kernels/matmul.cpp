@@ -168,7 +168,10 @@ ProductRoute route_product(const at::Tensor& a, const at::Tensor& b, bool a_tran
   }
   if (few_row_product(m, a_transposed, b_transposed) &&
       (dtype == at::kFloat || sixteen_bit(dtype))) {
-    return {ProductPath::few_rows, sixteen_bit(dtype)};
+    // bf16 rows meet in AVX512-BF16's dot product where the CPU has it; otherwise the kernel
+    // widens 16-bit operands to float32 (in its registers for bf16, as copies for fp16).
+    return {ProductPath::few_rows,
+            sixteen_bit(dtype) && !(dtype == at::kBFloat16 && cpu_info().bf16_dot)};
   }
   ProductRoute route = class_route({dtype, a_transposed, b_transposed});
   if (a.numel() == 0 || b.numel() == 0) route.path = ProductPath::aten;
