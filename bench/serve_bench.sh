@@ -33,6 +33,8 @@
 #   KV_CACHE_MB=1024/4096                                     each server's KV cache pool
 #   SERVE_BENCH=PATH   the serve_bench binary to use instead of BUILD_DIR/bench/serve_bench
 #   KEEP=DIR           keep the checkpoint, server logs and JSON lines in DIR
+#   SERVE_SETS="key=value ..."   goodput: config overrides for the server (e.g.
+#                      serve.max_batch_tokens=64)
 set -euo pipefail
 
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -142,7 +144,8 @@ echo "load:    $REQUESTS requests x $ROUNDS rounds; own prompts lognormal mean $
   "shared prefix $SHARED_PREFIX tokens"
 
 if [[ $SCENARIO == goodput ]]; then
-  start_server main
+  # shellcheck disable=SC2086  # SERVE_SETS is a list of overrides
+  start_server main ${SERVE_SETS:-}
   warm_up "$port"
   # The batch-1 decode step: short prompts one at a time; TPOT excludes the prefill. Within
   # PROMPT_MAX and OUTPUT_MAX, which the SEQ_LEN check above has let through.
