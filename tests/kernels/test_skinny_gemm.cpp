@@ -4,8 +4,8 @@
 // operands, shapes that run on two threads (for their work, for their weight); each row's bits
 // do not depend on the other rows of the call, on the row count or on the thread count (what
 // serving's determinism rests on); bf16 operands give the bits of their float32 copies, from
-// memory read as bf16, or AVX512-BF16's dot product where the CPU has it; linear's forward takes this path for a few rows and the others beyond;
-// empty sizes; bad sizes and strides refused.
+// memory read as bf16, or AVX512-BF16's dot product where the CPU has it; linear's forward takes
+// this path for a few rows and the others beyond; empty sizes; bad sizes and strides refused.
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
@@ -148,10 +148,9 @@ TEST(SkinnyGemm, Bf16OperandsMatchTheirFloat32CopiesAndEachRowAlone) {
                          {8, 1024, 768}}) {
     const at::Tensor x = padded(m, k).to(at::kBFloat16), w = padded(n, k, 5).to(at::kBFloat16);
     const at::Tensor out = skinny_bf16(x, w);
-    const at::Tensor widened =
-        skinny(x.to(at::kFloat).contiguous(), w.to(at::kFloat).contiguous());
-    const std::string shape = "m " + std::to_string(m) + " n " + std::to_string(n) + " k " +
-                              std::to_string(k);
+    const at::Tensor widened = skinny(x.to(at::kFloat).contiguous(), w.to(at::kFloat).contiguous());
+    const std::string shape =
+        "m " + std::to_string(m) + " n " + std::to_string(n) + " k " + std::to_string(k);
     if (!dot) {
       EXPECT_TRUE(at::equal(out, widened)) << shape;
       continue;
@@ -159,8 +158,7 @@ TEST(SkinnyGemm, Bf16OperandsMatchTheirFloat32CopiesAndEachRowAlone) {
     const at::Tensor want = at::mm(x.to(at::kDouble), w.to(at::kDouble).t());
     EXPECT_LE((out.to(at::kDouble) - want).abs().max().item<double>(), 2e-6 * k) << shape;
     for (int64_t i = 0; i < m; ++i) {
-      EXPECT_TRUE(at::equal(out[i], skinny_bf16(x.narrow(0, i, 1), w)[0]))
-          << shape << " row " << i;
+      EXPECT_TRUE(at::equal(out[i], skinny_bf16(x.narrow(0, i, 1), w)[0])) << shape << " row " << i;
     }
     {
       const Threads one(1);

@@ -126,9 +126,8 @@ void print_text(const nlohmann::json& env) {
   line("features", or_none(cpu["features"]));
   line("vector path", or_none(cpu["vector_path"]) + " (best " + or_none(cpu["best_path"]) +
                           ", STRATA_CPU_PATH " + or_none(cpu["forced_path"]) + ")");
-  line("bf16 products", cpu["bf16_dot"].get<bool>()
-                            ? "few-row kernel: AVX512-BF16 dot product"
-                            : "few-row kernel: widened to float32");
+  line("bf16 products", cpu["bf16_dot"].get<bool>() ? "few-row kernel: AVX512-BF16 dot product"
+                                                    : "few-row kernel: widened to float32");
   line("threads", std::to_string(env["threads"].get<int>()));
   for (const auto& product : env["products"]) {
     std::string timings;

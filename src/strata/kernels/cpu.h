@@ -28,10 +28,10 @@ struct CpuInfo {
   bool vector_paths_built = false;
   VectorPath best_path = VectorPath::generic;    // the best this CPU and build run
   VectorPath vector_path = VectorPath::generic;  // the one the kernels run (after the variable)
+  std::string requested_path;                    // STRATA_CPU_PATH, empty when unset
   // Whether bf16 operands meet in AVX512-BF16's dot product (the few-row kernel's Dot): the
   // CPU has avx512_bf16 and the kernels run the avx512 path.
   bool bf16_dot = false;
-  std::string requested_path;                    // STRATA_CPU_PATH, empty when unset
 
   // Entry points found in the process (dlsym), null when absent. Looked up rather than linked:
   // libtorch_cpu brings libdnnl, libgomp and the BLAS in without re-exporting them.

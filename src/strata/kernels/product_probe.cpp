@@ -105,11 +105,12 @@ ProductProbe ProductProbe::from_text(const std::string& text, const std::string&
 
 std::string product_probe_key(at::ScalarType dtype, const std::vector<ProductShape>& shapes) {
   const CpuInfo& cpu = cpu_info();
-  std::string key = str("cpu '", cpu.model, "' [", cpu_feature_list(cpu), "] path ",
-                        vector_path_name(cpu.vector_path), cpu.bf16_dot ? " bf16 dot" : "", " threads ", at::get_num_threads(),
-                        " libtorch ", TORCH_VERSION, " onednn '", onednn_version(), "' openblas '",
-                        cpu.openblas_config, "' ", cpu.openblas_core, " ", cpu.openblas_coretype,
-                        " dtype ", c10::toString(dtype), " shapes");
+  std::string key =
+      str("cpu '", cpu.model, "' [", cpu_feature_list(cpu), "] path ",
+          vector_path_name(cpu.vector_path), cpu.bf16_dot ? " bf16 dot" : "", " threads ",
+          at::get_num_threads(), " libtorch ", TORCH_VERSION, " onednn '", onednn_version(),
+          "' openblas '", cpu.openblas_config, "' ", cpu.openblas_core, " ", cpu.openblas_coretype,
+          " dtype ", c10::toString(dtype), " shapes");
   for (const ProductShape& shape : shapes) {
     key += str(" ", shape.m, "x", shape.n, "x", shape.k, shape.a_transposed ? "t" : "n",
                shape.b_transposed ? "t" : "n");
