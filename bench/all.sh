@@ -117,6 +117,7 @@ for d in "${sizes[@]}"; do
 done
 
 record throughput_fp32 --title "One rank against PyTorch eager, fp32 (d_model 768)" \
+  --target 'strata/peer>=1.5' \
   $fair_blas "${short[@]}" bench/throughput.sh "$build"
 
 record throughput_bf16 --title "One rank against PyTorch eager with bf16 autocast (d_model 768)" \
