@@ -119,6 +119,7 @@ REC_LABEL=$label REC_TITLE=$title REC_COMMIT=$commit REC_DIRTY=$dirty REC_DATE=$
 REC_WALL_S=$wall_s REC_OTHER="$other_before $other_during $other_after" \
 REC_LOADAVG_BEFORE=$loadavg_before REC_LOADAVG_AFTER=$loadavg_after \
 REC_CPU=$(lscpu | sed -n 's/^Model name: *//p') REC_CORES=$(nproc) \
+REC_CPU_ID=$(lscpu | sed -n 's/^Vendor ID: *//p; s/^CPU family: *//p; s/^Model: *//p; s/^Stepping: *//p' | paste -sd' ') \
 REC_MEMORY_GIB=$(free -g | awk '/^Mem:/ { print $2 }') \
 REC_COMMAND=$command_text REC_TARGETS=$(printf '%s\n' "${targets[@]}") \
   python3 - "$out" "$file" <<'EOF'
@@ -141,6 +142,13 @@ for target in targets:
         sys.exit(f"record {label}: --target '{target}' names no row; rows are {sorted(names)}")
 before, during, after = (float(x) for x in env["REC_OTHER"].split())
 other = {"before": before, "during": during, "after": after}
+machine = {"cpu": env["REC_CPU"], "cores": int(env["REC_CORES"]),
+           "memory_gib": int(env["REC_MEMORY_GIB"])}
+# A VM may name its CPU only "AMD EPYC": the family and model tell its generation apart.
+cpu_id = env["REC_CPU_ID"].split()
+if len(cpu_id) == 4 and all(x.isdigit() for x in cpu_id[1:]):
+    machine["cpu_id"] = {"vendor": cpu_id[0], "family": int(cpu_id[1]), "model": int(cpu_id[2]),
+                         "stepping": int(cpu_id[3])}
 record = {
     "label": label,
     "title": env["REC_TITLE"],
@@ -149,8 +157,7 @@ record = {
     "date": env["REC_DATE"],
     "commit": env["REC_COMMIT"],
     "dirty": env["REC_DIRTY"] == "true",
-    "machine": {"cpu": env["REC_CPU"], "cores": int(env["REC_CORES"]),
-                "memory_gib": int(env["REC_MEMORY_GIB"])},
+    "machine": machine,
     "wall_s": float(env["REC_WALL_S"]),
     "other_cores": other,
     "loadavg": {"before": env["REC_LOADAVG_BEFORE"], "after": env["REC_LOADAVG_AFTER"]},

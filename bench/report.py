@@ -19,8 +19,26 @@ import sys
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+def generation(cpu_id):
+    """A CPU's generation from its vendor, family and model (the ones these hosts come in)."""
+    family, model = cpu_id["family"], cpu_id["model"]
+    if cpu_id["vendor"] == "AuthenticAMD":
+        if family == 0x1A:
+            return "Zen 5"
+        if family == 0x19:
+            return "Zen 4" if 0x10 <= model <= 0x1F or 0x60 <= model <= 0xAF else "Zen 3"
+        if family == 0x17:
+            return "Zen 2" if model >= 0x30 else "Zen"
+    return f"family {family} model {model}"
+
+
 def machine_of(record):
-    return record.get("machine", {}).get("cpu", "unknown machine")
+    """The machine kind: the CPU's name, and its generation where the record has it (records
+    before 2026-12-07 have only the name, which a VM may give as just "AMD EPYC")."""
+    machine = record.get("machine", {})
+    name = machine.get("cpu", "unknown machine")
+    cpu_id = machine.get("cpu_id")
+    return f"{name} ({generation(cpu_id)})" if cpu_id else name
 
 
 def load_records(results_dir):
