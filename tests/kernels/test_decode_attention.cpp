@@ -1,16 +1,20 @@
 // The decode attention kernel against eager attention over the gathered slots: float64 (1e-12)
 // and float32 (1e-5 relative), with grouped-query heads, scattered slot tables of different
 // lengths (one key, D not a multiple of the lanes), a contiguous cache read through strides,
-// bfloat16 inputs accumulating in float32, the rows it must leave alone, and bad input.
+// bfloat16 inputs accumulating in float32 (the scores on AVX512-BF16's dot product where the
+// CPU has it), the rows it must leave alone, and bad input.
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
 
+#include <cstdio>
 #include <random>
 #include <vector>
 
 #include "strata/core/error.h"
+#include "strata/kernels/cpu.h"
 #include "strata/kernels/decode_attention.h"
+#include "strata/kernels/score_rows.h"
 
 namespace strata {
 namespace {
@@ -87,6 +91,34 @@ TEST(DecodeAttention, MatchesEagerInFloat32) {
 TEST(DecodeAttention, AccumulatesBFloat16InFloat32) {
   // Inputs and output are rounded to bfloat16 (8 bits of mantissa); the sums in between are not.
   for (const Case& c : kCases) check(c, at::kBFloat16, 1e-2);
+}
+
+// The bf16 query's scores on AVX512-BF16's dot product (what the bf16 cases above run on such a
+// CPU): scale (q . k_j) over gathered rows, against float64 within float32 roundings of the
+// terms, for D that ends inside a pair and inside a vector. The kernel exists only where the
+// CPU has the instruction; elsewhere decode attention widens (and CpuInfo says why).
+TEST(DecodeAttention, Bf16QueryScoresOnTheDotProduct) {
+  const CpuInfo& cpu = cpu_info();
+  EXPECT_EQ(cpu.bf16_dot, cpu.avx512_bf16 && cpu.vector_path == VectorPath::avx512);
+  std::printf("[ bf16     ] decode scores %s\n",
+              cpu.bf16_dot ? "on the AVX512-BF16 dot product" : "widened to float32");
+  if (!cpu.bf16_dot) return;
+  at::manual_seed(5);
+  for (const int64_t D : {1, 19, 32, 33, 64, 80}) {
+    const at::Tensor q = at::randn({D}).to(at::kBFloat16);
+    const at::Tensor rows = at::randn({40, D + 3}).to(at::kBFloat16);  // strided rows
+    const std::vector<int64_t> slots = {39, 0, 7, 7, 21};
+    std::vector<float> scores(slots.size());
+    gathered_scores_row(q.data_ptr<at::BFloat16>(), rows.data_ptr<at::BFloat16>(), D + 3,
+                        slots.data(), static_cast<int64_t>(slots.size()), D, 0.25f, scores.data());
+    for (size_t j = 0; j < slots.size(); ++j) {
+      const at::Tensor key = rows[slots[j]].narrow(0, 0, D).to(at::kDouble);
+      const at::Tensor terms = q.to(at::kDouble) * key;
+      const double want = 0.25 * terms.sum().item<double>();
+      EXPECT_NEAR(scores[j], want, 1e-6 * terms.abs().sum().item<double>() + 1e-30)
+          << "D " << D << " slot " << slots[j];
+    }
+  }
 }
 
 TEST(DecodeAttention, ReadsAContiguousCacheThroughItsStrides) {

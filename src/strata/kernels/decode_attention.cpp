@@ -1,8 +1,9 @@
 // Decode attention (decode_attention.h): for one (query, head) task, the scaled scores of its
 // keys go into a scratch row, one softmax pass makes them probabilities (score_rows.h), and the
 // output is their weighted sum of value rows, accumulated in the accumulation dtype and
-// written once. float rows go through score_rows' vectorized gathers; the other dtypes convert
-// element by element.
+// written once. float and bf16 rows go through score_rows' vectorized gathers (a bf16 query's
+// scores on AVX512-BF16's dot product where the CPU has it); the other dtypes convert element
+// by element.
 #include "strata/kernels/decode_attention.h"
 
 #include <algorithm>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "strata/core/error.h"
+#include "strata/kernels/cpu.h"
 #include "strata/kernels/score_rows.h"
 #include "strata/kernels/thread_team.h"
 
@@ -54,6 +56,7 @@ void decode_tasks(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
   const int64_t H = q.size(1), D = q.size(2);
   int64_t longest = 0;
   for (const DecodeQuery& query : queries) longest = std::max(longest, query.length);
+  const bool bf16_dot = cpu_info().bf16_dot;
   TaskQueue tasks(static_cast<int64_t>(queries.size()) * H);
   run_on_threads(tasks.threads(), [&] {
     std::vector<acc_t> scores(longest), q_row(D), o_row(D);
@@ -62,7 +65,15 @@ void decode_tasks(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
       const int64_t h = task % H, g = (heads.first + h) / heads.group, L = query.length;
       const scalar_t* q_in = queries_in.at(query.row, h);
       for (int64_t d = 0; d < D; ++d) q_row[d] = static_cast<acc_t>(q_in[d]) * scale;
-      if constexpr (std::is_same_v<scalar_t, float> || std::is_same_v<scalar_t, at::BFloat16>) {
+      if constexpr (std::is_same_v<scalar_t, at::BFloat16>) {
+        if (bf16_dot) {  // the query as stored against the keys, in AVX512-BF16's pairs
+          gathered_scores_row(q_in, keys.at(0, g), keys.row_stride, query.slots, L, D,
+                              static_cast<float>(scale), scores.data());
+        } else {
+          gathered_scores_row(q_row.data(), keys.at(0, g), keys.row_stride, query.slots, L, D,
+                              scores.data());
+        }
+      } else if constexpr (std::is_same_v<scalar_t, float>) {
         gathered_scores_row(q_row.data(), keys.at(0, g), keys.row_stride, query.slots, L, D,
                             scores.data());
       } else {

@@ -2,12 +2,14 @@
 // (vector_lanes.h), each function built for AVX-512, AVX2 and the generic baseline and run on
 // the path cpu.h chose.
 #include "strata/kernels/score_rows.h"
-#include "strata/kernels/vector_lanes.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
+
+#include "strata/core/error.h"
+#include "strata/kernels/vector_lanes.h"
 
 namespace strata {
 namespace {
@@ -110,6 +112,38 @@ template <typename T>
   }
 }
 
+// Whole pairs are loads of a constant size (a variable-sized copy would be a call); the query's
+// pairs are loaded once per row, for D up to kMaxDotPairs * 32.
+constexpr int64_t kMaxDotPairs = 8;
+[[gnu::always_inline]] inline void gathered_dot_scores_row_body(
+    const c10::BFloat16* query, const c10::BFloat16* rows, int64_t row_stride, const int64_t* slots,
+    int64_t count, int64_t D, float scale, float* scores) {
+  using lanes::kPairs;
+  const int64_t whole = D / kPairs, tail = D % kPairs;
+  STRATA_CHECK(whole + (tail > 0) <= kMaxDotPairs, "gathered_scores_row: head size ", D, " above ",
+               kMaxDotPairs * kPairs);
+  lanes::Pairs q[kMaxDotPairs];
+  for (int64_t p = 0; p < whole; ++p) lanes::load(q[p], query + p * kPairs, kPairs);
+  if (tail > 0) lanes::load(q[whole], query + whole * kPairs, tail);
+  for (int64_t j = 0; j < count; ++j) {
+    const c10::BFloat16* key = rows + slots[j] * row_stride;
+    Floats sums{};
+    for (int64_t p = 0; p < whole; ++p) {
+      lanes::Pairs k;
+      lanes::load(k, key + p * kPairs, kPairs);
+      lanes::dot_pairs(sums, q[p], k);
+    }
+    if (tail > 0) {
+      lanes::Pairs k;
+      lanes::load(k, key + whole * kPairs, tail);
+      lanes::dot_pairs(sums, q[whole], k);
+    }
+    float sum = 0;
+    for (int64_t lane = 0; lane < kLanes; ++lane) sum += sums[lane];
+    scores[j] = sum * scale;
+  }
+}
+
 template <typename T>
 [[gnu::always_inline]] inline void gathered_weighted_sum_body(const float* weights, const T* rows,
                                                               int64_t row_stride,
@@ -166,6 +200,21 @@ STRATA_VECTOR_PATHS(void, gathered_weighted_sum,
                      const int64_t* slots, int64_t count, int64_t D, float* out),
                     (weights, rows, row_stride, slots, count, D, out))
 STRATA_VECTOR_PATHS(void, exp_in_place, (float* values, int64_t n), (values, n))
+
+#if defined(STRATA_VECTOR_TARGETS)
+__attribute__((target("avx512f"))) void gathered_scores_row(const c10::BFloat16* query,
+                                                            const c10::BFloat16* rows,
+                                                            int64_t row_stride,
+                                                            const int64_t* slots, int64_t count,
+                                                            int64_t D, float scale, float* scores) {
+  gathered_dot_scores_row_body(query, rows, row_stride, slots, count, D, scale, scores);
+}
+#else
+void gathered_scores_row(const c10::BFloat16*, const c10::BFloat16*, int64_t, const int64_t*,
+                         int64_t, int64_t, float, float*) {
+  __builtin_trap();  // never chosen: CpuInfo::bf16_dot needs the vector paths
+}
+#endif
 
 double online_softmax_row(double* scores, int64_t seen, int64_t cols, double& running_max,
                           double& running_sum) {

@@ -48,12 +48,11 @@ using Indices = int32_t __attribute__((vector_size(64)));
 // How the k loop multiplies, as a policy of the blocks below. Widen<T>: kLanes values of x
 // (float32) and of w (float32, or bf16 widened as it is loaded) per step, multiply-added into
 // the float32 lanes. Dot: 2 kLanes bf16 values of x and of w per step, a pair per lane, added
-// into the float32 lanes by the AVX512-BF16 dot product (vdpbf16ps: the two exact products
-// added to the lane, rounded to nearest even, subnormals flushed to zero); x is read as
-// stored, and a step covers a whole cache line of w. Its sums differ from Widen's by that
-// rounding, never by the call: every output still has its own lanes, added over k in order,
-// then the one tree. Dot runs only in the AVX-512 variant, on a CPU that has the instruction
-// (CpuInfo::bf16_dot); an assembler that knows it is all the build needs.
+// into the float32 lanes by the AVX512-BF16 dot product (lanes::dot_pairs); x is read as
+// stored, and a step covers a whole cache line of w. Its sums differ from Widen's by the
+// instruction's rounding, never by the call: every output still has its own lanes, added over
+// k in order, then the one tree. Dot runs only in the AVX-512 variant, on a CPU that has the
+// instruction (CpuInfo::bf16_dot).
 template <typename T>
 struct Widen {
   using X = float;
@@ -74,22 +73,16 @@ struct Widen {
 struct Dot {
   using X = c10::BFloat16;
   using W = c10::BFloat16;
-  using Operand = uint16_t __attribute__((vector_size(64)));
-  static constexpr int64_t kStep = 2 * kLanes;
+  using Operand = lanes::Pairs;
+  static constexpr int64_t kStep = lanes::kPairs;
   [[gnu::always_inline]] static void load_x(Operand& v, const X* p, int64_t n = kStep) {
-    v = Operand{};
-    std::memcpy(&v, p, n * sizeof(X));
+    lanes::load(v, p, n);
   }
   [[gnu::always_inline]] static void load_w(Operand& v, const W* p, int64_t n = kStep) {
-    load_x(v, p, n);
+    lanes::load(v, p, n);
   }
   [[gnu::always_inline]] static void add(Floats& acc, const Operand& x, const Operand& w) {
-#if defined(STRATA_VECTOR_TARGETS)
-    asm("vdpbf16ps %2, %1, %0" : "+v"(acc) : "v"(x), "v"(w));
-#else
-    (void)acc, (void)x, (void)w;
-    __builtin_trap();  // never chosen: CpuInfo::bf16_dot needs the vector paths
-#endif
+    lanes::dot_pairs(acc, x, w);
   }
 };
 

@@ -79,6 +79,28 @@ constexpr float kNegativeInfinity = -std::numeric_limits<float>::infinity();
   lanes = (Floats)(__builtin_convertvector(bits, Ints) << 16);
 }
 
+// 2 kLanes bf16 values as they are stored (n of them, the rest 0): a pair per float32 lane, the
+// operands of dot_pairs.
+using Pairs = uint16_t __attribute__((vector_size(64)));
+constexpr int64_t kPairs = 2 * kLanes;
+[[gnu::always_inline]] inline void load(Pairs& pairs, const c10::BFloat16* values, int64_t n) {
+  pairs = Pairs{};
+  std::memcpy(&pairs, values, n * sizeof(uint16_t));
+}
+
+// acc[i] += x[2i] w[2i] + x[2i+1] w[2i+1]: AVX512-BF16's dot product (vdpbf16ps: the two exact
+// products added into the lane, rounded to nearest even, subnormals flushed to zero). Only for
+// the AVX-512 variants, on a CPU that has the instruction (CpuInfo::bf16_dot); an assembler
+// that knows it is all the build needs.
+[[gnu::always_inline]] inline void dot_pairs(Floats& acc, const Pairs& x, const Pairs& w) {
+#if defined(STRATA_VECTOR_TARGETS)
+  asm("vdpbf16ps %2, %1, %0" : "+v"(acc) : "v"(x), "v"(w));
+#else
+  (void)acc, (void)x, (void)w;
+  __builtin_trap();  // never chosen: CpuInfo::bf16_dot needs the vector paths
+#endif
+}
+
 [[gnu::always_inline]] inline void exp_lanes(Floats& x) {
   const Ints underflow = x < -87.3f;
   x = x < -87.3f ? Floats{} - 87.3f : x;
