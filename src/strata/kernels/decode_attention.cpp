@@ -56,7 +56,7 @@ void decode_tasks(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
   const int64_t H = q.size(1), D = q.size(2);
   int64_t longest = 0;
   for (const DecodeQuery& query : queries) longest = std::max(longest, query.length);
-  const bool bf16_dot = cpu_info().bf16_dot;
+  const bool dot_scores = std::is_same_v<scalar_t, at::BFloat16> && cpu_info().bf16_dot;
   TaskQueue tasks(static_cast<int64_t>(queries.size()) * H);
   run_on_threads(tasks.threads(), [&] {
     std::vector<acc_t> scores(longest), q_row(D), o_row(D);
@@ -64,21 +64,21 @@ void decode_tasks(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
       const DecodeQuery& query = queries[task / H];
       const int64_t h = task % H, g = (heads.first + h) / heads.group, L = query.length;
       const scalar_t* q_in = queries_in.at(query.row, h);
-      for (int64_t d = 0; d < D; ++d) q_row[d] = static_cast<acc_t>(q_in[d]) * scale;
       if constexpr (std::is_same_v<scalar_t, at::BFloat16>) {
-        if (bf16_dot) {  // the query as stored against the keys, in AVX512-BF16's pairs
+        if (dot_scores) {  // the query as stored against the keys, in AVX512-BF16's pairs
           gathered_scores_row(q_in, keys.at(0, g), keys.row_stride, query.slots, L, D,
                               static_cast<float>(scale), scores.data());
-        } else {
+        }
+      }
+      if (!dot_scores) {  // the scaled query in the accumulation dtype against each key
+        for (int64_t d = 0; d < D; ++d) q_row[d] = static_cast<acc_t>(q_in[d]) * scale;
+        if constexpr (std::is_same_v<scalar_t, float> || std::is_same_v<scalar_t, at::BFloat16>) {
           gathered_scores_row(q_row.data(), keys.at(0, g), keys.row_stride, query.slots, L, D,
                               scores.data());
-        }
-      } else if constexpr (std::is_same_v<scalar_t, float>) {
-        gathered_scores_row(q_row.data(), keys.at(0, g), keys.row_stride, query.slots, L, D,
-                            scores.data());
-      } else {
-        for (int64_t j = 0; j < L; ++j) {
-          scores[j] = dot(q_row.data(), keys.at(query.slots[j], g), D);
+        } else {
+          for (int64_t j = 0; j < L; ++j) {
+            scores[j] = dot(q_row.data(), keys.at(query.slots[j], g), D);
+          }
         }
       }
       acc_t max = -std::numeric_limits<acc_t>::infinity(), sum = 0;

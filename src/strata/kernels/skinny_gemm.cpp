@@ -32,19 +32,6 @@ using lanes::Ints;
 using lanes::kLanes;
 using Indices = int32_t __attribute__((vector_size(64)));
 
-// kLanes values from `values` (n of them, the rest `fill`) as float32.
-[[gnu::always_inline]] inline void load(Floats& lanes, const float* values, int64_t n = kLanes) {
-  if (n == kLanes) {
-    std::memcpy(&lanes, values, sizeof(Floats));
-  } else {
-    lanes::load(lanes, values, n, 0.0f);
-  }
-}
-[[gnu::always_inline]] inline void load(Floats& lanes, const c10::BFloat16* values,
-                                        int64_t n = kLanes) {
-  lanes::load(lanes, values, n);
-}
-
 // How the k loop multiplies, as a policy of the blocks below. Widen<T>: kLanes values of x
 // (float32) and of w (float32, or bf16 widened as it is loaded) per step, multiply-added into
 // the float32 lanes. Dot: 2 kLanes bf16 values of x and of w per step, a pair per lane, added
@@ -60,10 +47,10 @@ struct Widen {
   using Operand = Floats;
   static constexpr int64_t kStep = kLanes;
   [[gnu::always_inline]] static void load_x(Operand& v, const X* p, int64_t n = kStep) {
-    load(v, p, n);
+    lanes::load(v, p, n);
   }
   [[gnu::always_inline]] static void load_w(Operand& v, const W* p, int64_t n = kStep) {
-    load(v, p, n);
+    lanes::load(v, p, n);
   }
   [[gnu::always_inline]] static void add(Floats& acc, const Operand& x, const Operand& w) {
     acc += x * w;
