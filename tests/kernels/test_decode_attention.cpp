@@ -78,6 +78,7 @@ const std::vector<Case> kCases = {
     {7, 4, 4, 32, 300, {1, 17, 300, 48}},   // scattered tables, one the whole pool
     {9, 8, 2, 19, 64, {3, 64, 16, 5, 31}},  // grouped-query heads, D off the lanes
     {4, 6, 1, 64, 100, {100, 2}},           // one kv head for all (multi-query)
+    {2, 2, 1, 288, 8, {8}},                 // a head above kMaxDotScoreHead (bf16: widened)
 };
 
 TEST(DecodeAttention, MatchesEagerInFloat64) {
@@ -104,7 +105,8 @@ TEST(DecodeAttention, Bf16QueryScoresOnTheDotProduct) {
               cpu.bf16_dot ? "on the AVX512-BF16 dot product" : "widened to float32");
   if (!cpu.bf16_dot) return;
   at::manual_seed(5);
-  for (const int64_t D : {1, 19, 32, 33, 64, 80}) {
+  for (const int64_t D : {int64_t{1}, int64_t{19}, int64_t{32}, int64_t{33}, int64_t{64},
+                          int64_t{80}, kMaxDotScoreHead}) {
     const at::Tensor q = at::randn({D}).to(at::kBFloat16);
     const at::Tensor rows = at::randn({40, D + 3}).to(at::kBFloat16);  // strided rows
     const std::vector<int64_t> slots = {39, 0, 7, 7, 21};

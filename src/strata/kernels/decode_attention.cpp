@@ -56,7 +56,9 @@ void decode_tasks(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
   const int64_t H = q.size(1), D = q.size(2);
   int64_t longest = 0;
   for (const DecodeQuery& query : queries) longest = std::max(longest, query.length);
-  const bool dot_scores = std::is_same_v<scalar_t, at::BFloat16> && cpu_info().bf16_dot;
+  // Larger heads (none of the families read today) take the widening scores.
+  const bool dot_scores =
+      std::is_same_v<scalar_t, at::BFloat16> && cpu_info().bf16_dot && D <= kMaxDotScoreHead;
   TaskQueue tasks(static_cast<int64_t>(queries.size()) * H);
   run_on_threads(tasks.threads(), [&] {
     std::vector<acc_t> scores(longest), q_row(D), o_row(D);

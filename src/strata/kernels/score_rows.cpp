@@ -113,15 +113,15 @@ template <typename T>
 }
 
 // Whole pairs are loads of a constant size (a variable-sized copy would be a call); the query's
-// pairs are loaded once per row, for D up to kMaxDotPairs * 32.
-constexpr int64_t kMaxDotPairs = 8;
+// pairs are loaded once per row.
+constexpr int64_t kMaxDotPairs = kMaxDotScoreHead / lanes::kPairs;
 [[gnu::always_inline]] inline void gathered_dot_scores_row_body(
     const c10::BFloat16* query, const c10::BFloat16* rows, int64_t row_stride, const int64_t* slots,
     int64_t count, int64_t D, float scale, float* scores) {
   using lanes::kPairs;
   const int64_t whole = D / kPairs, tail = D % kPairs;
-  STRATA_CHECK(whole + (tail > 0) <= kMaxDotPairs, "gathered_scores_row: head size ", D, " above ",
-               kMaxDotPairs * kPairs);
+  STRATA_CHECK(D <= kMaxDotScoreHead, "gathered_scores_row: head size ", D, " above ",
+               kMaxDotScoreHead);
   lanes::Pairs q[kMaxDotPairs];
   for (int64_t p = 0; p < whole; ++p) lanes::load(q[p], query + p * kPairs, kPairs);
   if (tail > 0) lanes::load(q[whole], query + whole * kPairs, tail);

@@ -49,8 +49,9 @@ void gathered_scores_row(const float* query, const c10::BFloat16* rows, int64_t 
 void gathered_weighted_sum(const float* weights, const c10::BFloat16* rows, int64_t row_stride,
                            const int64_t* slots, int64_t count, int64_t D, float* out);
 // A bf16 query against a bf16 cache on a CPU with AVX512-BF16 (CpuInfo::bf16_dot; nowhere
-// else): scores[j] = scale (query . key_j), both read as stored and multiplied in pairs by the
-// dot product, as the few-row kernel multiplies them.
+// else), for D up to kMaxDotScoreHead: scores[j] = scale (query . key_j), both read as stored
+// and multiplied in pairs by the dot product, as the few-row kernel multiplies them.
+constexpr int64_t kMaxDotScoreHead = 256;
 void gathered_scores_row(const c10::BFloat16* query, const c10::BFloat16* rows, int64_t row_stride,
                          const int64_t* slots, int64_t count, int64_t D, float scale,
                          float* scores);
