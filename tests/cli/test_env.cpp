@@ -39,6 +39,7 @@ TEST(Env, ReportsVersionsLibrariesAndTheCpu) {
     EXPECT_NE(path.get<std::string>().find("blas"), std::string::npos) << path;
   }
   EXPECT_TRUE(env["onednn_sgemm"].is_boolean());
+  EXPECT_TRUE(env["onednn_gemm_bf16"].is_boolean());
   EXPECT_TRUE(env["libgomp"].get<bool>()) << "libtorch brings libgomp in on Debian";
   EXPECT_GE(env["threads"].get<int>(), 1);
 
@@ -60,20 +61,29 @@ TEST(Env, ReportsVersionsLibrariesAndTheCpu) {
   }
 }
 
-// A few rows take the few-row kernel; each class of larger products the route the probe chose
-// among its candidates: the default, or one at least 10% faster than the default (both timings
-// shown), in float32 and bf16, for the forward and both gradients.
+// A few rows take the few-row kernel (bf16 rows in float32 only without AVX512-BF16's dot
+// product); each class of larger products the route the probe chose among its candidates: the
+// default, or one at least 10% faster than the default (both timings shown), in float32 and
+// bf16, for the forward and both gradients; bf16 attention tiles multiply as bf16 where the bf16
+// forward products do and oneDNN's bf16 GEMM is loaded.
 TEST(Env, ReportsTheRouteOfEachProductClassWithItsTimings) {
   const nlohmann::json env = env_json();
   const std::string blocked = env["onednn_sgemm"].get<bool>() ? "oneDNN sgemm" : "ATen matmul";
   std::set<std::string> classes;
+  std::string bf16_forward_route, attention_route;
   for (const auto& product : env["products"]) {
     const std::string name = product["class"], route = product["route"];
     classes.insert(name + " " + product["rows"].get<std::string>().substr(0, 5));
     if (product["rows"] == "up to 48") {
-      EXPECT_EQ(route.rfind("few-row kernel", 0), 0u) << product;
+      const bool widened = name.rfind("bfloat16", 0) == 0 && !env["cpu"]["bf16_dot"].get<bool>();
+      EXPECT_EQ(route, widened ? "few-row kernel in float32" : "few-row kernel") << product;
       continue;
     }
+    if (name == "bfloat16 attention tiles") {
+      attention_route = route;
+      continue;
+    }
+    if (name == "bfloat16 x.w^T") bf16_forward_route = route;
     const nlohmann::json& seconds = product["seconds"];
     const std::string by_default = product["default"];
     ASSERT_TRUE(seconds.contains(route) && seconds.contains(by_default)) << product;
@@ -90,6 +100,11 @@ TEST(Env, ReportsTheRouteOfEachProductClassWithItsTimings) {
           << dtype << " " << layout << " in " << env["products"];
     }
   }
+  const bool bf16_tiles =
+      bf16_forward_route == "ATen matmul" && env["onednn_gemm_bf16"].get<bool>();
+  EXPECT_EQ(attention_route, bf16_tiles ? "oneDNN bf16 GEMM (dnnl_gemm_bf16bf16f32)"
+                                        : blocked + " on float32 copies")
+      << env["products"];
 }
 
 TEST(Env, ShowsTheForcedPathAndPrintsText) {

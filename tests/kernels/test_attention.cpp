@@ -12,6 +12,8 @@
 #include <string>
 
 #include "strata/kernels/attention.h"
+#include "strata/kernels/matmul.h"
+#include "strata/kernels/tile_gemm.h"
 
 namespace strata {
 namespace {
@@ -239,11 +241,27 @@ TEST(BlockwiseAttention, BFloat16AccumulatesInFloat32) {
   EXPECT_LE(max_relative_error(got, want), 8e-3);
 }
 
+// The bf16 products' route, which attention's bf16 tiles follow (tile_gemm.h): multiplied as
+// bf16 (oneDNN's bf16 GEMM), or as float32 copies. Restores the defaults when it goes.
+struct Bf16ProductsFor {
+  explicit Bf16ProductsFor(bool in_float32) {
+    const ProductRoute route = in_float32 ? ProductRoute{ProductPath::onednn_tile, true}
+                                          : ProductRoute{ProductPath::aten, false};
+    use_product_routes({{{at::kBFloat16, false, true}, route}});
+  }
+  ~Bf16ProductsFor() { use_product_routes({}); }
+};
+
 // bfloat16 and float16 inputs, forward and backward, against float64 on the same rounded
-// values: outputs and gradients come back in the input's dtype, within its rounding.
+// values: outputs and gradients come back in the input's dtype, within its rounding; bf16 both
+// with its tiles multiplied as bf16 (probabilities and score gradients rounded to bf16 too)
+// and as float32 copies.
 TEST(BlockwiseAttention, HalfPrecisionGradientsAccumulateInFloat32) {
   const Shape s{1, 4, 2, kK + 7, kK + 7, 16, 0, 0};
-  for (at::ScalarType dtype : {at::kBFloat16, at::kHalf}) {
+  for (auto [dtype, bf16_tiles] :
+       {std::pair{at::kBFloat16, true}, {at::kBFloat16, false}, {at::kHalf, false}}) {
+    const Bf16ProductsFor route(/*in_float32=*/!bf16_tiles);
+    ASSERT_EQ(attention_tiles_in_bf16(), bf16_tiles && attention_tiles_in_bf16(false));
     const Inputs in = make_inputs(s, dtype, 17);
     const double scale = 0.25;
     const Result got =
@@ -255,12 +273,39 @@ TEST(BlockwiseAttention, HalfPrecisionGradientsAccumulateInFloat32) {
     const Result want =
         run(wide, [&](auto& q, auto& k, auto& v) { return eager_attention(q, k, v, scale, s); });
     const double tolerance = dtype == at::kBFloat16 ? 8e-3 : 1e-3;  // 2^-8 and 2^-11 rounding
-    const std::string name = dtype == at::kBFloat16 ? "bfloat16" : "float16";
+    const std::string name = dtype == at::kHalf ? "float16"
+                             : bf16_tiles       ? "bfloat16, bf16 tiles"
+                                                : "bfloat16, float32 tiles";
     for (const at::Tensor& x : {got.out, got.dq, got.dk, got.dv}) EXPECT_EQ(x.scalar_type(), dtype);
     EXPECT_LE(max_relative_error(got.out, want.out), tolerance) << name << " out";
     EXPECT_LE(max_relative_error(got.dq, want.dq), tolerance) << name << " dq";
     EXPECT_LE(max_relative_error(got.dk, want.dk), tolerance) << name << " dk";
     EXPECT_LE(max_relative_error(got.dv, want.dv), tolerance) << name << " dv";
+  }
+}
+
+// Where this machine multiplies bf16 tiles as bf16, they give other bits than the float32 copies
+// (the rounded probabilities): the bf16 path really ran in the test above. And with or without,
+// the output and each gradient are one rounding of the other's apart.
+TEST(BlockwiseAttention, Bf16TilesDifferFromFloat32TilesOnlyByRounding) {
+  const Shape s{2, 4, 2, kK + 7, kK + 7, 64, 0, 0};
+  const Inputs in = make_inputs(s, at::kBFloat16, 23);
+  const double scale = 0.125;
+  auto attention = [&](auto& q, auto& k, auto& v) { return blockwise_attention(q, k, v, scale); };
+  const Result widened = [&] {
+    const Bf16ProductsFor route(/*in_float32=*/true);
+    return run(in, attention);
+  }();
+  const Bf16ProductsFor route(/*in_float32=*/false);
+  const Result bf16 = run(in, attention);
+  const std::pair<const char*, std::pair<at::Tensor, at::Tensor>> pairs[] = {
+      {"out", {bf16.out, widened.out}},
+      {"dq", {bf16.dq, widened.dq}},
+      {"dk", {bf16.dk, widened.dk}},
+      {"dv", {bf16.dv, widened.dv}}};
+  for (const auto& [name, pair] : pairs) {
+    EXPECT_LE(max_relative_error(pair.first, pair.second), 1.6e-2) << name;
+    EXPECT_EQ(at::equal(pair.first, pair.second), !attention_tiles_in_bf16()) << name;
   }
 }
 

@@ -1,10 +1,11 @@
 // The attention kernel's row operations in float32 against float64 references: exp over its
 // whole range (exactly 0 below -87.3 and for -inf), the online softmax across two tiles of one
 // row (seen counts 0, 1, a partial vector, whole vectors), the probabilities for a row that
-// saw no key, and the score gradient.
+// saw no key, and the score gradient; the rounding of a tile to bf16.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -113,6 +114,29 @@ TEST(ScoreRows, ProbabilitiesAndTheirGradient) {
   std::vector<float> unseen = scores;
   probabilities_row(unseen.data(), seen, cols, -kInf);
   for (int64_t i = 0; i < cols; ++i) EXPECT_EQ(unseen[i], 0.0f) << "column " << i;
+}
+
+// Bit for bit as c10::BFloat16's conversion, on every path: ties to even both ways, values that
+// round up into the next binade and to infinity, NaN, infinities, zeros of both signs and
+// subnormals, over lengths ending inside and at a vector.
+TEST(ScoreRows, RoundsToBf16AsC10Does) {
+  std::vector<float> values;
+  for (uint32_t bits : {0x3F808000u, 0x3F818000u, 0x3F80FFFFu, 0x3F7FFFFFu, 0x7F7FFFFFu,
+                        0xBF808000u, 0x00000001u, 0x80000000u, 0x7FC00001u, 0xFF800000u}) {
+    float x;
+    std::memcpy(&x, &bits, sizeof x);
+    values.push_back(x);
+  }
+  for (int i = 0; values.size() < 45; ++i)
+    values.push_back(std::sin(1.7f * i) * std::exp2(i % 40 - 20));
+  for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{15}, int64_t{16}, int64_t{45}}) {
+    std::vector<c10::BFloat16> rounded(values.size(), c10::BFloat16(-7.0f));
+    round_to_bf16(values.data(), rounded.data(), n);
+    for (int64_t i = 0; i < static_cast<int64_t>(values.size()); ++i) {
+      const c10::BFloat16 want = i < n ? c10::BFloat16(values[i]) : c10::BFloat16(-7.0f);
+      EXPECT_EQ(rounded[i].x, want.x) << "n " << n << " value " << i << " = " << values[i];
+    }
+  }
 }
 
 }  // namespace

@@ -13,10 +13,12 @@
 #include "strata/cli/build_commit.h"
 #include "strata/core/error.h"
 #include "strata/dist/mpi_version.h"
+#include "strata/kernels/attention.h"
 #include "strata/kernels/cpu.h"
 #include "strata/kernels/matmul.h"
 #include "strata/kernels/product_probe.h"
 #include "strata/kernels/skinny_gemm.h"
+#include "strata/kernels/tile_gemm.h"
 
 namespace strata {
 namespace {
@@ -52,7 +54,8 @@ nlohmann::json product_routes(at::ScalarType dtype) {
   nlohmann::json classes = nlohmann::json::array();
   classes.push_back({{"class", dtype_name(dtype) + " x.w^T"},
                      {"rows", str("up to ", kSkinnyRows)},
-                     {"route", route_name({ProductPath::few_rows, dtype != at::kFloat})},
+                     {"route", route_name(route_product(at::empty({1, 8}, dtype),
+                                                        at::empty({8, 8}, dtype), false, true))},
                      {"seconds", nlohmann::json::object()}});
   for (const ProbedClass& probed : probe.classes) {
     nlohmann::json seconds = nlohmann::json::object();
@@ -62,6 +65,17 @@ nlohmann::json product_routes(at::ScalarType dtype) {
                        {"route", route_name(probed.route)},
                        {"default", route_name(default_route(probed.product))},
                        {"seconds", seconds}});
+    // Attention's bf16 tiles follow the forward products' route (kernels/tile_gemm.h).
+    if (probed.product == ProductClass{at::kBFloat16, false, true}) {
+      classes.push_back({{"class", "bfloat16 attention tiles"},
+                         {"rows", str("up to ", kAttentionQueryTile)},
+                         {"route", attention_tiles_in_bf16(probed.route.in_float32)
+                                       ? "oneDNN bf16 GEMM (dnnl_gemm_bf16bf16f32)"
+                                   : preferred_tile_gemm_backend() == TileGemmBackend::onednn
+                                       ? "oneDNN sgemm on float32 copies"
+                                       : "ATen matmul on float32 copies"},
+                         {"seconds", nlohmann::json::object()}});
+    }
   }
   return classes;
 }
@@ -83,6 +97,7 @@ nlohmann::json environment() {
         {"openblas_core", cpu.openblas_core},
         {"openblas_coretype", cpu.openblas_coretype}}},
       {"onednn_sgemm", cpu.onednn_sgemm != nullptr},
+      {"onednn_gemm_bf16", cpu.onednn_gemm_bf16 != nullptr},
       {"libgomp", cpu.gomp_parallel != nullptr},
       {"cpu",
        {{"model", cpu.model},
@@ -120,7 +135,11 @@ void print_text(const nlohmann::json& env) {
   line("openblas", or_none(blas["openblas_config"]));
   line("openblas core", or_none(blas["openblas_core"]) + " (OPENBLAS_CORETYPE " +
                             or_none(blas["openblas_coretype"]) + ")");
-  line("onednn", env["onednn_sgemm"].get<bool>() ? "dnnl_sgemm loaded" : "absent");
+  std::string onednn;
+  if (env["onednn_sgemm"].get<bool>()) onednn = "dnnl_sgemm";
+  if (env["onednn_gemm_bf16"].get<bool>())
+    onednn += (onednn.empty() ? "" : ", ") + std::string("dnnl_gemm_bf16bf16f32");
+  line("onednn", onednn.empty() ? "absent" : onednn + " loaded");
   line("openmp", env["libgomp"].get<bool>() ? "libgomp loaded" : "absent");
   line("cpu", or_none(cpu["model"]));
   line("features", or_none(cpu["features"]));

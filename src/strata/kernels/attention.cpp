@@ -14,7 +14,12 @@
 //
 // Each tile product is one call of tile_gemm on raw pointers (the scale rides in its alpha),
 // and the softmax work is one or two vectorized passes per row (score_rows.h), into scratch
-// tiles each parallel chunk allocates once. Where the diagonal crosses a tile pair, the pair
+// tiles each parallel chunk allocates once. Scores, probabilities and their gradients are
+// float32 (float64 for float64 inputs), and so are the sums of the output and the gradients.
+// bf16 inputs are multiplied as bf16 where attention_tiles_in_bf16 (tile_gemm.h) holds: q, k,
+// v and dout as stored, and each tile's probabilities and score gradients rounded to bf16
+// before the products that take them, as FlashAttention multiplies them on GPUs; elsewhere as
+// float32 copies. Where the diagonal crosses a tile pair, the pair
 // is cut into row blocks that each multiply only the keys they see (for_each_block).
 //
 // Document masking: each query row sees the keys [first_key_seen_by, keys_seen_by), one run
@@ -29,6 +34,7 @@
 #include <atomic>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "strata/core/error.h"
@@ -196,17 +202,45 @@ at::Tensor rows_major(int64_t B, int64_t heads, int64_t T, int64_t D,
   return at::empty({B, T, heads, D}, options).transpose(1, 2);
 }
 
-// x in the accumulation dtype with contiguous rows (a copy only where either differs).
-at::Tensor accumulating(const at::Tensor& x, at::ScalarType accumulate) {
-  at::Tensor converted = x.to(accumulate);
+// x in `dtype` (the operands' dtype) with contiguous rows (a copy only where either differs).
+at::Tensor operand_rows(const at::Tensor& x, at::ScalarType dtype) {
+  at::Tensor converted = x.to(dtype);
   return converted.stride(-1) == 1 ? converted : converted.contiguous();
 }
 
-// Returns the key tiles the document mask skipped (AttentionForward::skipped_tiles).
-template <typename scalar_t>
+// A tile of n values (probabilities or score gradients) as the tile products' operand type:
+// the tile itself, or its bf16 rounding in `rounded` (sized for the largest tile).
+template <typename input_t, typename scalar_t>
+const input_t* as_operand(const scalar_t* tile, int64_t n, std::vector<input_t>& rounded) {
+  if constexpr (std::is_same_v<input_t, scalar_t>) {
+    return tile;
+  } else {
+    round_to_bf16(tile, rounded.data(), n);
+    return rounded.data();
+  }
+}
+
+// The scratch of as_operand: empty where the operands are the tile itself.
+template <typename input_t, typename scalar_t>
+std::vector<input_t> rounded_tile() {
+  return std::vector<input_t>(
+      std::is_same_v<input_t, scalar_t> ? 0 : kAttentionQueryTile * kAttentionKeyTile);
+}
+
+// The dtype the tile products take q, k and v in: bf16 as stored where attention_tiles_in_bf16,
+// else the accumulation dtype.
+at::ScalarType operand_dtype(const Problem& p, const at::Tensor& q) {
+  return q.scalar_type() == at::kBFloat16 && attention_tiles_in_bf16() ? at::kBFloat16
+                                                                       : p.accumulate;
+}
+
+// Returns the key tiles the document mask skipped (AttentionForward::skipped_tiles). q, k and v
+// are input_t; out and lse scalar_t, the accumulation dtype.
+template <typename scalar_t, typename input_t = scalar_t>
 int64_t forward_tiles(const Problem& p, const at::Tensor& q, const at::Tensor& k,
                       const at::Tensor& v, double scale, at::Tensor& out, at::Tensor& lse) {
-  const Rows<scalar_t> queries(q), keys(k), values(v), outputs(out), lses(lse.unsqueeze(-1));
+  const Rows<input_t> queries(q), keys(k), values(v);
+  const Rows<scalar_t> outputs(out), lses(lse.unsqueeze(-1));
   constexpr scalar_t kInf = std::numeric_limits<scalar_t>::infinity();
   const int64_t D = p.D;
   std::atomic<int64_t> skipped{0};
@@ -215,6 +249,7 @@ int64_t forward_tiles(const Problem& p, const at::Tensor& q, const at::Tensor& k
   TaskQueue queue(p.B * p.H * p.query_tiles);
   run_on_threads(queue.threads(), [&] {
     std::vector<scalar_t> scores(kAttentionQueryTile * kAttentionKeyTile);  // (rows, cols)
+    std::vector<input_t> rounded = rounded_tile<input_t, scalar_t>();
     std::vector<scalar_t> row_max(kAttentionQueryTile), row_sum(kAttentionQueryTile);
     for (int64_t task; queue.take(task);) {
       const int64_t tile = p.query_tiles - 1 - task % p.query_tiles, b = task / p.query_tiles / p.H,
@@ -247,7 +282,8 @@ int64_t forward_tiles(const Problem& p, const at::Tensor& q, const at::Tensor& k
                   for (int64_t d = 0; d < D; ++d) o_row[d] *= rescale;
                 }
               }
-              tile_gemm(block_rows, D, block_cols, scalar_t{1}, {scores.data(), block_cols},
+              tile_gemm(block_rows, D, block_cols, scalar_t{1},
+                        {as_operand(scores.data(), block_rows * block_cols, rounded), block_cols},
                         values.operand(b, g, k0), 1, o + first * outputs.row_stride,
                         outputs.row_stride);
             });
@@ -268,13 +304,14 @@ int64_t forward_tiles(const Problem& p, const at::Tensor& q, const at::Tensor& k
   return skipped;
 }
 
-template <typename scalar_t>
+// dout, q, k, v and out are input_t; lse, dq, dk and dv scalar_t.
+template <typename scalar_t, typename input_t = scalar_t>
 void backward_tiles(const Problem& p, const at::Tensor& dout, const at::Tensor& q,
                     const at::Tensor& k, const at::Tensor& v, const at::Tensor& lse,
                     const at::Tensor& out, double scale, at::Tensor& dq, at::Tensor& dk,
                     at::Tensor& dv) {
-  const Rows<scalar_t> queries(q), keys(k), values(v), douts(dout), lses(lse.unsqueeze(-1)),
-      outputs(out), dqs(dq), dks(dk), dvs(dv);
+  const Rows<input_t> queries(q), keys(k), values(v), douts(dout), outputs(out);
+  const Rows<scalar_t> lses(lse.unsqueeze(-1)), dqs(dq), dks(dk), dvs(dv);
   const int64_t D = p.D;
   const auto scale_as = static_cast<scalar_t>(scale);
   // One task per (batch, kv head): it owns the dq rows of the query heads sharing the kv
@@ -285,6 +322,8 @@ void backward_tiles(const Problem& p, const at::Tensor& dout, const at::Tensor& 
     std::vector<scalar_t> probabilities(kAttentionQueryTile * kAttentionKeyTile);  // (rows, cols)
     std::vector<scalar_t> score_grads(kAttentionQueryTile * kAttentionKeyTile);    // (rows, cols)
     std::vector<scalar_t> deltas(kAttentionQueryTile);  // rowsum(dout * out) of a query tile
+    std::vector<input_t> rounded_probabilities = rounded_tile<input_t, scalar_t>();
+    std::vector<input_t> rounded_score_grads = rounded_tile<input_t, scalar_t>();
     for (int64_t task; queue.take(task);) {
       const int64_t b = task / p.K, g = task % p.K;
       zero_rows(dks, b, g, 0, p.Tk, D);
@@ -294,9 +333,11 @@ void backward_tiles(const Problem& p, const at::Tensor& dout, const at::Tensor& 
         for (int64_t r0 = 0; r0 < p.Tq; r0 += kAttentionQueryTile) {
           const int64_t rows = std::min(kAttentionQueryTile, p.Tq - r0);
           for (int64_t r = 0; r < rows; ++r) {
-            const scalar_t *dout_row = douts.at(b, h, r0 + r), *out_row = outputs.at(b, h, r0 + r);
+            const input_t *dout_row = douts.at(b, h, r0 + r), *out_row = outputs.at(b, h, r0 + r);
             scalar_t dot = 0;
-            for (int64_t d = 0; d < D; ++d) dot += dout_row[d] * out_row[d];
+            for (int64_t d = 0; d < D; ++d) {
+              dot += static_cast<scalar_t>(dout_row[d]) * static_cast<scalar_t>(out_row[d]);
+            }
             deltas[r] = dot;
           }
           const int64_t visible = keys_seen_by(p, b, r0 + rows - 1);
@@ -318,8 +359,10 @@ void backward_tiles(const Problem& p, const at::Tensor& dout, const at::Tensor& 
                                       block_cols - seen.first, *lses.at(b, h, row + r));
                   }
                   // dv_j += p^T dout
+                  const input_t* P_in =
+                      as_operand(P, block_rows * block_cols, rounded_probabilities);
                   tile_gemm(block_cols, D, block_rows, scalar_t{1},
-                            {P, block_cols, /*transposed=*/true}, douts.operand(b, h, row), 1,
+                            {P_in, block_cols, /*transposed=*/true}, douts.operand(b, h, row), 1,
                             dvs.at(b, g, k0), dvs.row_stride);
                   // dp = dout v_j^T, then ds = p * (dp - delta) in its place
                   tile_gemm(block_rows, block_cols, D, scalar_t{1}, douts.operand(b, h, row),
@@ -329,10 +372,12 @@ void backward_tiles(const Problem& p, const at::Tensor& dout, const at::Tensor& 
                                        deltas[first + r]);
                   }
                   // dq += ds k_j * scale, dk_j += ds^T q * scale
-                  tile_gemm(block_rows, D, block_cols, scale_as, {dS, block_cols},
+                  const input_t* dS_in =
+                      as_operand(dS, block_rows * block_cols, rounded_score_grads);
+                  tile_gemm(block_rows, D, block_cols, scale_as, {dS_in, block_cols},
                             keys.operand(b, g, k0), 1, dqs.at(b, h, row), dqs.row_stride);
                   tile_gemm(block_cols, D, block_rows, scale_as,
-                            {dS, block_cols, /*transposed=*/true}, queries.operand(b, h, row), 1,
+                            {dS_in, block_cols, /*transposed=*/true}, queries.operand(b, h, row), 1,
                             dks.at(b, g, k0), dks.row_stride);
                 });
           }
@@ -349,13 +394,20 @@ AttentionForward blockwise_attention_forward(const at::Tensor& q, const at::Tens
                                              std::optional<AttentionPositions> positions,
                                              const AttentionDocuments& documents) {
   const Problem p = describe(q, k, v, positions, documents);
-  const at::Tensor qa = accumulating(q, p.accumulate), ka = accumulating(k, p.accumulate),
-                   va = accumulating(v, p.accumulate);
-  at::Tensor out = rows_major(p.B, p.H, p.Tq, p.D, qa.options());
-  at::Tensor lse = at::empty({p.B, p.H, p.Tq}, qa.options());
-  const int64_t skipped = p.accumulate == at::kDouble
-                              ? forward_tiles<double>(p, qa, ka, va, scale, out, lse)
-                              : forward_tiles<float>(p, qa, ka, va, scale, out, lse);
+  const at::ScalarType operands = operand_dtype(p, q);
+  const at::Tensor qa = operand_rows(q, operands), ka = operand_rows(k, operands),
+                   va = operand_rows(v, operands);
+  const at::TensorOptions accumulate = q.options().dtype(p.accumulate);
+  at::Tensor out = rows_major(p.B, p.H, p.Tq, p.D, accumulate);
+  at::Tensor lse = at::empty({p.B, p.H, p.Tq}, accumulate);
+  int64_t skipped = 0;
+  if (p.accumulate == at::kDouble) {
+    skipped = forward_tiles<double>(p, qa, ka, va, scale, out, lse);
+  } else if (operands == at::kBFloat16) {
+    skipped = forward_tiles<float, c10::BFloat16>(p, qa, ka, va, scale, out, lse);
+  } else {
+    skipped = forward_tiles<float>(p, qa, ka, va, scale, out, lse);
+  }
   return {out.to(q.scalar_type()), lse, skipped};
 }
 
@@ -366,15 +418,19 @@ AttentionGradients blockwise_attention_backward(const at::Tensor& dout, const at
                                                 std::optional<AttentionPositions> positions,
                                                 const AttentionDocuments& documents) {
   const Problem p = describe(q, k, v, positions, documents);
-  const at::Tensor qa = accumulating(q, p.accumulate), ka = accumulating(k, p.accumulate),
-                   va = accumulating(v, p.accumulate), douta = accumulating(dout, p.accumulate);
-  const at::Tensor outa = accumulating(out, p.accumulate), lsea = lse.to(p.accumulate);
+  const at::ScalarType operands = operand_dtype(p, q);
+  const at::Tensor qa = operand_rows(q, operands), ka = operand_rows(k, operands),
+                   va = operand_rows(v, operands), douta = operand_rows(dout, operands);
+  const at::Tensor outa = operand_rows(out, operands), lsea = lse.to(p.accumulate);
   // Zeroed by the task that owns the rows.
-  at::Tensor dq = rows_major(p.B, p.H, p.Tq, p.D, qa.options());
-  at::Tensor dk = rows_major(p.B, p.K, p.Tk, p.D, qa.options());
-  at::Tensor dv = rows_major(p.B, p.K, p.Tk, p.D, qa.options());
+  const at::TensorOptions accumulate = q.options().dtype(p.accumulate);
+  at::Tensor dq = rows_major(p.B, p.H, p.Tq, p.D, accumulate);
+  at::Tensor dk = rows_major(p.B, p.K, p.Tk, p.D, accumulate);
+  at::Tensor dv = rows_major(p.B, p.K, p.Tk, p.D, accumulate);
   if (p.accumulate == at::kDouble) {
     backward_tiles<double>(p, douta, qa, ka, va, lsea, outa, scale, dq, dk, dv);
+  } else if (operands == at::kBFloat16) {
+    backward_tiles<float, c10::BFloat16>(p, douta, qa, ka, va, lsea, outa, scale, dq, dk, dv);
   } else {
     backward_tiles<float>(p, douta, qa, ka, va, lsea, outa, scale, dq, dk, dv);
   }

@@ -46,6 +46,7 @@ void detect_features(CpuInfo& info) {
 
 void find_libraries(CpuInfo& info) {
   info.onednn_sgemm = dlsym(RTLD_DEFAULT, "dnnl_sgemm");
+  info.onednn_gemm_bf16 = dlsym(RTLD_DEFAULT, "dnnl_gemm_bf16bf16f32");
   info.gomp_parallel = dlsym(RTLD_DEFAULT, "GOMP_parallel");
   info.openblas_set_num_threads = dlsym(RTLD_DEFAULT, "openblas_set_num_threads");
   using Text = const char* (*)();

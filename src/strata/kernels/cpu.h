@@ -36,6 +36,7 @@ struct CpuInfo {
   // Entry points found in the process (dlsym), null when absent. Looked up rather than linked:
   // libtorch_cpu brings libdnnl, libgomp and the BLAS in without re-exporting them.
   void* onednn_sgemm = nullptr;              // dnnl_sgemm (oneDNN's C API)
+  void* onednn_gemm_bf16 = nullptr;          // dnnl_gemm_bf16bf16f32 (the same, bf16 operands)
   void* gomp_parallel = nullptr;             // GOMP_parallel (GCC's OpenMP ABI)
   void* openblas_set_num_threads = nullptr;  // void openblas_set_num_threads(int)
   std::string openblas_config;               // openblas_get_config(), empty without OpenBLAS

@@ -19,9 +19,6 @@ namespace {
 
 using namespace lanes;
 
-using UInts = uint32_t __attribute__((vector_size(64)));
-using Halves = uint16_t __attribute__((vector_size(32)));  // 16 bfloat16 bit patterns
-
 constexpr float kSqrtTwoOverPi = 0.7978845608028654f;
 constexpr float kCubic = 0.044715f;
 
@@ -74,16 +71,10 @@ struct Float32 {
 struct BFloat16 {
   using type = uint16_t;
   [[gnu::always_inline]] static void read(Floats& lanes, const uint16_t* in, int64_t n) {
-    Halves bits{};
-    std::memcpy(&bits, in, n * sizeof(uint16_t));
-    lanes = (Floats)(__builtin_convertvector(bits, UInts) << 16);
+    load(lanes, reinterpret_cast<const c10::BFloat16*>(in), n);
   }
   [[gnu::always_inline]] static void write(uint16_t* out, const Floats& lanes, int64_t n) {
-    const UInts bits = (UInts)lanes;
-    UInts rounded = (bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16;
-    rounded = lanes != lanes ? UInts{} + 0x7FC0u : rounded;
-    const Halves halves = __builtin_convertvector(rounded, Halves);
-    std::memcpy(out, &halves, n * sizeof(uint16_t));
+    store(reinterpret_cast<c10::BFloat16*>(out), lanes, n);
   }
 };
 

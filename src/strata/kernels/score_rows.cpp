@@ -168,6 +168,22 @@ template <typename T>
   }
 }
 
+// Whole vectors first, their copies of a constant size, then the tail.
+[[gnu::always_inline]] inline void round_to_bf16_body(const float* values, c10::BFloat16* rounded,
+                                                      int64_t n) {
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    Floats lanes;
+    load(lanes, values + i, kLanes);
+    store(rounded + i, lanes, kLanes);
+  }
+  if (i < n) {
+    Floats lanes;
+    load(lanes, values + i, n - i);
+    store(rounded + i, lanes, n - i);
+  }
+}
+
 [[gnu::always_inline]] inline void exp_in_place_body(float* values, int64_t n) {
   exp_shifted_and_sum(values, n, 0.0f);
 }
@@ -199,6 +215,8 @@ STRATA_VECTOR_PATHS(void, gathered_weighted_sum,
                     (const float* weights, const c10::BFloat16* rows, int64_t row_stride,
                      const int64_t* slots, int64_t count, int64_t D, float* out),
                     (weights, rows, row_stride, slots, count, D, out))
+STRATA_VECTOR_PATHS(void, round_to_bf16, (const float* values, c10::BFloat16* rounded, int64_t n),
+                    (values, rounded, n))
 STRATA_VECTOR_PATHS(void, exp_in_place, (float* values, int64_t n), (values, n))
 
 #if defined(STRATA_VECTOR_TARGETS)

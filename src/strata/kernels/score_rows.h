@@ -56,6 +56,11 @@ void gathered_scores_row(const c10::BFloat16* query, const c10::BFloat16* rows, 
                          const int64_t* slots, int64_t count, int64_t D, float scale,
                          float* scores);
 
+// n float32 values rounded to bf16 (nearest even), as c10::BFloat16's conversion rounds them:
+// the probabilities and score gradients of a tile that the attention kernel multiplies as
+// bf16 (tile_gemm.h).
+void round_to_bf16(const float* values, c10::BFloat16* rounded, int64_t n);
+
 // exp on each of n values in place, as the float rows compute it (for tests).
 void exp_in_place(float* values, int64_t n);
 

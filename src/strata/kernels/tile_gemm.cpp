@@ -6,6 +6,7 @@
 
 #include "strata/core/error.h"
 #include "strata/kernels/cpu.h"
+#include "strata/kernels/matmul.h"
 
 namespace strata {
 namespace {
@@ -18,6 +19,11 @@ using OnednnSgemm = int (*)(char transa, char transb, int64_t m, int64_t n, int6
                             float* c, int64_t ldc);
 
 OnednnSgemm onednn_sgemm() { return reinterpret_cast<OnednnSgemm>(cpu_info().onednn_sgemm); }
+
+// dnnl_gemm_bf16bf16f32: the same convention, bf16 operands (as their 16 bits), float32 c.
+using OnednnGemmBf16 = int (*)(char transa, char transb, int64_t m, int64_t n, int64_t k,
+                               float alpha, const uint16_t* a, int64_t lda, const uint16_t* b,
+                               int64_t ldb, float beta, float* c, int64_t ldc);
 
 // The operand as an ATen tensor of its shape after the transpose, sharing its memory.
 template <typename scalar_t>
@@ -52,6 +58,26 @@ void tile_gemm(int64_t m, int64_t n, int64_t k, float alpha, TileOperand<float> 
                            a.data, a.row_stride, b.data, b.row_stride, beta, c, ldc);
   STRATA_CHECK(status == 0, "dnnl_sgemm returned status ", status, " for m ", m, ", n ", n, ", k ",
                k, ", lda ", a.row_stride, ", ldb ", b.row_stride, ", ldc ", ldc);
+}
+
+void tile_gemm(int64_t m, int64_t n, int64_t k, float alpha, TileOperand<c10::BFloat16> a,
+               TileOperand<c10::BFloat16> b, float beta, float* c, int64_t ldc) {
+  if (m == 0 || n == 0) return;
+  const auto gemm = reinterpret_cast<OnednnGemmBf16>(cpu_info().onednn_gemm_bf16);
+  STRATA_CHECK(gemm != nullptr, "tile_gemm: bf16 tiles need dnnl_gemm_bf16bf16f32 (oneDNN)");
+  const int status = gemm(a.transposed ? 'T' : 'N', b.transposed ? 'T' : 'N', m, n, k, alpha,
+                          reinterpret_cast<const uint16_t*>(a.data), a.row_stride,
+                          reinterpret_cast<const uint16_t*>(b.data), b.row_stride, beta, c, ldc);
+  STRATA_CHECK(status == 0, "dnnl_gemm_bf16bf16f32 returned status ", status, " for m ", m, ", n ",
+               n, ", k ", k, ", lda ", a.row_stride, ", ldb ", b.row_stride, ", ldc ", ldc);
+}
+
+bool attention_tiles_in_bf16(bool bf16_products_in_float32) {
+  return cpu_info().onednn_gemm_bf16 != nullptr && !bf16_products_in_float32;
+}
+
+bool attention_tiles_in_bf16() {
+  return attention_tiles_in_bf16(class_route({at::kBFloat16, false, true}).in_float32);
 }
 
 void tile_gemm(int64_t m, int64_t n, int64_t k, double alpha, TileOperand<double> a,

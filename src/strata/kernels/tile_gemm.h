@@ -7,7 +7,12 @@
 // may not know the CPU and fall back to SSE3 kernels (docs/performance.md, "The
 // peers"). Inside a parallel region it runs on one thread. Without libdnnl, and for double,
 // the product goes through ATen's mm on tensors wrapping the pointers.
+//
+// bf16 tiles (the attention kernel's where attention_tiles_in_bf16 holds) go to oneDNN's
+// dnnl_gemm_bf16bf16f32: bf16 operands, float32 accumulation and result.
 #pragma once
+#include <c10/util/BFloat16.h>
+
 #include <cstdint>
 
 namespace strata {
@@ -33,5 +38,16 @@ void tile_gemm(int64_t m, int64_t n, int64_t k, float alpha, TileOperand<float> 
                TileGemmBackend backend = preferred_tile_gemm_backend());
 void tile_gemm(int64_t m, int64_t n, int64_t k, double alpha, TileOperand<double> a,
                TileOperand<double> b, double beta, double* c, int64_t ldc);
+// bf16 operands, float32 c: needs dnnl_gemm_bf16bf16f32 (cpu.h's onednn_gemm_bf16).
+void tile_gemm(int64_t m, int64_t n, int64_t k, float alpha, TileOperand<c10::BFloat16> a,
+               TileOperand<c10::BFloat16> b, float beta, float* c, int64_t ldc);
+
+// Whether bf16 attention multiplies its tiles as bf16 (the tile_gemm above) rather than as
+// float32 copies: where dnnl_gemm_bf16bf16f32 is loaded and `bf16_products` (the route of the
+// run's bf16 x.w^T products, which its timed probe chose: matmul.h) multiplies bf16 operands
+// as bf16, that is where oneDNN's bf16 GEMM beat its float32 one on this machine. The default
+// argument is the route in force in this process, the same on every rank.
+bool attention_tiles_in_bf16(bool bf16_products_in_float32);
+bool attention_tiles_in_bf16();
 
 }  // namespace strata

@@ -79,6 +79,17 @@ constexpr float kNegativeInfinity = -std::numeric_limits<float>::infinity();
   lanes = (Floats)(__builtin_convertvector(bits, Ints) << 16);
 }
 
+// The first n (<= kLanes) lanes rounded to bf16, to nearest even (a NaN stays a quiet NaN).
+[[gnu::always_inline]] inline void store(c10::BFloat16* values, const Floats& lanes, int64_t n) {
+  using UInts = uint32_t __attribute__((vector_size(64)));
+  using Halves = uint16_t __attribute__((vector_size(kLanes * sizeof(uint16_t))));
+  const UInts bits = (UInts)lanes;
+  UInts rounded = (bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16;
+  rounded = lanes != lanes ? UInts{} + 0x7FC0u : rounded;
+  const Halves halves = __builtin_convertvector(rounded, Halves);
+  std::memcpy(values, &halves, n * sizeof(uint16_t));
+}
+
 // 2 kLanes bf16 values as they are stored (n of them, the rest 0): a pair per float32 lane, the
 // operands of dot_pairs.
 using Pairs = uint16_t __attribute__((vector_size(64)));
