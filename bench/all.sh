@@ -32,6 +32,8 @@ if [[ -n ${SMOKE:-} ]]; then
         OUTPUT_MAX=12 SHARED_PREFIX=8 'RATES=16 64' DURATION=1 KV_CACHE_MB=64)
   smoke_dir=$(mktemp -d)
   trap 'rm -rf "$smoke_dir"' EXIT
+  mkdir "$smoke_dir/logs"
+  smoke_failed=()
   export RESULTS=$smoke_dir/results SAMPLE_S=1 IDLE_WAIT_S=0
   report_args=(--results "$smoke_dir/results" --output "$smoke_dir/performance.md")
 fi
@@ -48,9 +50,22 @@ record() {  # LABEL ARGS... : bench/record.sh LABEL ARGS..., when ONLY allows it
   while [[ $1 == --* ]]; do options+=("$1" "$2"); shift 2; done
   local knobs=()
   while [[ $1 == [A-Z_]*=* ]]; do knobs+=("$1"); shift; done
-  local extra=()
-  [[ -n ${SMOKE:-} ]] && extra=("${smoke_extra[@]}")
-  "$bench/record.sh" "$label" "${options[@]}" "${knobs[@]}" "${tiny[@]}" "${extra[@]}" "$@"
+  if [[ -z ${SMOKE:-} ]]; then
+    "$bench/record.sh" "$label" "${options[@]}" "${knobs[@]}" "$@"
+    return
+  fi
+  # The smoke run keeps each record's output in a log and goes on past a failure, so ctest's
+  # output (which CI shortens) ends with one line per record and the failures' own tails.
+  local log=$smoke_dir/logs/$label.log status=0 started=$SECONDS
+  "$bench/record.sh" "$label" "${options[@]}" "${knobs[@]}" "${tiny[@]}" "${smoke_extra[@]}" "$@" \
+    >"$log" 2>&1 || status=$?
+  if ((status == 0)); then
+    echo "   ok ($((SECONDS - started)) s)" >&2
+  else
+    smoke_failed+=("$label")
+    echo "   FAILED (exit $status, $((SECONDS - started)) s); the last 40 lines of its output (each cut at 400 characters):" >&2
+    tail -n 40 "$log" | cut -c1-400 | sed "s/^/   | /" >&2
+  fi
 }
 
 fair_blas=OPENBLAS_CORETYPE=SkylakeX
@@ -171,6 +186,10 @@ record onebit_allreduce --title "1-bit compressed all-reduce against float32, 2 
 record matmul --title "GEMM rates: strata's product and ATen's matmul in fp32 and bf16 (2 threads)" \
   $fair_blas bench/matmul.sh "$build"
 
+if [[ -n ${SMOKE:-} ]] && ((${#smoke_failed[@]})); then
+  echo "all: smoke run FAILED in ${#smoke_failed[@]} record(s): ${smoke_failed[*]}" >&2
+  exit 1
+fi
 python3 "$bench/report.py" "${report_args[@]}"
 if [[ -n ${SMOKE:-} ]]; then
   grep -q '^## Targets' "$smoke_dir/performance.md" || { echo "all: the smoke report has no targets" >&2; exit 1; }

@@ -31,7 +31,7 @@ bash "$cluster" check >&2 || exit 2
 
 bench_workdir
 hosts="$work/hosts"
-trap 'bash "$cluster" down "$hosts" >/dev/null 2>&1 || true; [[ -n ${KEEP:-} ]] || rm -rf "$work"' EXIT
+bench_on_exit 'bash "$cluster" down "$hosts" >/dev/null 2>&1'
 bench_header
 echo "model:   d_model $D_MODEL, $N_LAYERS layers, seq $SEQ_LEN, vocab $VOCAB; batch $BATCH;" \
      "3 hosts of 1 rank -> 2; rank 2 stopped before step $((STOP_STEP + 1)); comm_timeout_s" \

@@ -25,14 +25,24 @@ bench_binary() {
   [[ -x $binary ]] || { echo "$bench_name: $binary missing; cmake --build $build --target $1" >&2; exit 2; }
 }
 
+# bench_workdir: $work, a temporary directory removed at exit (or KEEP=DIR, kept). Scripts add
+# their own exit steps (stopping a server) with bench_on_exit, which run before the removal:
+# one EXIT trap for all of them, as a second `trap ... EXIT` would replace the first.
+bench_exit_steps=()
+bench_on_exit() { bench_exit_steps+=("$1"); }
+bench_exit() {
+  local step
+  for step in "${bench_exit_steps[@]}"; do eval "$step" || true; done
+  [[ -n ${KEEP:-} || -z ${work:-} ]] || rm -rf "$work"
+}
 bench_workdir() {
   if [[ -n ${KEEP:-} ]]; then
     work=$KEEP
     mkdir -p "$work"
   else
     work=$(mktemp -d)
-    trap 'rm -rf "$work"' EXIT
   fi
+  trap bench_exit EXIT
 }
 
 bench_header() {

@@ -87,12 +87,8 @@ fi
 
 bench_workdir
 servers=()
-cleanup() {
-  for server in "${servers[@]}"; do kill "$server" 2>/dev/null || true; done
-  for server in "${servers[@]}"; do wait "$server" 2>/dev/null || true; done
-  [[ -n ${KEEP:-} ]] || rm -rf "$work"
-}
-trap cleanup EXIT
+bench_on_exit 'for server in "${servers[@]}"; do kill "$server" 2>/dev/null; done'
+bench_on_exit 'for server in "${servers[@]}"; do wait "$server" 2>/dev/null; done'
 bench_header
 bench_serve_checkpoint
 

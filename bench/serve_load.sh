@@ -37,7 +37,7 @@ bench_serve_checkpoint
 
 "$strata" serve --checkpoint "$checkpoint" --port 0 --set "serve.threads=$THREADS" >"$work/serve.log" 2>&1 &
 server=$!
-trap 'kill $server 2>/dev/null || true; wait $server 2>/dev/null || true' EXIT
+bench_on_exit 'kill $server 2>/dev/null; wait $server 2>/dev/null'
 port=""
 for _ in $(seq 600); do
   port=$(sed -n 's/.*listening on http:\/\/127.0.0.1:\([0-9]*\).*/\1/p' "$work/serve.log")
