@@ -45,6 +45,24 @@ bench_workdir() {
   trap bench_exit EXIT
 }
 
+# bench_server_port LOG PID: waits up to 120 s for the `strata serve` started in the background
+# as PID, its output going to LOG, to print its port and "ready:"; sets `port`. Returns 1 if the
+# server exits first or the time runs out. LOG may not exist yet: the background shell creates
+# it, and on a loaded machine it may not have run when the first look comes.
+bench_server_port() {
+  local log=$1 pid=$2
+  port=""
+  for _ in $(seq 1200); do
+    if [[ -f $log ]]; then
+      port=$(sed -n 's/.*listening on http:\/\/127.0.0.1:\([0-9]*\).*/\1/p' "$log")
+      if [[ -n $port ]] && grep -q "ready:" "$log"; then return 0; fi
+    fi
+    kill -0 "$pid" 2>/dev/null || return 1
+    sleep 0.1
+  done
+  return 1
+}
+
 bench_header() {
   echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores, $(free -g | awk '/^Mem:/ { print $2 }') GiB"
   echo "date:    $(date -u '+%Y-%m-%d %H:%M UTC')   load average: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -103,13 +103,7 @@ start_server() {
     --set "serve.kv_cache_mb=$KV_CACHE_MB" --set "serve.max_queue=$((most_requests + 16))" \
     "${sets[@]}" >"$work/serve_$name.log" 2>&1 &
   servers+=($!)
-  port=""
-  for _ in $(seq 600); do
-    port=$(sed -n 's/.*listening on http:\/\/127.0.0.1:\([0-9]*\).*/\1/p' "$work/serve_$name.log")
-    if [[ -n $port ]] && grep -q "ready:" "$work/serve_$name.log"; then return 0; fi
-    kill -0 "${servers[-1]}" 2>/dev/null || break
-    sleep 0.1
-  done
+  bench_server_port "$work/serve_$name.log" "${servers[-1]}" && return 0
   echo "serve_bench: the $name server did not start:" >&2
   cat "$work/serve_$name.log" >&2
   exit 1

@@ -38,13 +38,8 @@ bench_serve_checkpoint
 "$strata" serve --checkpoint "$checkpoint" --port 0 --set "serve.threads=$THREADS" >"$work/serve.log" 2>&1 &
 server=$!
 bench_on_exit 'kill $server 2>/dev/null; wait $server 2>/dev/null'
-port=""
-for _ in $(seq 600); do
-  port=$(sed -n 's/.*listening on http:\/\/127.0.0.1:\([0-9]*\).*/\1/p' "$work/serve.log")
-  if [[ -n $port ]] && grep -q "ready:" "$work/serve.log"; then break; fi
-  sleep 0.1
-done
-[[ -n $port ]] || { echo "serve_load: the server did not start:" >&2; cat "$work/serve.log" >&2; exit 1; }
+bench_server_port "$work/serve.log" "$server" ||
+  { echo "serve_load: the server did not start:" >&2; cat "$work/serve.log" >&2; exit 1; }
 echo "model:   d_model $D_MODEL, $N_LAYERS layers, $N_HEADS heads, seq_len $SEQ_LEN; $THREADS threads"
 echo "load:    $REQUESTS requests x $ROUNDS rounds per mode, $CONCURRENCY clients;" \
   "prompts $PROMPT_MIN to $PROMPT_MAX tokens; completions $SHORT_TOKENS tokens, or $LONG_TOKENS with probability $LONG_SHARE"
