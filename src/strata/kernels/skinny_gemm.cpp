@@ -32,7 +32,8 @@ using lanes::Ints;
 using lanes::kLanes;
 using Indices = int32_t __attribute__((vector_size(64)));
 
-// How the k loop multiplies, as a policy of the blocks below. Widen<T>: kLanes values of x
+// How the k loop multiplies, as a policy of the blocks below (each load is lanes::load of the
+// policy's Operand from X or W, its overload doing any widening). Widen<T>: kLanes values of x
 // (float32) and of w (float32, or bf16 widened as it is loaded) per step, multiply-added into
 // the float32 lanes. Dot: 2 kLanes bf16 values of x and of w per step, a pair per lane, added
 // into the float32 lanes by the AVX512-BF16 dot product (lanes::dot_pairs); x is read as
@@ -46,12 +47,6 @@ struct Widen {
   using W = T;
   using Operand = Floats;
   static constexpr int64_t kStep = kLanes;
-  [[gnu::always_inline]] static void load_x(Operand& v, const X* p, int64_t n = kStep) {
-    lanes::load(v, p, n);
-  }
-  [[gnu::always_inline]] static void load_w(Operand& v, const W* p, int64_t n = kStep) {
-    lanes::load(v, p, n);
-  }
   [[gnu::always_inline]] static void add(Floats& acc, const Operand& x, const Operand& w) {
     acc += x * w;
   }
@@ -62,12 +57,6 @@ struct Dot {
   using W = c10::BFloat16;
   using Operand = lanes::Pairs;
   static constexpr int64_t kStep = lanes::kPairs;
-  [[gnu::always_inline]] static void load_x(Operand& v, const X* p, int64_t n = kStep) {
-    lanes::load(v, p, n);
-  }
-  [[gnu::always_inline]] static void load_w(Operand& v, const W* p, int64_t n = kStep) {
-    lanes::load(v, p, n);
-  }
   [[gnu::always_inline]] static void add(Floats& acc, const Operand& x, const Operand& w) {
     lanes::dot_pairs(acc, x, w);
   }
@@ -125,8 +114,8 @@ template <int MR, int NR, typename Op>
   const int64_t whole = k - k % Op::kStep;
   for (int64_t l = 0; l < whole; l += Op::kStep) {
     typename Op::Operand xs[MR], ws[NR];
-    for (int i = 0; i < MR; ++i) Op::load_x(xs[i], x + i * ldx + l);
-    for (int j = 0; j < NR; ++j) Op::load_w(ws[j], w + j * ldw + l);
+    for (int i = 0; i < MR; ++i) lanes::load(xs[i], x + i * ldx + l, Op::kStep);
+    for (int j = 0; j < NR; ++j) lanes::load(ws[j], w + j * ldw + l, Op::kStep);
     // The next column group's rows: on the first block of x they stream from memory while
     // this group's multiply-adds run (~10% at the 12-layer d_model 768 model's decode of 8
     // rows). Integer arithmetic: past the last group the address is outside w (a prefetch does
@@ -142,8 +131,8 @@ template <int MR, int NR, typename Op>
   }
   if (whole < k) {  // the last k % kStep, zero-filled
     typename Op::Operand xs[MR], ws[NR];
-    for (int i = 0; i < MR; ++i) Op::load_x(xs[i], x + i * ldx + whole, k - whole);
-    for (int j = 0; j < NR; ++j) Op::load_w(ws[j], w + j * ldw + whole, k - whole);
+    for (int i = 0; i < MR; ++i) lanes::load(xs[i], x + i * ldx + whole, k - whole);
+    for (int j = 0; j < NR; ++j) lanes::load(ws[j], w + j * ldw + whole, k - whole);
     for (int i = 0; i < MR; ++i) {
       for (int j = 0; j < NR; ++j) Op::add(acc[4 * i + j], xs[i], ws[j]);
     }
@@ -212,14 +201,14 @@ template <typename Op>
       Floats sum = {};
       for (int64_t l = 0; l < whole; l += Op::kStep) {
         typename Op::Operand xs, ws;
-        Op::load_x(xs, x + l);
-        Op::load_w(ws, row + l);
+        lanes::load(xs, x + l, Op::kStep);
+        lanes::load(ws, row + l, Op::kStep);
         Op::add(sum, xs, ws);
       }
       if (whole < k) {  // the last k % kStep, zero-filled
         typename Op::Operand xs, ws;
-        Op::load_x(xs, x + whole, k - whole);
-        Op::load_w(ws, row + whole, k - whole);
+        lanes::load(xs, x + whole, k - whole);
+        lanes::load(ws, row + whole, k - whole);
         Op::add(sum, xs, ws);
       }
       acc[r] = sum;
