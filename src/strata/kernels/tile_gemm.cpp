@@ -11,19 +11,27 @@
 namespace strata {
 namespace {
 
-// dnnl_sgemm from oneDNN's C API (dnnl.h): row-major, 'N' or 'T' per operand, 0 on success.
-// Found by cpu.h: libdnnl comes in as a dependency of libtorch_cpu, which does not re-export
-// it, and a libtorch built without MKL-DNN has none.
-using OnednnSgemm = int (*)(char transa, char transb, int64_t m, int64_t n, int64_t k, float alpha,
-                            const float* a, int64_t lda, const float* b, int64_t ldb, float beta,
-                            float* c, int64_t ldc);
+// dnnl_sgemm and dnnl_gemm_bf16bf16f32 from oneDNN's C API (dnnl.h): row-major, 'N' or 'T' per
+// operand, float32 c, 0 on success; operand_t float or bf16 (passed as its 16 bits, which
+// c10::BFloat16 is). Found by cpu.h: libdnnl comes in as a dependency of libtorch_cpu, which
+// does not re-export it, and a libtorch built without MKL-DNN has none.
+template <typename operand_t>
+using OnednnGemm = int (*)(char transa, char transb, int64_t m, int64_t n, int64_t k, float alpha,
+                           const operand_t* a, int64_t lda, const operand_t* b, int64_t ldb,
+                           float beta, float* c, int64_t ldc);
 
-OnednnSgemm onednn_sgemm() { return reinterpret_cast<OnednnSgemm>(cpu_info().onednn_sgemm); }
-
-// dnnl_gemm_bf16bf16f32: the same convention, bf16 operands (as their 16 bits), float32 c.
-using OnednnGemmBf16 = int (*)(char transa, char transb, int64_t m, int64_t n, int64_t k,
-                               float alpha, const uint16_t* a, int64_t lda, const uint16_t* b,
-                               int64_t ldb, float beta, float* c, int64_t ldc);
+// c = alpha a b + beta c through the oneDNN entry point `entry` (named `name`, null when absent).
+template <typename operand_t>
+void onednn_gemm(void* entry, const char* name, int64_t m, int64_t n, int64_t k, float alpha,
+                 TileOperand<operand_t> a, TileOperand<operand_t> b, float beta, float* c,
+                 int64_t ldc) {
+  STRATA_CHECK(entry != nullptr, "tile_gemm: ", name, " (oneDNN) is not loaded in this process");
+  const int status = reinterpret_cast<OnednnGemm<operand_t>>(entry)(
+      a.transposed ? 'T' : 'N', b.transposed ? 'T' : 'N', m, n, k, alpha, a.data, a.row_stride,
+      b.data, b.row_stride, beta, c, ldc);
+  STRATA_CHECK(status == 0, name, " returned status ", status, " for m ", m, ", n ", n, ", k ", k,
+               ", lda ", a.row_stride, ", ldb ", b.row_stride, ", ldc ", ldc);
+}
 
 // The operand as an ATen tensor of its shape after the transpose, sharing its memory.
 template <typename scalar_t>
@@ -45,31 +53,21 @@ void aten_gemm(int64_t m, int64_t n, int64_t k, scalar_t alpha, TileOperand<scal
 }  // namespace
 
 TileGemmBackend preferred_tile_gemm_backend() {
-  return onednn_sgemm() ? TileGemmBackend::onednn : TileGemmBackend::aten;
+  return cpu_info().onednn_sgemm != nullptr ? TileGemmBackend::onednn : TileGemmBackend::aten;
 }
 
 void tile_gemm(int64_t m, int64_t n, int64_t k, float alpha, TileOperand<float> a,
                TileOperand<float> b, float beta, float* c, int64_t ldc, TileGemmBackend backend) {
   if (m == 0 || n == 0) return;
   if (backend == TileGemmBackend::aten) return aten_gemm(m, n, k, alpha, a, b, beta, c, ldc);
-  const OnednnSgemm sgemm = onednn_sgemm();
-  STRATA_CHECK(sgemm != nullptr, "tile_gemm: the oneDNN backend was asked for without libdnnl");
-  const int status = sgemm(a.transposed ? 'T' : 'N', b.transposed ? 'T' : 'N', m, n, k, alpha,
-                           a.data, a.row_stride, b.data, b.row_stride, beta, c, ldc);
-  STRATA_CHECK(status == 0, "dnnl_sgemm returned status ", status, " for m ", m, ", n ", n, ", k ",
-               k, ", lda ", a.row_stride, ", ldb ", b.row_stride, ", ldc ", ldc);
+  onednn_gemm(cpu_info().onednn_sgemm, "dnnl_sgemm", m, n, k, alpha, a, b, beta, c, ldc);
 }
 
 void tile_gemm(int64_t m, int64_t n, int64_t k, float alpha, TileOperand<c10::BFloat16> a,
                TileOperand<c10::BFloat16> b, float beta, float* c, int64_t ldc) {
   if (m == 0 || n == 0) return;
-  const auto gemm = reinterpret_cast<OnednnGemmBf16>(cpu_info().onednn_gemm_bf16);
-  STRATA_CHECK(gemm != nullptr, "tile_gemm: bf16 tiles need dnnl_gemm_bf16bf16f32 (oneDNN)");
-  const int status = gemm(a.transposed ? 'T' : 'N', b.transposed ? 'T' : 'N', m, n, k, alpha,
-                          reinterpret_cast<const uint16_t*>(a.data), a.row_stride,
-                          reinterpret_cast<const uint16_t*>(b.data), b.row_stride, beta, c, ldc);
-  STRATA_CHECK(status == 0, "dnnl_gemm_bf16bf16f32 returned status ", status, " for m ", m, ", n ",
-               n, ", k ", k, ", lda ", a.row_stride, ", ldb ", b.row_stride, ", ldc ", ldc);
+  onednn_gemm(cpu_info().onednn_gemm_bf16, "dnnl_gemm_bf16bf16f32", m, n, k, alpha, a, b, beta, c,
+              ldc);
 }
 
 bool attention_tiles_in_bf16(bool bf16_products_in_float32) {
