@@ -322,8 +322,8 @@ void backward_tiles(const Problem& p, const at::Tensor& dout, const at::Tensor& 
     std::vector<scalar_t> probabilities(kAttentionQueryTile * kAttentionKeyTile);  // (rows, cols)
     std::vector<scalar_t> score_grads(kAttentionQueryTile * kAttentionKeyTile);    // (rows, cols)
     std::vector<scalar_t> deltas(kAttentionQueryTile);  // rowsum(dout * out) of a query tile
-    std::vector<input_t> rounded_probabilities = rounded_tile<input_t, scalar_t>();
-    std::vector<input_t> rounded_score_grads = rounded_tile<input_t, scalar_t>();
+    // The bf16 rounding of P, then (P_in read) of dS: one scratch for both.
+    std::vector<input_t> rounded = rounded_tile<input_t, scalar_t>();
     for (int64_t task; queue.take(task);) {
       const int64_t b = task / p.K, g = task % p.K;
       zero_rows(dks, b, g, 0, p.Tk, D);
@@ -359,8 +359,7 @@ void backward_tiles(const Problem& p, const at::Tensor& dout, const at::Tensor& 
                                       block_cols - seen.first, *lses.at(b, h, row + r));
                   }
                   // dv_j += p^T dout
-                  const input_t* P_in =
-                      as_operand(P, block_rows * block_cols, rounded_probabilities);
+                  const input_t* P_in = as_operand(P, block_rows * block_cols, rounded);
                   tile_gemm(block_cols, D, block_rows, scalar_t{1},
                             {P_in, block_cols, /*transposed=*/true}, douts.operand(b, h, row), 1,
                             dvs.at(b, g, k0), dvs.row_stride);
@@ -372,8 +371,7 @@ void backward_tiles(const Problem& p, const at::Tensor& dout, const at::Tensor& 
                                        deltas[first + r]);
                   }
                   // dq += ds k_j * scale, dk_j += ds^T q * scale
-                  const input_t* dS_in =
-                      as_operand(dS, block_rows * block_cols, rounded_score_grads);
+                  const input_t* dS_in = as_operand(dS, block_rows * block_cols, rounded);
                   tile_gemm(block_rows, D, block_cols, scale_as, {dS_in, block_cols},
                             keys.operand(b, g, k0), 1, dqs.at(b, h, row), dqs.row_stride);
                   tile_gemm(block_cols, D, block_rows, scale_as,
