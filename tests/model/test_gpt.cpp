@@ -186,6 +186,28 @@ TEST(GptInit, DependsOnlyOnSeedAndName) {
                         a.parameter("blocks.1.mlp.fc.weight").value));
 }
 
+// A shard for loading is left for the loader to fill, but its padding rows (in no global
+// tensor, so no loader writes them) must be zero: the vocabulary's padded logits and the fused
+// SwiGLU blocks read them. The memory is dirtied first so that a shard whose padding is not
+// zeroed does not pass by the luck of fresh pages.
+TEST(GptInit, ShardsForLoadingZeroTheirPaddingRows) {
+  ShardSpec spec;
+  spec.global_shape = {10, 3};
+  spec.split_dim = 0;
+  spec.split_axis = ShardAxis::Tp;
+  spec.split_count = 2;
+  spec.split_index = 1;
+  spec.split_blocks = {5, 5};  // each rank holds 3 rows of each block; rank 1 has 2 real
+  for (int round = 0; round < 4; ++round) {
+    at::full({6, 3}, 7.0f).fill_(std::nanf(""));  // freed at once, for the shard to reuse
+    const Parameter parameter =
+        make_parameter("w", spec, InitKind::Loaded, 0.0, 1, at::kFloat, true);
+    ASSERT_EQ(parameter.value.sizes(), (at::IntArrayRef{6, 3}));
+    EXPECT_TRUE(parameter.value[2].eq(0).all().item<bool>()) << "block 0's padding row";
+    EXPECT_TRUE(parameter.value[5].eq(0).all().item<bool>()) << "block 1's padding row";
+  }
+}
+
 TEST(GptShape, ParameterCountInClosedForm) {
   // Pre-norm GPT without linear biases, LayerNorm with bias:
   // per layer 4h^2 (qkv + out) + 2*h*F (mlp) + 4h (two norms); plus V*h, s*h, 2h final norm.

@@ -115,4 +115,15 @@ at::Tensor HfTensorFiles::view(const std::string& name) const {
       const_cast<char*>(bytes), entry.shape, [file](void*) {}, options);
 }
 
+void read_ahead(const at::Tensor& view) {
+  if (view.numel() == 0) return;
+  int64_t last = 0;  // the offset of the view's last element, in elements
+  for (int64_t d = 0; d < view.dim(); ++d) last += (view.size(d) - 1) * view.stride(d);
+  const auto begin = reinterpret_cast<uintptr_t>(view.data_ptr());
+  const uintptr_t end = begin + static_cast<uintptr_t>(last + 1) * view.element_size();
+  const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t first = begin & ~(page - 1);
+  madvise(reinterpret_cast<void*>(first), end - first, MADV_WILLNEED);
+}
+
 }  // namespace strata

@@ -51,4 +51,9 @@ class HfTensorFiles {
   std::map<std::string, Entry> entries_;
 };
 
+// Asks the kernel to start reading the file pages under `view` (a view that HfTensorFiles::view
+// returned, or a narrowing of it) and returns without waiting (madvise MADV_WILLNEED). Advice
+// the kernel does not take changes nothing but the speed: the pages are read when touched.
+void read_ahead(const at::Tensor& view);
+
 }  // namespace strata

@@ -5,12 +5,19 @@
 // SwiGLU rows). Each table row places a box of the global tensor; the part of a box that falls
 // into a slice is narrowed out of the stored view (free: a view of the mapped file) and
 // copied into the slice's place in the local tensor. Only those bytes are read from disk.
+//
+// The copies run in the order of their bytes in the files, and each one's pages are asked for
+// (read_ahead) up to kReadAheadBytes before it runs. So the disk reads while the copies before
+// it first-touch their parameters' fresh pages (the parameters are not written before the
+// load, ParameterInit::loaded), and the page cache holds no more of the files ahead of the
+// copies than that.
 #include "strata/hf/hf_load.h"
 
 #include <ATen/core/grad_mode.h>
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "strata/core/error.h"
@@ -34,9 +41,17 @@ at::Tensor stored_box(const at::Tensor& stored, const HfPiece& piece) {
   return view;
 }
 
-// Copies the part of `piece`'s box that lies in `slice` into the local tensor.
-void copy_overlap(const HfPiece& piece, const at::Tensor& stored, const ShardSpec& spec,
-                  const ShardSpec::Slice& slice, at::Tensor& local) {
+struct Copy {
+  at::Tensor source;  // a view of the mapped file
+  at::Tensor target;  // a view of the parameter
+};
+
+constexpr int64_t kReadAheadBytes = int64_t{256} << 20;
+
+// The part of `piece`'s box that lies in `slice`, and where it goes in the local tensor; none
+// where they do not meet.
+std::optional<Copy> overlap(const HfPiece& piece, const at::Tensor& stored, const ShardSpec& spec,
+                            const ShardSpec::Slice& slice, const at::Tensor& local) {
   const std::vector<int64_t> box = piece.box_shape();
   at::Tensor source = stored_box(stored, piece);
   at::Tensor target = local;
@@ -45,13 +60,30 @@ void copy_overlap(const HfPiece& piece, const at::Tensor& stored, const ShardSpe
     const int64_t begin = std::max(slice.global_offsets[d], piece.parameter_offsets[d]);
     const int64_t end =
         std::min(slice.global_offsets[d] + slice.shape[d], piece.parameter_offsets[d] + box[d]);
-    if (begin >= end) return;
+    if (begin >= end) return std::nullopt;
     source = source.narrow(dim, begin - piece.parameter_offsets[d], end - begin);
     const int64_t local_begin =
         begin - slice.global_offsets[d] + (dim == spec.split_dim ? slice.local_start : 0);
     target = target.narrow(dim, local_begin, end - begin);
   }
-  target.copy_(source);
+  return Copy{source, target};
+}
+
+void run_copies(std::vector<Copy>& copies) {
+  std::sort(copies.begin(), copies.end(), [](const Copy& a, const Copy& b) {
+    return reinterpret_cast<uintptr_t>(a.source.data_ptr()) <
+           reinterpret_cast<uintptr_t>(b.source.data_ptr());
+  });
+  size_t asked = 0;   // copies whose pages were asked for
+  int64_t ahead = 0;  // their bytes not yet copied
+  for (size_t i = 0; i < copies.size(); ++i) {
+    for (; asked < copies.size() && (asked <= i || ahead < kReadAheadBytes); ++asked) {
+      read_ahead(copies[asked].source);
+      ahead += static_cast<int64_t>(copies[asked].source.nbytes());
+    }
+    copies[i].target.copy_(copies[i].source);
+    ahead -= static_cast<int64_t>(copies[i].source.nbytes());
+  }
 }
 
 }  // namespace
@@ -87,6 +119,7 @@ void load_hf_parameters(GPT& model, const HfTensorFiles& files, const HfTensorMa
   std::map<std::string, std::vector<const HfPiece*>> by_parameter;
   for (const HfPiece& piece : map.pieces) by_parameter[piece.parameter].push_back(&piece);
   at::NoGradGuard no_grad;
+  std::vector<Copy> copies;
   for (Parameter& parameter : model.parameters()) {
     auto found = by_parameter.find(parameter.name);
     STRATA_CHECK(found != by_parameter.end(), "no Hugging Face tensor maps to ", parameter.name);
@@ -104,10 +137,13 @@ void load_hf_parameters(GPT& model, const HfTensorFiles& files, const HfTensorMa
                             "or F16"));
       }
       for (const auto& slice : parameter.spec.local_slices()) {
-        copy_overlap(*piece, stored, parameter.spec, slice, local);
+        if (auto copy = overlap(*piece, stored, parameter.spec, slice, local)) {
+          copies.push_back(std::move(*copy));
+        }
       }
     }
   }
+  run_copies(copies);
 }
 
 void load_hf_weights(const std::string& dir, GPT& model) {

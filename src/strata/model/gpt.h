@@ -90,9 +90,10 @@ class GPT {
   // With an explicit block (another model family): config gives the sizes, block says what a
   // block is made of; config's norm, pos, activation, norm_eps, rope_theta and moe give way to
   // block's, and config() reports them so.
-  // init = loaded: the parameters are allocated (zeros, in dtype, this rank's shards only) and
-  // not drawn, for a caller that loads every value (a checkpoint, a Hugging Face model): no
-  // whole float32 tensor is drawn, which would cost the time and memory of the full model.
+  // init = loaded: the parameters are allocated (in dtype, this rank's shards only) and neither
+  // drawn nor written, for a caller that loads every value (a checkpoint, a Hugging Face
+  // model): no whole float32 tensor is drawn, which would cost the time and memory of the full
+  // model, and each page is first touched by the load.
   GPT(const ModelConfig& config, const BlockSpec& block, uint64_t seed, at::ScalarType dtype,
       TensorParallel tp = {}, StageSpec stage = {}, Comm* ep = nullptr, ContextParallel cp = {},
       ParameterInit init = ParameterInit::random);

@@ -2,7 +2,6 @@
 #include "strata/model/parameter.h"
 
 #include <ATen/CPUGeneratorImpl.h>
-#include <sys/mman.h>
 
 #include <cstdint>
 
@@ -110,25 +109,26 @@ at::Tensor init_global_tensor(const std::string& name, const std::vector<int64_t
 
 namespace {
 
-// Zeros for a shard about to be overwritten by a load, on transparent huge pages where the
-// kernel offers them (its "madvise" mode), populated in one call. A fresh 4 KiB page costs a
-// fault on first touch, and in a virtual machine every later TLB miss walks two page tables:
-// zeroing 1 GiB of fresh 4 KiB pages took 3-5 s on the 2-core VM of docs/performance.md's
-// serving record, on populated huge pages 0.25-0.45 s. Either advice may be refused (an older
-// kernel, THP off): the tensor is the same, only slower to touch.
-at::Tensor zeros_on_huge_pages(const std::vector<int64_t>& shape, at::ScalarType dtype) {
-  at::Tensor tensor = at::empty(shape, dtype);
-  constexpr uintptr_t kHuge = uintptr_t{2} << 20;
-  const auto begin = reinterpret_cast<uintptr_t>(tensor.data_ptr());
-  const uintptr_t first = (begin + kHuge - 1) & ~(kHuge - 1);
-  const uintptr_t last = (begin + tensor.nbytes()) & ~(kHuge - 1);
-  if (last > first) {
-    void* range = reinterpret_cast<void*>(first);
-    madvise(range, last - first, MADV_HUGEPAGE);
-    constexpr int kPopulateWrite = 23;  // MADV_POPULATE_WRITE (Linux 5.14), absent from old headers
-    madvise(range, last - first, kPopulateWrite);
+// A shard about to be overwritten by a load: left unwritten (the loaders check that they cover
+// every element a global tensor has), so its pages are first touched by the copy that fills
+// them, while the file's pages are still being read, and not in a pass of their own before it.
+// Only padding rows, which are in no global tensor, are zeroed here. Blocks of 2 MiB and more
+// come on transparent huge pages (core/memory.h): a fresh 4 KiB page costs a fault on first
+// touch, and in a virtual machine every later TLB miss walks two page tables.
+at::Tensor shard_for_loading(const ShardSpec& spec, at::ScalarType dtype) {
+  at::Tensor local = at::empty(spec.local_shape(), dtype);
+  if (!spec.is_split()) return local;
+  const int64_t dim = spec.split_dim;
+  int64_t covered_to = 0;
+  const auto zero_up_to = [&](int64_t end) {
+    if (end > covered_to) local.narrow(dim, covered_to, end - covered_to).zero_();
+  };
+  for (const auto& slice : spec.local_slices()) {  // in local order
+    zero_up_to(slice.local_start);
+    covered_to = slice.local_start + slice.shape[dim];
   }
-  return tensor.zero_();
+  zero_up_to(local.size(dim));
+  return local;
 }
 
 }  // namespace
@@ -140,7 +140,7 @@ Parameter make_parameter(const std::string& name, const ShardSpec& spec, InitKin
   parameter.spec = spec;
   parameter.weight_decay = weight_decay;
   if (kind == InitKind::Loaded) {
-    parameter.value = zeros_on_huge_pages(spec.local_shape(), dtype).set_requires_grad(true);
+    parameter.value = shard_for_loading(spec, dtype).set_requires_grad(true);
     return parameter;
   }
   at::Tensor global = init_global_tensor(name, spec.global_shape, kind, std, seed);

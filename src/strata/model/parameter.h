@@ -60,7 +60,8 @@ struct Parameter {
 // Deterministic initialization from (seed, name) alone: the global tensor is drawn from a
 // generator seeded by a hash of both, then this rank's piece is cut out -- so every layout
 // starts from the same model.
-// Loaded: zeros in the parameter's dtype, this rank's shard only, for a value loaded next.
+// Loaded: this rank's shard only, in the parameter's dtype, left for a loader to fill (only
+// its padding rows are zeroed).
 enum class InitKind { Normal, Zeros, Ones, Loaded };
 // How a model's parameters start: drawn (InitKind per parameter), or left for loading.
 enum class ParameterInit { random, loaded };
