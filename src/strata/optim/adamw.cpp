@@ -8,21 +8,22 @@
 #include <array>
 #include <cmath>
 
+#include "strata/kernels/adamw_update.h"
+
 namespace strata {
 
 namespace {
 
-// The scalars of one update: value <- value * decay - step_size * m / (sqrt(v) * inv_bc2 + eps),
-// after m <- beta1 m + (1 - beta1) g and v <- beta2 v + (1 - beta2) g^2 (when the variance
-// is not frozen).
+// One update: its scalars (kernels/adamw_update.h), and whether the moments take the gradient
+// (false while the variance is frozen).
 struct Update {
-  double decay, beta1, beta2, step_size, inv_sqrt_bias_correction2, eps;
+  AdamWScalars scalars;
   bool update_variance;
 };
 
 // One pass over each element (read value, gradient and both moments, write three back) where
-// the separate ATen ops make nine: the update is memory-bound, so this is its cost. Contiguous
-// CPU tensors of one floating dtype; false (nothing done) otherwise.
+// the separate ATen ops make nine, vectorized (kernels/adamw_update.h). Contiguous CPU tensors
+// of one floating dtype; false (nothing done) otherwise.
 bool fused_update(const AdamW::ParamState& state, const at::Tensor& grad, const Update& u) {
   const at::Tensor& value = state.value;
   if (!value.is_cpu() || !value.is_contiguous()) return false;
@@ -36,33 +37,24 @@ bool fused_update(const AdamW::ParamState& state, const at::Tensor& grad, const 
     }
   }
   AT_DISPATCH_FLOATING_TYPES(value.scalar_type(), "adamw_fused", [&] {
-    using T = scalar_t;
-    T* w = value.data_ptr<T>();
-    T* m = state.exp_avg.data_ptr<T>();
-    T* v = state.exp_avg_sq.data_ptr<T>();
-    const T* g = u.update_variance ? grad.data_ptr<T>() : nullptr;
-    const T decay = static_cast<T>(u.decay), b1 = static_cast<T>(u.beta1),
-            b2 = static_cast<T>(u.beta2), one_b1 = static_cast<T>(1.0 - u.beta1),
-            one_b2 = static_cast<T>(1.0 - u.beta2), step = static_cast<T>(u.step_size),
-            inv_bc2 = static_cast<T>(u.inv_sqrt_bias_correction2), eps = static_cast<T>(u.eps);
+    scalar_t* w = value.data_ptr<scalar_t>();
+    scalar_t* m = state.exp_avg.data_ptr<scalar_t>();
+    scalar_t* v = state.exp_avg_sq.data_ptr<scalar_t>();
+    const scalar_t* g = u.update_variance ? grad.data_ptr<scalar_t>() : nullptr;
     at::parallel_for(0, value.numel(), 1 << 14, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) {
-        if (g != nullptr) {
-          m[i] = m[i] * b1 + one_b1 * g[i];
-          v[i] = v[i] * b2 + one_b2 * g[i] * g[i];
-        }
-        w[i] = w[i] * decay - step * m[i] / (std::sqrt(v[i]) * inv_bc2 + eps);
-      }
+      adamw_update(w + begin, m + begin, v + begin, g ? g + begin : nullptr, end - begin,
+                   u.scalars);
     });
   });
   return true;
 }
 
 // The same update as ATen ops, for any other tensors (views, CUDA, 16-bit).
-void unfused_update(AdamW::ParamState& state, const at::Tensor& grad, const Update& u) {
+void unfused_update(AdamW::ParamState& state, const at::Tensor& grad, const Update& update) {
+  const AdamWScalars& u = update.scalars;
   at::Tensor& value = state.value;
   if (u.decay != 1.0) value.mul_(u.decay);
-  if (u.update_variance) {
+  if (update.update_variance) {
     state.exp_avg.mul_(u.beta1).add_(grad, 1.0 - u.beta1);
     state.exp_avg_sq.mul_(u.beta2).addcmul_(grad, grad, 1.0 - u.beta2);
   }
@@ -105,8 +97,9 @@ void AdamW::step(double lr) {
     const at::Tensor grad = state.grad.defined() ? state.grad : state.value.grad();
     if (!grad.defined()) continue;
     const double decay = state.weight_decay ? 1.0 - lr * weight_decay_ : 1.0;
-    update(state, grad,
-           {decay, beta1_, beta2_, step_size, inv_sqrt_bias_correction2, eps_, /*variance=*/true});
+    update(
+        state, grad,
+        {{decay, beta1_, beta2_, step_size, inv_sqrt_bias_correction2, eps_}, /*variance=*/true});
   }
 }
 
@@ -119,8 +112,9 @@ void AdamW::step_with_frozen_variance(double lr, int64_t variance_steps) {
   const double inv_sqrt_bias_correction2 = 1.0 / std::sqrt(bias_correction2);
   for (ParamState& state : states_) {
     const double decay = state.weight_decay ? 1.0 - lr * weight_decay_ : 1.0;
-    update(state, at::Tensor(),
-           {decay, beta1_, beta2_, step_size, inv_sqrt_bias_correction2, eps_, /*variance=*/false});
+    update(
+        state, at::Tensor(),
+        {{decay, beta1_, beta2_, step_size, inv_sqrt_bias_correction2, eps_}, /*variance=*/false});
   }
 }
 
