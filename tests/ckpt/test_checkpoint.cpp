@@ -314,6 +314,13 @@ TEST(Checkpoint, MissingTensorWrongShapeAndUncoveredRegionAreRefused) {
   EXPECT_CONTAINS(message, "hold 16 elements of this rank's region [0:8, 0:4] of 32");
   std::vector<ShardedTensor> first_half = {region("weight", {8, 4}, {0, 0}, {4, 4}, at::kFloat)};
   EXPECT_NO_THROW(load_checkpoint(checkpoint.dir, first_half));
+
+  // Two slices over the same rows, the last rows in none: the counts add up, but the rows
+  // left out would keep whatever the tensor held.
+  index["tensors"]["weight"]["slices"].push_back(index["tensors"]["weight"]["slices"][0]);
+  std::ofstream(checkpoint.dir + "/index.json") << index.dump();
+  message = checkpoint.load_error();
+  EXPECT_CONTAINS(message, "overlap in [0:4, 0:4]");
 }
 
 TEST(Checkpoint, StaleSavesAreIgnoredThenCleaned) {

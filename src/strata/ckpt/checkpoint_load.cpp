@@ -173,27 +173,42 @@ void load_tensor(const fs::path& dir, const CheckpointIndex& index, CheckpointFi
                  " lies outside the global shape ", shape_to_string(tensor.global_shape));
   }
 
+  // The slices that meet this rank's region must cover it exactly, checked before anything
+  // is read: the tensor is written only where they lie (a loaded model's parameters are not
+  // zeroed first, ParameterInit::loaded). Quadratic in the slices that meet one region, which
+  // number at most the ranks that saved it.
+  std::vector<std::pair<const IndexSlice*, Box>> parts;
   int64_t covered = 0;
   for (const IndexSlice& slice : saved.slices) {
     Box common;
     if (!intersect_boxes(slice.box, local_box, &common)) continue;
-    CheckpointFiles::Opened file = files.open(slice.file);
-    auto entry = file.header.entries.find(slice.key);
-    STRATA_REQUIRE(entry != file.header.entries.end() &&
-                       safetensors_dtype_name(entry->second.dtype) == saved.dtype &&
-                       entry->second.shape == slice.box.shape,
-                   "checkpoint file ", file.file.path(), " does not hold slice '", slice.key,
-                   "' as index.json records it (", saved.dtype, " ",
-                   shape_to_string(slice.box.shape), "); the checkpoint cannot be used");
-    copy_region(file.file, entry->second, slice.box, common, tensor.local, tensor.offsets);
+    for (const auto& [other, other_common] : parts) {
+      Box shared;
+      STRATA_REQUIRE(!intersect_boxes(common, other_common, &shared), "tensor '", tensor.name,
+                     "': the slices ", box_to_string(other->box), " in ", other->file, " and ",
+                     box_to_string(slice.box), " in ", slice.file, " of ", dir.string(),
+                     " overlap in ", box_to_string(shared),
+                     "; index.json is damaged, so the checkpoint cannot be used");
+    }
     covered += common.numel();
+    parts.emplace_back(&slice, common);
   }
-  // Saved slices never overlap (checked at save), so the counts add up exactly when covered.
   STRATA_REQUIRE(covered == local_box.numel(), "tensor '", tensor.name, "': the slices in ",
                  dir.string(), " hold ", covered, " elements of this rank's region ",
                  box_to_string(local_box), " of ", local_box.numel(),
                  "; index.json does not describe the whole tensor, so the checkpoint cannot be "
                  "used");
+  for (const auto& [slice, common] : parts) {
+    CheckpointFiles::Opened file = files.open(slice->file);
+    auto entry = file.header.entries.find(slice->key);
+    STRATA_REQUIRE(entry != file.header.entries.end() &&
+                       safetensors_dtype_name(entry->second.dtype) == saved.dtype &&
+                       entry->second.shape == slice->box.shape,
+                   "checkpoint file ", file.file.path(), " does not hold slice '", slice->key,
+                   "' as index.json records it (", saved.dtype, " ",
+                   shape_to_string(slice->box.shape), "); the checkpoint cannot be used");
+    copy_region(file.file, entry->second, slice->box, common, tensor.local, tensor.offsets);
+  }
 }
 
 }  // namespace
