@@ -115,15 +115,35 @@ at::Tensor HfTensorFiles::view(const std::string& name) const {
       const_cast<char*>(bytes), entry.shape, [file](void*) {}, options);
 }
 
-void read_ahead(const at::Tensor& view) {
-  if (view.numel() == 0) return;
+namespace {
+
+// The bytes under a view: from its first element to the end of its last.
+std::pair<uintptr_t, uintptr_t> extent_of(const at::Tensor& view) {
   int64_t last = 0;  // the offset of the view's last element, in elements
   for (int64_t d = 0; d < view.dim(); ++d) last += (view.size(d) - 1) * view.stride(d);
   const auto begin = reinterpret_cast<uintptr_t>(view.data_ptr());
-  const uintptr_t end = begin + static_cast<uintptr_t>(last + 1) * view.element_size();
+  return {begin, begin + static_cast<uintptr_t>(last + 1) * view.element_size()};
+}
+
+}  // namespace
+
+bool HfTensorFiles::is_mapped(const at::Tensor& view) const {
+  if (view.numel() == 0) return false;
+  const auto [begin, end] = extent_of(view);
+  for (const auto& file : files_) {
+    const auto base = reinterpret_cast<uintptr_t>(file->data);
+    if (file->data && begin >= base && end <= base + file->size) return true;
+  }
+  return false;
+}
+
+int64_t read_ahead(const at::Tensor& view) {
+  if (view.numel() == 0) return 0;
+  const auto [begin, end] = extent_of(view);
   const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
   const uintptr_t first = begin & ~(page - 1);
   madvise(reinterpret_cast<void*>(first), end - first, MADV_WILLNEED);
+  return static_cast<int64_t>(end - first);
 }
 
 }  // namespace strata

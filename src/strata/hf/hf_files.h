@@ -31,6 +31,9 @@ class HfTensorFiles {
   // directory for a missing tensor.
   at::Tensor view(const std::string& name) const;
   const std::string& dir() const { return dir_; }
+  // Whether `view` (view() or a narrowing of it) reads the mapped file, rather than a copy
+  // (a tensor stored unaligned).
+  bool is_mapped(const at::Tensor& view) const;
 
  private:
   // Unmapped when the last of this object and the views of it goes.
@@ -51,9 +54,10 @@ class HfTensorFiles {
   std::map<std::string, Entry> entries_;
 };
 
-// Asks the kernel to start reading the file pages under `view` (a view that HfTensorFiles::view
-// returned, or a narrowing of it) and returns without waiting (madvise MADV_WILLNEED). Advice
-// the kernel does not take changes nothing but the speed: the pages are read when touched.
-void read_ahead(const at::Tensor& view);
+// Asks the kernel to start reading the file pages under `view` (a view of the mapped file:
+// HfTensorFiles::is_mapped) and returns without waiting (madvise MADV_WILLNEED): the bytes
+// from its first element's page to its last element, which it returns. Advice the kernel does
+// not take changes nothing but the speed: the pages are read when touched.
+int64_t read_ahead(const at::Tensor& view);
 
 }  // namespace strata

@@ -7,10 +7,10 @@
 // copied into the slice's place in the local tensor. Only those bytes are read from disk.
 //
 // The copies run in the order of their bytes in the files, and each one's pages are asked for
-// (read_ahead) up to kReadAheadBytes before it runs. So the disk reads while the copies before
-// it first-touch their parameters' fresh pages (the parameters are not written before the
-// load, ParameterInit::loaded), and the page cache holds no more of the files ahead of the
-// copies than that.
+// (read_ahead) while the pages asked for ahead of the copies come to less than kReadAheadBytes.
+// So the disk reads while the copies before it first-touch their parameters' fresh pages (the
+// parameters are not written before the load, ParameterInit::loaded). A tensor stored
+// unaligned is a copy already (HfTensorFiles::view), and its pieces are copied at once.
 #include "strata/hf/hf_load.h"
 
 #include <ATen/core/grad_mode.h>
@@ -74,15 +74,16 @@ void run_copies(std::vector<Copy>& copies) {
     return reinterpret_cast<uintptr_t>(a.source.data_ptr()) <
            reinterpret_cast<uintptr_t>(b.source.data_ptr());
   });
+  std::vector<int64_t> asked_bytes(copies.size(), 0);
   size_t asked = 0;   // copies whose pages were asked for
-  int64_t ahead = 0;  // their bytes not yet copied
+  int64_t ahead = 0;  // the bytes asked for by those not yet run
   for (size_t i = 0; i < copies.size(); ++i) {
     for (; asked < copies.size() && (asked <= i || ahead < kReadAheadBytes); ++asked) {
-      read_ahead(copies[asked].source);
-      ahead += static_cast<int64_t>(copies[asked].source.nbytes());
+      asked_bytes[asked] = read_ahead(copies[asked].source);
+      ahead += asked_bytes[asked];
     }
     copies[i].target.copy_(copies[i].source);
-    ahead -= static_cast<int64_t>(copies[i].source.nbytes());
+    ahead -= asked_bytes[i];
   }
 }
 
@@ -136,9 +137,14 @@ void load_hf_parameters(GPT& model, const HfTensorFiles& files, const HfTensorMa
                             safetensors_dtype_name(dtype), "; weights are read from F32, BF16 ",
                             "or F16"));
       }
+      const bool mapped = files.is_mapped(stored);
       for (const auto& slice : parameter.spec.local_slices()) {
         if (auto copy = overlap(*piece, stored, parameter.spec, slice, local)) {
-          copies.push_back(std::move(*copy));
+          if (mapped) {
+            copies.push_back(std::move(*copy));
+          } else {
+            copy->target.copy_(copy->source);
+          }
         }
       }
     }
