@@ -31,8 +31,8 @@ State<T> random_state(int64_t n, uint32_t seed) {
   return s;
 }
 
-// The loop as it was before it was vectorized. This file is built for the baseline target,
-// which has no fused multiply-add to contract it into.
+// The loop as it was before it was vectorized. Like the kernel, this file is built with
+// -ffp-contract=off (tests/kernels/CMakeLists.txt): no fused multiply-adds on any target.
 template <typename T>
 void scalar_update(State<T>& s, bool with_gradient, const AdamWScalars& u) {
   const T decay = static_cast<T>(u.decay), b1 = static_cast<T>(u.beta1),
