@@ -29,6 +29,11 @@ def generation(cpu_id):
             return "Zen 4" if 0x10 <= model <= 0x1F or 0x60 <= model <= 0xAF else "Zen 3"
         if family == 0x17:
             return "Zen 2" if model >= 0x30 else "Zen"
+    if cpu_id["vendor"] == "GenuineIntel" and family == 6:
+        xeons = {0x55: "Skylake/Cascade Lake", 0x6A: "Ice Lake", 0x8F: "Sapphire Rapids",
+                 0xCF: "Emerald Rapids", 0xAD: "Granite Rapids"}
+        if model in xeons:
+            return xeons[model]
     return f"family {family} model {model}"
 
 
