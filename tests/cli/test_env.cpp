@@ -64,13 +64,15 @@ TEST(Env, ReportsVersionsLibrariesAndTheCpu) {
 // A few rows take the few-row kernel (bf16 rows in float32 only without AVX512-BF16's dot
 // product); each class of larger products the route the probe chose among its candidates: the
 // default, or one at least 10% faster than the default (both timings shown), in float32 and
-// bf16, for the forward and both gradients; bf16 attention tiles multiply as bf16 where the bf16
-// forward products do and oneDNN's bf16 GEMM is loaded.
+// bf16, for the forward and both gradients. bf16 attention tiles: where oneDNN's bf16 GEMM is
+// loaded, timed both ways, and the default rule's way (as bf16 where the bf16 forward products
+// are) unless the other is at least 10% faster; float32 copies without the GEMM.
 TEST(Env, ReportsTheRouteOfEachProductClassWithItsTimings) {
   const nlohmann::json env = env_json();
   const std::string blocked = env["onednn_sgemm"].get<bool>() ? "oneDNN sgemm" : "ATen matmul";
   std::set<std::string> classes;
   std::string bf16_forward_route, attention_route;
+  nlohmann::json attention;
   for (const auto& product : env["products"]) {
     const std::string name = product["class"], route = product["route"];
     classes.insert(name + " " + product["rows"].get<std::string>().substr(0, 5));
@@ -81,6 +83,7 @@ TEST(Env, ReportsTheRouteOfEachProductClassWithItsTimings) {
     }
     if (name == "bfloat16 attention tiles") {
       attention_route = route;
+      attention = product;
       continue;
     }
     if (name == "bfloat16 x.w^T") bf16_forward_route = route;
@@ -100,11 +103,19 @@ TEST(Env, ReportsTheRouteOfEachProductClassWithItsTimings) {
           << dtype << " " << layout << " in " << env["products"];
     }
   }
-  const bool bf16_tiles =
-      bf16_forward_route == "ATen matmul" && env["onednn_gemm_bf16"].get<bool>();
-  EXPECT_EQ(attention_route, bf16_tiles ? "oneDNN bf16 GEMM (dnnl_gemm_bf16bf16f32)"
-                                        : blocked + " on float32 copies")
-      << env["products"];
+  const std::string as_bf16 = "oneDNN bf16 GEMM (dnnl_gemm_bf16bf16f32)",
+                    as_float32 = blocked + " on float32 copies";
+  if (!env["onednn_gemm_bf16"].get<bool>()) {
+    EXPECT_EQ(attention_route, as_float32) << env["products"];
+    return;
+  }
+  EXPECT_EQ(attention["rows"], "512 (12 heads, forward and backward)") << attention;
+  const nlohmann::json& seconds = attention["seconds"];
+  ASSERT_TRUE(seconds.contains(as_bf16) && seconds.contains(as_float32)) << attention;
+  const std::string by_default = bf16_forward_route == "ATen matmul" ? as_bf16 : as_float32;
+  const std::string other = by_default == as_bf16 ? as_float32 : as_bf16;
+  const bool switched = seconds[other].get<double>() < 0.9 * seconds[by_default].get<double>();
+  EXPECT_EQ(attention_route, switched ? other : by_default) << attention;
 }
 
 TEST(Env, ShowsTheForcedPathAndPrintsText) {

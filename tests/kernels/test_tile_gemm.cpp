@@ -104,9 +104,10 @@ TEST(TileGemm, Bf16OperandsEqualTheirFloat64Product) {
   for (const Case& c : cases()) expect_product<c10::BFloat16>(c);
 }
 
-// Attention multiplies bf16 tiles as bf16 where the run's bf16 products do (the probe chose
-// oneDNN's bf16 GEMM over its float32 one) and oneDNN's bf16 GEMM is loaded; never elsewhere.
-TEST(TileGemm, AttentionTilesFollowTheBf16ProductRoute) {
+// Without a choice of its own, attention multiplies bf16 tiles as bf16 where the run's bf16
+// products do (the probe chose oneDNN's bf16 GEMM over its float32 one) and oneDNN's bf16 GEMM
+// is loaded; a choice (use_attention_tiles) overrides that rule, but never without the GEMM.
+TEST(TileGemm, AttentionTilesFollowTheChoiceElseTheBf16ProductRoute) {
   const bool loaded = cpu_info().onednn_gemm_bf16 != nullptr;
   EXPECT_EQ(attention_tiles_in_bf16(/*bf16_products_in_float32=*/false), loaded);
   EXPECT_FALSE(attention_tiles_in_bf16(/*bf16_products_in_float32=*/true));
@@ -115,6 +116,13 @@ TEST(TileGemm, AttentionTilesFollowTheBf16ProductRoute) {
   EXPECT_EQ(attention_tiles_in_bf16(), loaded);
   use_product_routes({{bf16_forward, {ProductPath::onednn_tile, true}}});
   EXPECT_FALSE(attention_tiles_in_bf16());
+  use_attention_tiles(true);
+  EXPECT_EQ(attention_tiles_in_bf16(), loaded);
+  use_product_routes({{bf16_forward, {ProductPath::aten, false}}});
+  use_attention_tiles(false);
+  EXPECT_FALSE(attention_tiles_in_bf16());
+  use_attention_tiles(std::nullopt);
+  EXPECT_EQ(attention_tiles_in_bf16(), loaded);
   use_product_routes({});
 }
 

@@ -44,12 +44,12 @@ class CacheDir {
 TEST(ProductRoutes, EveryRankTakesRankZerosProbe) {
   Comm world = Comm::world(120);
   Config config = testing::tiny_training_run(2, 4, 2);
-  const std::vector<ProductShape> shapes = training_products(config);
+  const RunProducts run = training_products(config);
   testing::TempDir dir;
   const CacheDir cache(dir.path());
   const ProductClass forward{at::kFloat, false, true};
   ProductProbe planted;
-  planted.key = product_probe_key(at::kFloat, shapes);
+  planted.key = product_probe_key(at::kFloat, run.shapes, run.attention);
   ProbedClass probed;
   probed.product = forward;
   probed.shapes = 1;
@@ -61,7 +61,7 @@ TEST(ProductRoutes, EveryRankTakesRankZerosProbe) {
   std::filesystem::create_directories(std::filesystem::path(file).parent_path());
   std::ofstream(file) << planted.to_text();
 
-  const ProductProbe chosen = choose_product_routes(world, config, shapes);
+  const ProductProbe chosen = choose_product_routes(world, config, run);
   ASSERT_EQ(chosen.classes.size(), 1u);
   EXPECT_EQ(chosen.classes[0].seconds[0].second, 0.125);
   EXPECT_EQ(class_route(forward), (ProductRoute{ProductPath::aten, false}));
@@ -72,7 +72,7 @@ TEST(ProductRoutes, ListTheTensorParallelShardsOfEveryLayer) {
   Config config = testing::tiny_training_run(2, 4, 2);  // d 32, 4 heads, 32 tokens, vocab 256
   config.parallel.tp = 2;
   const int64_t rows = 2 * 32, d = 32;
-  const std::vector<ProductShape> shapes = training_products(config);
+  const std::vector<ProductShape> shapes = training_products(config).shapes;
   EXPECT_TRUE(lists(shapes, {rows, d / 2, d, false, true}));       // q's shard
   EXPECT_TRUE(lists(shapes, {rows, d, d / 2, false, true}));       // the output projection's
   EXPECT_TRUE(lists(shapes, {rows, 4 * d / 2, d, false, true}));   // the MLP's up
@@ -84,11 +84,11 @@ TEST(ProductRoutes, ListTheTensorParallelShardsOfEveryLayer) {
     EXPECT_EQ(std::count(shapes.begin(), shapes.end(), shape), 1) << "listed twice";
   }
   config.serve.max_batch_tokens = 96;
-  for (const ProductShape& shape : serving_products(config)) {
+  for (const ProductShape& shape : serving_products(config).shapes) {
     EXPECT_EQ(shape.m, 96);
     EXPECT_TRUE(!shape.a_transposed && shape.b_transposed);
   }
-  EXPECT_TRUE(lists(serving_products(config), {96, 256 / 2, d, false, true}));
+  EXPECT_TRUE(lists(serving_products(config).shapes, {96, 256 / 2, d, false, true}));
 }
 
 }  // namespace

@@ -39,10 +39,10 @@ std::vector<std::string> blas_libraries() {
 }
 
 // The routes of the products of a d_model 768 layer (GPT-2 small's: q, k, v and the output
-// projection 768 x 768, the MLP 768 x 3072 and back) training on 512 rows, in `dtype`: each
-// class with the route this machine's probe chose and every candidate's seconds
-// (kernels/product_probe.h; probed once, then read from the cache), and the few-row kernel's
-// rows.
+// projection 768 x 768, the MLP 768 x 3072 and back, 12 heads of 64) training on 512 rows, in
+// `dtype`: each class with the route this machine's probe chose and every candidate's seconds
+// (kernels/product_probe.h; probed once, then read from the cache), the few-row kernel's rows,
+// and in bf16 the attention tiles' way.
 nlohmann::json product_routes(at::ScalarType dtype) {
   std::vector<ProductShape> shapes;
   for (const auto& [in, out] : {std::pair<int64_t, int64_t>{768, 768}, {768, 3072}, {3072, 768}}) {
@@ -50,7 +50,7 @@ nlohmann::json product_routes(at::ScalarType dtype) {
     shapes.push_back({512, in, out, false, false});
     shapes.push_back({out, in, 512, true, false});
   }
-  const ProductProbe probe = cached_product_probe(dtype, shapes);
+  const ProductProbe probe = cached_product_probe(dtype, shapes, {12, 12, 512, 64});
   nlohmann::json classes = nlohmann::json::array();
   classes.push_back({{"class", dtype_name(dtype) + " x.w^T"},
                      {"rows", str("up to ", kSkinnyRows)},
@@ -65,17 +65,26 @@ nlohmann::json product_routes(at::ScalarType dtype) {
                        {"route", route_name(probed.route)},
                        {"default", route_name(default_route(probed.product))},
                        {"seconds", seconds}});
-    // Attention's bf16 tiles follow the forward products' route (kernels/tile_gemm.h).
-    if (probed.product == ProductClass{at::kBFloat16, false, true}) {
-      classes.push_back({{"class", "bfloat16 attention tiles"},
-                         {"rows", str("up to ", kAttentionQueryTile)},
-                         {"route", attention_tiles_in_bf16(probed.route.in_float32)
-                                       ? "oneDNN bf16 GEMM (dnnl_gemm_bf16bf16f32)"
-                                   : preferred_tile_gemm_backend() == TileGemmBackend::onednn
+  }
+  if (dtype == at::kBFloat16) {  // the tiles of bf16 attention (kernels/tile_gemm.h)
+    const std::string as_bf16 = "oneDNN bf16 GEMM (dnnl_gemm_bf16bf16f32)";
+    const std::string as_float32 = preferred_tile_gemm_backend() == TileGemmBackend::onednn
                                        ? "oneDNN sgemm on float32 copies"
-                                       : "ATen matmul on float32 copies"},
-                         {"seconds", nlohmann::json::object()}});
+                                       : "ATen matmul on float32 copies";
+    nlohmann::json seconds = nlohmann::json::object();
+    std::string rows = str("up to ", kAttentionQueryTile);
+    if (probe.attention) {
+      seconds[as_bf16] = probe.attention->bf16_seconds;
+      seconds[as_float32] = probe.attention->float32_seconds;
+      rows = str(probe.attention->timed.seq, " (", probe.attention->timed.heads,
+                 " heads, forward and backward)");
     }
+    probe.use();  // the way this probe chooses, the default rule without a choice
+    classes.push_back({{"class", "bfloat16 attention tiles"},
+                       {"rows", rows},
+                       {"route", attention_tiles_in_bf16() ? as_bf16 : as_float32},
+                       {"seconds", seconds}});
+    ProductProbe{}.use();
   }
   return classes;
 }

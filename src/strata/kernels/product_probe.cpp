@@ -6,6 +6,8 @@
 #include <ATen/Parallel.h>
 #include <torch/version.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -15,7 +17,9 @@
 #include "strata/core/cache_dir.h"
 #include "strata/core/error.h"
 #include "strata/core/hash.h"
+#include "strata/kernels/attention.h"
 #include "strata/kernels/cpu.h"
+#include "strata/kernels/tile_gemm.h"
 
 namespace strata {
 namespace {
@@ -40,12 +44,48 @@ std::string onednn_version() {
              version->hash != nullptr ? version->hash : "");
 }
 
+// Whether `other` takes the place of the default's `by_default` seconds.
+bool worth_switching(double by_default, double other) {
+  return by_default >= kWorthChoosing && other < kSwitchBelow * by_default;
+}
+
+// One forward and backward of the blockwise kernel on `shape` (one batch row, at most
+// kProbedAttentionRows rows, bf16 in the model's (B, T, heads, D) memory order), timed with the
+// tiles as bf16 and as float32 copies; the choice in force before is restored.
+ProbedAttention probe_attention(const AttentionShape& shape, bool by_default_in_bf16,
+                                const ProductTimer& timer) {
+  ProbedAttention probed;
+  probed.timed = shape;
+  probed.timed.seq = std::min(shape.seq, kProbedAttentionRows);
+  const AttentionShape& t = probed.timed;
+  const auto random = [&t](int64_t heads) {
+    return at::randn({1, t.seq, heads, t.head_dim}).to(at::kBFloat16).transpose(1, 2);
+  };
+  const at::Tensor q = random(t.heads), k = random(t.kv_heads), v = random(t.kv_heads),
+                   dout = random(t.heads);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(t.head_dim));
+  const std::optional<bool> before = chosen_attention_tiles();
+  for (const bool in_bf16 : {by_default_in_bf16, !by_default_in_bf16}) {
+    use_attention_tiles(in_bf16);
+    (in_bf16 ? probed.bf16_seconds : probed.float32_seconds) = timer([&] {
+      const AttentionForward forward = blockwise_attention_forward(q, k, v, scale);
+      blockwise_attention_backward(dout, q, k, v, forward.out, forward.lse, scale);
+    });
+  }
+  use_attention_tiles(before);
+  const double by_default = by_default_in_bf16 ? probed.bf16_seconds : probed.float32_seconds;
+  const double other = by_default_in_bf16 ? probed.float32_seconds : probed.bf16_seconds;
+  probed.in_bf16 = worth_switching(by_default, other) ? !by_default_in_bf16 : by_default_in_bf16;
+  return probed;
+}
+
 }  // namespace
 
 void ProductProbe::use() const {
   std::vector<std::pair<ProductClass, ProductRoute>> routes;
   for (const ProbedClass& probed : classes) routes.emplace_back(probed.product, probed.route);
   use_product_routes(routes);
+  use_attention_tiles(attention ? std::optional<bool>(attention->in_bf16) : std::nullopt);
 }
 
 std::string ProductProbe::to_text() const {
@@ -60,6 +100,12 @@ std::string ProductProbe::to_text() const {
       out << " " << static_cast<int>(route.path) << " " << route.in_float32 << " " << seconds;
     }
     out << "\n";
+  }
+  if (attention) {
+    const AttentionShape& t = attention->timed;
+    out << "attention " << t.heads << " " << t.kv_heads << " " << t.seq << " " << t.head_dim << " "
+        << attention->in_bf16 << " " << attention->bf16_seconds << " " << attention->float32_seconds
+        << "\n";
   }
   return out.str();
 }
@@ -82,6 +128,17 @@ ProductProbe ProductProbe::from_text(const std::string& text, const std::string&
   while (std::getline(in, line)) {
     std::istringstream fields(line);
     std::string word;
+    if (line.rfind("attention ", 0) == 0) {
+      ProbedAttention attention;
+      AttentionShape& t = attention.timed;
+      if (!(fields >> word >> t.heads >> t.kv_heads >> t.seq >> t.head_dim >> attention.in_bf16 >>
+            attention.bf16_seconds >> attention.float32_seconds) ||
+          !(fields >> std::ws).eof() || probe.attention) {
+        throw refuse(str("line '", line, "'"));
+      }
+      probe.attention = attention;
+      continue;
+    }
     int dtype = 0, path = 0;
     ProbedClass probed;
     if (!(fields >> word >> dtype >> probed.product.a_transposed >> probed.product.b_transposed >>
@@ -103,7 +160,8 @@ ProductProbe ProductProbe::from_text(const std::string& text, const std::string&
   return probe;
 }
 
-std::string product_probe_key(at::ScalarType dtype, const std::vector<ProductShape>& shapes) {
+std::string product_probe_key(at::ScalarType dtype, const std::vector<ProductShape>& shapes,
+                              const AttentionShape& attention) {
   const CpuInfo& cpu = cpu_info();
   std::string key =
       str("cpu '", cpu.model, "' [", cpu_feature_list(cpu), "] path ",
@@ -115,14 +173,18 @@ std::string product_probe_key(at::ScalarType dtype, const std::vector<ProductSha
     key += str(" ", shape.m, "x", shape.n, "x", shape.k, shape.a_transposed ? "t" : "n",
                shape.b_transposed ? "t" : "n");
   }
+  if (attention.seq > 0) {
+    key += str(" attention ", attention.heads, "x", attention.kv_heads, "x", attention.seq, "x",
+               attention.head_dim);
+  }
   return key;
 }
 
 ProductProbe probe_products(at::ScalarType dtype, const std::vector<ProductShape>& shapes,
-                            const ProductTimer& timer) {
+                            const ProductTimer& timer, const AttentionShape& attention) {
   at::NoGradGuard no_grad;
   ProductProbe probe;
-  probe.key = product_probe_key(dtype, shapes);
+  probe.key = product_probe_key(dtype, shapes, attention);
   for (const bool a_transposed : {false, true}) {
     for (const bool b_transposed : {false, true}) {
       ProbedClass probed;
@@ -152,14 +214,23 @@ ProductProbe probe_products(at::ScalarType dtype, const std::vector<ProductShape
       const double by_default = probed.seconds.front().second;
       double fastest = by_default;
       for (const auto& [route, seconds] : probed.seconds) {
-        if (by_default >= kWorthChoosing && seconds < kSwitchBelow * by_default &&
-            seconds < fastest) {
+        if (worth_switching(by_default, seconds) && seconds < fastest) {
           fastest = seconds;
           probed.route = route;
         }
       }
       probe.classes.push_back(probed);
     }
+  }
+  if (dtype == at::kBFloat16 && attention.seq > 0 && cpu_info().onednn_gemm_bf16 != nullptr) {
+    // The default rule's way: as the bf16 x.w^T products were just routed.
+    const ProductClass forward{at::kBFloat16, false, true};
+    ProductRoute forward_route = default_route(forward);
+    for (const ProbedClass& probed : probe.classes) {
+      if (probed.product == forward) forward_route = probed.route;
+    }
+    probe.attention =
+        probe_attention(attention, attention_tiles_in_bf16(forward_route.in_float32), timer);
   }
   return probe;
 }
@@ -170,9 +241,9 @@ std::string product_probe_file(const std::string& cache_dir, const std::string& 
 }
 
 ProductProbe cached_product_probe(at::ScalarType dtype, const std::vector<ProductShape>& shapes,
-                                  const std::string& cache_dir) {
+                                  const AttentionShape& attention, const std::string& cache_dir) {
   namespace fs = std::filesystem;
-  const std::string key = product_probe_key(dtype, shapes);
+  const std::string key = product_probe_key(dtype, shapes, attention);
   const fs::path path = product_probe_file(cache_dir, key);
   if (std::ifstream in{path}) {
     std::ostringstream text;
@@ -187,7 +258,7 @@ ProductProbe cached_product_probe(at::ScalarType dtype, const std::vector<Produc
       std::fprintf(stderr, "strata: %s\n", unreadable.what());
     }
   }
-  ProductProbe probe = probe_products(dtype, shapes);
+  ProductProbe probe = probe_products(dtype, shapes, fastest_of_three_calls, attention);
   try {
     std::error_code error;  // write_file_atomically names a directory it cannot write in
     fs::create_directories(path.parent_path(), error);
@@ -199,15 +270,16 @@ ProductProbe cached_product_probe(at::ScalarType dtype, const std::vector<Produc
   return probe;
 }
 
-ProductProbe cached_product_probe(at::ScalarType dtype, const std::vector<ProductShape>& shapes) {
+ProductProbe cached_product_probe(at::ScalarType dtype, const std::vector<ProductShape>& shapes,
+                                  const AttentionShape& attention) {
   std::string cache_dir;
   try {
     cache_dir = default_cache_dir();
   } catch (const UserError& no_cache) {
     std::fprintf(stderr, "strata: %s; the product probe runs every time\n", no_cache.what());
-    return probe_products(dtype, shapes);
+    return probe_products(dtype, shapes, fastest_of_three_calls, attention);
   }
-  return cached_product_probe(dtype, shapes, cache_dir);
+  return cached_product_probe(dtype, shapes, attention, cache_dir);
 }
 
 }  // namespace strata

@@ -4,12 +4,17 @@
 
 #include <ATen/ATen.h>
 
+#include <atomic>
+
 #include "strata/core/error.h"
 #include "strata/kernels/cpu.h"
 #include "strata/kernels/matmul.h"
 
 namespace strata {
 namespace {
+
+// The run's choice for bf16 attention tiles: -1 none (the default rule), 0 float32 copies, 1 bf16.
+std::atomic<int> attention_tiles_choice{-1};
 
 // dnnl_sgemm and dnnl_gemm_bf16bf16f32 from oneDNN's C API (dnnl.h): row-major, 'N' or 'T' per
 // operand, float32 c, 0 on success; operand_t float or bf16 (passed as its 16 bits, which
@@ -75,7 +80,19 @@ bool attention_tiles_in_bf16(bool bf16_products_in_float32) {
 }
 
 bool attention_tiles_in_bf16() {
+  const std::optional<bool> chosen = chosen_attention_tiles();
+  if (chosen) return *chosen && cpu_info().onednn_gemm_bf16 != nullptr;
   return attention_tiles_in_bf16(class_route({at::kBFloat16, false, true}).in_float32);
+}
+
+void use_attention_tiles(std::optional<bool> in_bf16) {
+  attention_tiles_choice = in_bf16 ? static_cast<int>(*in_bf16) : -1;
+}
+
+std::optional<bool> chosen_attention_tiles() {
+  const int choice = attention_tiles_choice;
+  if (choice < 0) return std::nullopt;
+  return choice == 1;
 }
 
 void tile_gemm(int64_t m, int64_t n, int64_t k, double alpha, TileOperand<double> a,

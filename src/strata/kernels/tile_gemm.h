@@ -14,6 +14,7 @@
 #include <c10/util/BFloat16.h>
 
 #include <cstdint>
+#include <optional>
 
 namespace strata {
 
@@ -42,12 +43,21 @@ void tile_gemm(int64_t m, int64_t n, int64_t k, double alpha, TileOperand<double
 void tile_gemm(int64_t m, int64_t n, int64_t k, float alpha, TileOperand<c10::BFloat16> a,
                TileOperand<c10::BFloat16> b, float beta, float* c, int64_t ldc);
 
-// Whether bf16 attention multiplies its tiles as bf16 (the tile_gemm above) rather than as
-// float32 copies: where dnnl_gemm_bf16bf16f32 is loaded and `bf16_products` (the route of the
-// run's bf16 x.w^T products, which its timed probe chose: matmul.h) multiplies bf16 operands
-// as bf16, that is where oneDNN's bf16 GEMM beat its float32 one on this machine. The default
-// argument is the route in force in this process, the same on every rank.
+// Whether bf16 attention multiplies its tiles as bf16 rather than as float32 copies. Only where
+// dnnl_gemm_bf16bf16f32 is loaded; there, as the run's timed probe chose (use_attention_tiles,
+// product_probe.h: it times the run's attention both ways), else by the default rule: as bf16
+// where `bf16_products` (the route of the run's bf16 x.w^T products) multiplies bf16 operands as
+// bf16, that is where oneDNN's bf16 GEMM beat its float32 one on the linear layers' shapes. The
+// rule alone is not enough: on an AMX Xeon, oneDNN's bf16 GEMM takes the linear layers at 3x its
+// float32 rate but attention's small tiles at about half of it. The argumentless form is the
+// choice in force in this process, the same on every rank.
 bool attention_tiles_in_bf16(bool bf16_products_in_float32);
 bool attention_tiles_in_bf16();
+
+// The run's choice for bf16 attention tiles (true: as bf16) replaces the default rule in this
+// process until the next call; nullopt restores the rule. chosen_attention_tiles: the choice in
+// force, nullopt under the rule.
+void use_attention_tiles(std::optional<bool> in_bf16);
+std::optional<bool> chosen_attention_tiles();
 
 }  // namespace strata

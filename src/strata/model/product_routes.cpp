@@ -59,34 +59,46 @@ std::string broadcast_text(Comm& world, const std::string& text) {
   return std::string(data, data + bytes.numel());
 }
 
+// One rank's attention over `rows` rows: its tp share of the query heads and of the kv heads (all
+// of them where tp does not divide them: it holds every kv head, model/gpt_attention.cpp).
+AttentionShape rank_attention(const Config& config, int64_t rows) {
+  const ModelConfig& model = config.model;
+  if (model.attention != AttentionKernel::blockwise) return {};
+  const int64_t tp = config.parallel.tp, kv = model.kv_heads();
+  return {model.n_heads / tp, kv % tp == 0 ? kv / tp : kv, rows, model.head_dim()};
+}
+
 }  // namespace
 
-std::vector<ProductShape> training_products(const Config& config) {
+RunProducts training_products(const Config& config) {
   const int64_t rows =
       config.parallel.micro_batch * config.model.seq_len / std::max<int64_t>(1, config.parallel.cp);
-  std::vector<ProductShape> shapes;
+  RunProducts run;
   for (const auto& [linear, m] : rank_linears(config, rows)) {
-    add(shapes, {m, linear.out, linear.in, false, true});   // y = x W^T
-    add(shapes, {m, linear.in, linear.out, false, false});  // dx = dy W
-    add(shapes, {linear.out, linear.in, m, true, false});   // dW = dy^T x
+    add(run.shapes, {m, linear.out, linear.in, false, true});   // y = x W^T
+    add(run.shapes, {m, linear.in, linear.out, false, false});  // dx = dy W
+    add(run.shapes, {linear.out, linear.in, m, true, false});   // dW = dy^T x
   }
-  return shapes;
+  run.attention =
+      rank_attention(config, config.model.seq_len / std::max<int64_t>(1, config.parallel.cp));
+  return run;
 }
 
-std::vector<ProductShape> serving_products(const Config& config) {
-  std::vector<ProductShape> shapes;
+RunProducts serving_products(const Config& config) {
+  RunProducts run;
   for (const auto& [linear, m] : rank_linears(config, config.serve.max_batch_tokens)) {
-    add(shapes, {m, linear.out, linear.in, false, true});
+    add(run.shapes, {m, linear.out, linear.in, false, true});
   }
-  return shapes;
+  run.attention =
+      rank_attention(config, std::min(config.serve.max_batch_tokens, config.model.seq_len));
+  return run;
 }
 
-ProductProbe choose_product_routes(Comm& world, const Config& config,
-                                   const std::vector<ProductShape>& shapes) {
+ProductProbe choose_product_routes(Comm& world, const Config& config, const RunProducts& run) {
   const at::ScalarType dtype = compute_dtype(config.train.precision);
   std::string text;
   if (world.rank() == 0) {
-    text = cached_product_probe(dtype, shapes).to_text();
+    text = cached_product_probe(dtype, run.shapes, run.attention).to_text();
   }
   ProductProbe probe = ProductProbe::from_text(broadcast_text(world, text), "rank 0's probe");
   probe.use();

@@ -63,7 +63,7 @@ std::vector<MatmulShape> run_peak_shapes(const Config& config) {
   // their full rate on the CPUs measured.
   constexpr int64_t kPeakRows = 2048, kPeakWidth = 4096;
   std::vector<MatmulShape> shapes;
-  for (const ProductShape& product : training_products(config)) {
+  for (const ProductShape& product : training_products(config).shapes) {
     if (product.a_transposed || !product.b_transposed || few_row_product(product.m, false, true)) {
       continue;
     }
