@@ -124,7 +124,9 @@ TEST(ProductProbe, TimesAttentionOnAtMostItsRowCap) {
   const ProductProbe probe = probe_products(at::kBFloat16, {}, scripted({1, 1}, &calls),
                                             {2, 2, 4 * kProbedAttentionRows, 16});
   ASSERT_EQ(probe.attention.has_value(), cpu_info().onednn_gemm_bf16 != nullptr);
-  if (probe.attention) EXPECT_EQ(probe.attention->timed.seq, kProbedAttentionRows);
+  if (probe.attention) {
+    EXPECT_EQ(probe.attention->timed.seq, kProbedAttentionRows);
+  }
 }
 
 TEST(ProductProbe, ReadsBackFromItsText) {
