@@ -91,5 +91,31 @@ TEST(ProductRoutes, ListTheTensorParallelShardsOfEveryLayer) {
   EXPECT_TRUE(lists(serving_products(config).shapes, {96, 256 / 2, d, false, true}));
 }
 
+// The attention the probe times is the one the blockwise kernel gets on a rank: its share of the
+// heads over seq_len / cp rows (serving: a prefill chunk); with kv heads tp does not divide, one
+// kv head per query head (GPT::expand_kv), so the kernel's kv heads divide its query heads.
+TEST(ProductRoutes, TimeTheAttentionTheKernelGetsOnARank) {
+  Config config = testing::tiny_training_run(2, 4, 2);  // d 32, 4 heads of 8, 32 tokens
+  config.parallel.tp = 2;
+  const auto expect = [](const AttentionShape& got, AttentionShape want) {
+    EXPECT_EQ(got.heads, want.heads);
+    EXPECT_EQ(got.kv_heads, want.kv_heads);
+    EXPECT_EQ(got.seq, want.seq);
+    EXPECT_EQ(got.head_dim, want.head_dim);
+  };
+  expect(training_products(config).attention, {2, 2, 32, 8});
+  config.model.n_kv_heads = 2;
+  expect(training_products(config).attention, {2, 1, 32, 8});
+  config.model.n_kv_heads = 1;  // replicated on both ranks
+  expect(training_products(config).attention, {2, 2, 32, 8});
+  config.parallel.cp = 2;
+  expect(training_products(config).attention, {2, 2, 16, 8});
+  config.parallel.cp = 1;
+  config.serve.max_batch_tokens = 24;
+  expect(serving_products(config).attention, {2, 2, 24, 8});
+  config.model.attention = AttentionKernel::eager;
+  EXPECT_EQ(training_products(config).attention.seq, 0);
+}
+
 }  // namespace
 }  // namespace strata

@@ -59,13 +59,14 @@ std::string broadcast_text(Comm& world, const std::string& text) {
   return std::string(data, data + bytes.numel());
 }
 
-// One rank's attention over `rows` rows: its tp share of the query heads and of the kv heads (all
-// of them where tp does not divide them: it holds every kv head, model/gpt_attention.cpp).
+// One rank's attention over `rows` rows, as the blockwise kernel sees it: its tp share of the
+// query heads and of the kv heads. Where tp does not divide the kv heads, every rank holds all
+// of them and hands the kernel one per query head (GPT::expand_kv).
 AttentionShape rank_attention(const Config& config, int64_t rows) {
   const ModelConfig& model = config.model;
   if (model.attention != AttentionKernel::blockwise) return {};
-  const int64_t tp = config.parallel.tp, kv = model.kv_heads();
-  return {model.n_heads / tp, kv % tp == 0 ? kv / tp : kv, rows, model.head_dim()};
+  const int64_t tp = config.parallel.tp, heads = model.n_heads / tp, kv = model.kv_heads();
+  return {heads, kv % tp == 0 ? kv / tp : heads, rows, model.head_dim()};
 }
 
 }  // namespace
