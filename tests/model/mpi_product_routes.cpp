@@ -9,6 +9,7 @@
 #include <fstream>
 
 #include "strata/dist/comm.h"
+#include "strata/kernels/tile_gemm.h"
 #include "strata/model/product_routes.h"
 #include "test_configs.h"
 #include "test_support.h"
@@ -40,7 +41,8 @@ class CacheDir {
 };
 
 // Each rank's cache holds a different probe of the run's shapes: rank 0's routes the float32
-// forward to ATen in 0.125 s, the others' to the default in 7 s. Every rank installs rank 0's.
+// forward to ATen in 0.125 s and multiplies attention tiles as bf16, the others' take the default
+// in 7 s and float32 copies. Every rank installs rank 0's.
 TEST(ProductRoutes, EveryRankTakesRankZerosProbe) {
   Comm world = Comm::world(120);
   Config config = testing::tiny_training_run(2, 4, 2);
@@ -57,6 +59,7 @@ TEST(ProductRoutes, EveryRankTakesRankZerosProbe) {
   probed.route = rank0 ? ProductRoute{ProductPath::aten, false} : default_route(forward);
   probed.seconds = {{probed.route, rank0 ? 0.125 : 7.0}};
   planted.classes.push_back(probed);
+  planted.attention = ProbedAttention{run.attention, /*in_bf16=*/rank0, 1.0, 2.0};
   const std::string file = product_probe_file(dir.path(), planted.key);
   std::filesystem::create_directories(std::filesystem::path(file).parent_path());
   std::ofstream(file) << planted.to_text();
@@ -65,6 +68,7 @@ TEST(ProductRoutes, EveryRankTakesRankZerosProbe) {
   ASSERT_EQ(chosen.classes.size(), 1u);
   EXPECT_EQ(chosen.classes[0].seconds[0].second, 0.125);
   EXPECT_EQ(class_route(forward), (ProductRoute{ProductPath::aten, false}));
+  EXPECT_EQ(chosen_attention_tiles(), std::optional<bool>(true)) << "rank 0's attention tiles";
   ProductProbe{}.use();
 }
 

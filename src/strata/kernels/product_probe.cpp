@@ -64,7 +64,10 @@ ProbedAttention probe_attention(const AttentionShape& shape, bool by_default_in_
   const at::Tensor q = random(t.heads), k = random(t.kv_heads), v = random(t.kv_heads),
                    dout = random(t.heads);
   const double scale = 1.0 / std::sqrt(static_cast<double>(t.head_dim));
-  const std::optional<bool> before = chosen_attention_tiles();
+  struct Restore {  // the choice in force before, also when the kernel throws
+    std::optional<bool> before = chosen_attention_tiles();
+    ~Restore() { use_attention_tiles(before); }
+  } restore;
   for (const bool in_bf16 : {by_default_in_bf16, !by_default_in_bf16}) {
     use_attention_tiles(in_bf16);
     (in_bf16 ? probed.bf16_seconds : probed.float32_seconds) = timer([&] {
@@ -72,7 +75,6 @@ ProbedAttention probe_attention(const AttentionShape& shape, bool by_default_in_
       blockwise_attention_backward(dout, q, k, v, forward.out, forward.lse, scale);
     });
   }
-  use_attention_tiles(before);
   const double by_default = by_default_in_bf16 ? probed.bf16_seconds : probed.float32_seconds;
   const double other = by_default_in_bf16 ? probed.float32_seconds : probed.bf16_seconds;
   probed.in_bf16 = worth_switching(by_default, other) ? !by_default_in_bf16 : by_default_in_bf16;
