@@ -43,7 +43,7 @@ struct ProbedClass {
 };
 
 // The attention one rank computes in a step: query heads, key/value heads, rows (keys and
-// queries alike) and head size. seq 0: none to time (eager attention, a float32 run).
+// queries alike) and head size. seq 0: none (eager attention). Only bf16 probes time it.
 struct AttentionShape {
   int64_t heads = 0, kv_heads = 0, seq = 0, head_dim = 0;
 };

@@ -72,16 +72,14 @@ AttentionShape rank_attention(const Config& config, int64_t rows) {
 }  // namespace
 
 RunProducts training_products(const Config& config) {
-  const int64_t rows =
-      config.parallel.micro_batch * config.model.seq_len / std::max<int64_t>(1, config.parallel.cp);
+  const int64_t seq = config.model.seq_len / std::max<int64_t>(1, config.parallel.cp);
   RunProducts run;
-  for (const auto& [linear, m] : rank_linears(config, rows)) {
+  for (const auto& [linear, m] : rank_linears(config, config.parallel.micro_batch * seq)) {
     add(run.shapes, {m, linear.out, linear.in, false, true});   // y = x W^T
     add(run.shapes, {m, linear.in, linear.out, false, false});  // dx = dy W
     add(run.shapes, {linear.out, linear.in, m, true, false});   // dW = dy^T x
   }
-  run.attention =
-      rank_attention(config, config.model.seq_len / std::max<int64_t>(1, config.parallel.cp));
+  run.attention = rank_attention(config, seq);
   return run;
 }
 
