@@ -309,5 +309,52 @@ TEST(BlockwiseAttention, Bf16TilesDifferFromFloat32TilesOnlyByRounding) {
   }
 }
 
+// bf16 and float16 inputs multiplied as float32 are widened tile by tile, summed in float32 and
+// rounded once: exactly the bits of the kernel run on float32 copies of the inputs with its
+// results rounded, as it ran before the tiles were widened in place. Forward and backward, over
+// tile edges, grouped-query heads, a cache and a document mask.
+TEST(BlockwiseAttention, WidenedTilesEqualFloat32CopiesRounded) {
+  struct TilesAsFloat32 {
+    TilesAsFloat32() { use_attention_tiles(false); }
+    ~TilesAsFloat32() { use_attention_tiles(std::nullopt); }
+  } as_float32;
+  const Shape shapes[] = {{2, 4, 2, kK + 7, kK + 7, 64, 0, 0},
+                          {1, 2, 1, 20, 2 * kK + 3, 8, 2 * kK - 17, 0}};
+  for (const Shape& s : shapes) {
+    for (at::ScalarType dtype : {at::kBFloat16, at::kHalf}) {
+      const std::string name = describe(s) + (dtype == at::kHalf ? " float16" : " bfloat16");
+      const Inputs in = make_inputs(s, dtype, 29);
+      at::NoGradGuard no_grad;
+      const double scale = 0.125;
+      const AttentionPositions positions{s.query_position, s.key_position};
+      // Two documents per batch row, the second from the middle of the keys.
+      const at::Tensor key_documents =
+          (at::arange(s.Tk, at::kLong) >= s.Tk / 2).to(at::kLong).expand({s.B, s.Tk}).contiguous();
+      const AttentionDocuments documents{
+          key_documents.narrow(1, s.query_position - s.key_position, s.Tq).contiguous(),
+          key_documents};
+      auto wide = [](const at::Tensor& x) { return x.detach().to(at::kFloat); };
+      const AttentionForward got =
+          blockwise_attention_forward(in.q, in.k, in.v, scale, positions, documents);
+      const AttentionForward want = blockwise_attention_forward(wide(in.q), wide(in.k), wide(in.v),
+                                                                scale, positions, documents);
+      EXPECT_EQ(got.out.scalar_type(), dtype) << name;
+      EXPECT_TRUE(at::equal(got.out, want.out.to(dtype))) << name << " out";
+      EXPECT_TRUE(at::equal(got.lse, want.lse)) << name << " lse";
+      EXPECT_EQ(got.skipped_tiles, want.skipped_tiles) << name;
+      const at::Tensor dout = in.weights;
+      const AttentionGradients grads = blockwise_attention_backward(
+          dout, in.q, in.k, in.v, got.out, got.lse, scale, positions, documents);
+      const AttentionGradients wants =
+          blockwise_attention_backward(wide(dout), wide(in.q), wide(in.k), wide(in.v),
+                                       wide(got.out), got.lse, scale, positions, documents);
+      EXPECT_TRUE(at::equal(grads.dq, wants.dq.to(dtype))) << name << " dq";
+      EXPECT_TRUE(at::equal(grads.dk, wants.dk.to(dtype))) << name << " dk";
+      EXPECT_TRUE(at::equal(grads.dv, wants.dv.to(dtype))) << name << " dv";
+      EXPECT_GT(grads.dq.abs().sum().item<double>(), 0) << name;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace strata

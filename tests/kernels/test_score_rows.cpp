@@ -139,5 +139,26 @@ TEST(ScoreRows, RoundsToBf16AsC10Does) {
   }
 }
 
+// Widening is exact and touches only the n values asked for, whole vectors and tail alike.
+TEST(ScoreRows, WidensBf16Exactly) {
+  std::vector<c10::BFloat16> values;
+  for (uint16_t bits : {0x3F80, 0x0001, 0x8000, 0x7F7F, 0xFF80, 0x7FC1}) {
+    values.push_back(c10::BFloat16(bits, c10::BFloat16::from_bits()));
+  }
+  for (int i = 0; values.size() < 45; ++i)
+    values.push_back(c10::BFloat16(std::sin(0.9f * i) * std::exp2(i % 30 - 15)));
+  for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{15}, int64_t{16}, int64_t{45}}) {
+    std::vector<float> widened(values.size(), -7.0f);
+    widen_bf16(values.data(), widened.data(), n);
+    for (int64_t i = 0; i < static_cast<int64_t>(values.size()); ++i) {
+      const float want = i < n ? static_cast<float>(values[i]) : -7.0f;
+      uint32_t got_bits, want_bits;
+      std::memcpy(&got_bits, &widened[i], sizeof got_bits);
+      std::memcpy(&want_bits, &want, sizeof want_bits);
+      EXPECT_EQ(got_bits, want_bits) << "n " << n << " value " << i;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace strata

@@ -18,8 +18,10 @@
 // float32 (float64 for float64 inputs), and so are the sums of the output and the gradients.
 // bf16 inputs are multiplied as bf16 where attention_tiles_in_bf16 (tile_gemm.h) holds: q, k,
 // v and dout as stored, and each tile's probabilities and score gradients rounded to bf16
-// before the products that take them, as FlashAttention multiplies them on GPUs; elsewhere as
-// float32 copies. Where the diagonal crosses a tile pair, the pair
+// before the products that take them, as FlashAttention multiplies them on GPUs; elsewhere,
+// like float16, widened to float32 tile by tile as the products need them (TileLoader), and
+// the output and gradients are summed in float32 and rounded once into the input's dtype
+// (SumRows): no whole-tensor copy either way. Where the diagonal crosses a tile pair, the pair
 // is cut into row blocks that each multiply only the keys they see (for_each_block).
 //
 // Document masking: each query row sees the keys [first_key_seen_by, keys_seen_by), one run
@@ -105,6 +107,9 @@ Problem describe(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
       "attention shapes: q ", q.sizes(), ", k ", k.sizes(), ", v ", v.sizes());
   STRATA_CHECK(q.scalar_type() == k.scalar_type() && k.scalar_type() == v.scalar_type(),
                "attention: q, k and v differ in dtype");
+  STRATA_CHECK(at::isFloatingType(q.scalar_type()),
+               "attention takes float64, float32, bfloat16 or float16 inputs, not ",
+               q.scalar_type());
   p.group = p.H / p.K;
   p.positions = positions ? *positions : AttentionPositions{p.Tk - p.Tq, 0};
   p.accumulate = q.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
@@ -179,40 +184,122 @@ struct Rows {
   scalar_t* at(int64_t b, int64_t head, int64_t row) const {
     return data + b * batch_stride + head * head_stride + row * row_stride;
   }
-  TileOperand<scalar_t> operand(int64_t b, int64_t head, int64_t row,
-                                bool transposed = false) const {
-    return {at(b, head, row), row_stride, transposed};
+};
+
+// n values of one type as another: bf16 widened on the vector path, float32 rounded to bf16
+// (nearest even, as ATen's conversion), float16 either way through c10::Half.
+template <typename from_t, typename to_t>
+void convert(const from_t* from, to_t* to, int64_t n) {
+  if constexpr (std::is_same_v<from_t, c10::BFloat16> && std::is_same_v<to_t, float>) {
+    widen_bf16(from, to, n);
+  } else if constexpr (std::is_same_v<from_t, float> && std::is_same_v<to_t, c10::BFloat16>) {
+    round_to_bf16(from, to, n);
+  } else {
+    for (int64_t i = 0; i < n; ++i) to[i] = static_cast<to_t>(from[i]);
+  }
+}
+
+// Rows [first, first + count) of one head as the tile products take them: each product's
+// operand starts at a row of the tile.
+template <typename operand_t>
+struct Tile {
+  const operand_t* data;  // row `first`
+  int64_t row_stride, first;
+
+  TileOperand<operand_t> operand(int64_t row, bool transposed = false) const {
+    return {data + (row - first) * row_stride, row_stride, transposed};
   }
 };
 
-// Zeroes rows [first, first + rows) of one head.
-template <typename scalar_t>
-void zero_rows(const Rows<scalar_t>& x, int64_t b, int64_t head, int64_t first, int64_t rows,
-               int64_t D) {
-  for (int64_t r = first; r < first + rows; ++r)
-    std::fill(x.at(b, head, r), x.at(b, head, r) + D, 0);
-}
+// Loads tiles of a stored tensor (input_t) as the products' operand type: in place where the
+// two agree, else converted into a scratch of up to max_rows rows (bf16 or float16 inputs
+// multiplied as float32), once per tile however many products read it. The whole-tensor
+// copies this replaces cost a bf16 step as much as a tenth of its attention.
+template <typename operand_t, typename input_t>
+class TileLoader {
+ public:
+  TileLoader(const Rows<input_t>& rows, int64_t D, int64_t max_rows) : rows_(rows), D_(D) {
+    if constexpr (!kInPlace) scratch_.resize(static_cast<size_t>(max_rows * D));
+  }
+
+  Tile<operand_t> load(int64_t b, int64_t head, int64_t first, int64_t count) {
+    if constexpr (kInPlace) {
+      return {rows_.at(b, head, first), rows_.row_stride, first};
+    } else {
+      for (int64_t r = 0; r < count; ++r) {
+        convert(rows_.at(b, head, first + r), scratch_.data() + r * D_, D_);
+      }
+      return {scratch_.data(), D_, first};
+    }
+  }
+
+ private:
+  static constexpr bool kInPlace = std::is_same_v<operand_t, input_t>;
+  Rows<input_t> rows_;
+  int64_t D_;
+  std::vector<operand_t> scratch_;
+};
+
+// Rows of a (B, heads, T, D) result (output_t) that a task sums in the accumulation type:
+// in place where the result has that type, else in a scratch of up to max_rows rows that
+// `store` rounds into the result once the sums are done (as a float32 result rounded whole
+// would be).
+template <typename scalar_t, typename output_t>
+class SumRows {
+ public:
+  SumRows(const at::Tensor& out, int64_t D, int64_t max_rows) : out_(out), D_(D) {
+    if constexpr (!kInPlace) scratch_.resize(static_cast<size_t>(max_rows * D));
+  }
+
+  // Rows [first, first + count) of one head, zeroed, row_stride() apart.
+  scalar_t* begin(int64_t b, int64_t head, int64_t first, int64_t count) {
+    scalar_t* rows;
+    if constexpr (kInPlace) {
+      rows = out_.at(b, head, first);
+    } else {
+      rows = scratch_.data();
+    }
+    for (int64_t r = 0; r < count; ++r) std::fill_n(rows + r * row_stride(), D_, scalar_t{0});
+    return rows;
+  }
+  int64_t row_stride() const { return kInPlace ? out_.row_stride : D_; }
+
+  // The sums of begin's rows into the result.
+  void store(int64_t b, int64_t head, int64_t first, int64_t count) {
+    if constexpr (!kInPlace) {
+      for (int64_t r = 0; r < count; ++r) {
+        convert(scratch_.data() + r * D_, out_.at(b, head, first + r), D_);
+      }
+    }
+  }
+
+ private:
+  static constexpr bool kInPlace = std::is_same_v<scalar_t, output_t>;
+  Rows<output_t> out_;
+  int64_t D_;
+  std::vector<scalar_t> scratch_;
+};
 
 // A (B, heads, T, D) tensor laid out as (B, T, heads, D), the layout the model's projections
 // produce q, k and v in: the model reads an output as (B, T, heads * D) rows with no copy, so
 // the output the forward saves and the out-projection's saved input are one tensor, and the
-// gradients reach the projections without a transposing copy. (.to() keeps the layout.)
+// gradients reach the projections without a transposing copy.
 at::Tensor rows_major(int64_t B, int64_t heads, int64_t T, int64_t D,
                       const at::TensorOptions& options) {
   return at::empty({B, T, heads, D}, options).transpose(1, 2);
 }
 
-// x in `dtype` (the operands' dtype) with contiguous rows (a copy only where either differs).
-at::Tensor operand_rows(const at::Tensor& x, at::ScalarType dtype) {
+// x in `dtype` with contiguous rows (a copy only where either differs).
+at::Tensor stored_rows(const at::Tensor& x, at::ScalarType dtype) {
   at::Tensor converted = x.to(dtype);
   return converted.stride(-1) == 1 ? converted : converted.contiguous();
 }
 
 // A tile of n values (probabilities or score gradients) as the tile products' operand type:
 // the tile itself, or its bf16 rounding in `rounded` (sized for the largest tile).
-template <typename input_t, typename scalar_t>
-const input_t* as_operand(const scalar_t* tile, int64_t n, std::vector<input_t>& rounded) {
-  if constexpr (std::is_same_v<input_t, scalar_t>) {
+template <typename operand_t, typename scalar_t>
+const operand_t* as_operand(const scalar_t* tile, int64_t n, std::vector<operand_t>& rounded) {
+  if constexpr (std::is_same_v<operand_t, scalar_t>) {
     return tile;
   } else {
     round_to_bf16(tile, rounded.data(), n);
@@ -221,26 +308,20 @@ const input_t* as_operand(const scalar_t* tile, int64_t n, std::vector<input_t>&
 }
 
 // The scratch of as_operand: empty where the operands are the tile itself.
-template <typename input_t, typename scalar_t>
-std::vector<input_t> rounded_tile() {
-  return std::vector<input_t>(
-      std::is_same_v<input_t, scalar_t> ? 0 : kAttentionQueryTile * kAttentionKeyTile);
+template <typename operand_t, typename scalar_t>
+std::vector<operand_t> rounded_tile() {
+  return std::vector<operand_t>(
+      std::is_same_v<operand_t, scalar_t> ? 0 : kAttentionQueryTile * kAttentionKeyTile);
 }
 
-// The dtype the tile products take q, k and v in: bf16 as stored where attention_tiles_in_bf16,
-// else the accumulation dtype.
-at::ScalarType operand_dtype(const Problem& p, const at::Tensor& q) {
-  return q.scalar_type() == at::kBFloat16 && attention_tiles_in_bf16() ? at::kBFloat16
-                                                                       : p.accumulate;
-}
-
-// Returns the key tiles the document mask skipped (AttentionForward::skipped_tiles). q, k and v
-// are input_t; out and lse scalar_t, the accumulation dtype.
-template <typename scalar_t, typename input_t = scalar_t>
+// Returns the key tiles the document mask skipped (AttentionForward::skipped_tiles). q, k, v
+// and out are input_t, multiplied as operand_t; lse and the sums are scalar_t, the
+// accumulation dtype.
+template <typename scalar_t, typename operand_t, typename input_t>
 int64_t forward_tiles(const Problem& p, const at::Tensor& q, const at::Tensor& k,
                       const at::Tensor& v, double scale, at::Tensor& out, at::Tensor& lse) {
   const Rows<input_t> queries(q), keys(k), values(v);
-  const Rows<scalar_t> outputs(out), lses(lse.unsqueeze(-1));
+  const Rows<scalar_t> lses(lse.unsqueeze(-1));
   constexpr scalar_t kInf = std::numeric_limits<scalar_t>::infinity();
   const int64_t D = p.D;
   std::atomic<int64_t> skipped{0};
@@ -248,28 +329,34 @@ int64_t forward_tiles(const Problem& p, const at::Tensor& q, const at::Tensor& k
   // the end of the queue even out the threads.
   TaskQueue queue(p.B * p.H * p.query_tiles);
   run_on_threads(queue.threads(), [&] {
+    TileLoader<operand_t, input_t> query_tiles(queries, D, kAttentionQueryTile),
+        key_tiles(keys, D, kAttentionKeyTile), value_tiles(values, D, kAttentionKeyTile);
+    SumRows<scalar_t, input_t> outputs(out, D, kAttentionQueryTile);
     std::vector<scalar_t> scores(kAttentionQueryTile * kAttentionKeyTile);  // (rows, cols)
-    std::vector<input_t> rounded = rounded_tile<input_t, scalar_t>();
+    std::vector<operand_t> rounded = rounded_tile<operand_t, scalar_t>();
     std::vector<scalar_t> row_max(kAttentionQueryTile), row_sum(kAttentionQueryTile);
     for (int64_t task; queue.take(task);) {
       const int64_t tile = p.query_tiles - 1 - task % p.query_tiles, b = task / p.query_tiles / p.H,
                     h = task / p.query_tiles % p.H, g = h / p.group;
       const int64_t r0 = tile * kAttentionQueryTile;
       const int64_t rows = std::min(kAttentionQueryTile, p.Tq - r0);
-      scalar_t* o = outputs.at(b, h, r0);  // (rows, D), unnormalized until the end
-      zero_rows(outputs, b, h, r0, rows, D);
+      const Tile<operand_t> query_tile = query_tiles.load(b, h, r0, rows);
+      scalar_t* o = outputs.begin(b, h, r0, rows);  // (rows, D), unnormalized until the end
+      const int64_t o_stride = outputs.row_stride();
       std::fill(row_max.begin(), row_max.end(), -kInf);
       std::fill(row_sum.begin(), row_sum.end(), 0);
       const int64_t visible = keys_seen_by(p, b, r0 + rows - 1);
       int64_t computed_tiles = 0;
       for (int64_t j0 = first_key_tile_start(p, b, r0); j0 < visible; j0 += kAttentionKeyTile) {
         const int64_t cols = std::min(kAttentionKeyTile, visible - j0);
+        const Tile<operand_t> key_tile = key_tiles.load(b, g, j0, cols),
+                              value_tile = value_tiles.load(b, g, j0, cols);
         computed_tiles += for_each_block(
             p, b, r0, rows, j0, cols,
             [&](int64_t first, int64_t block_rows, int64_t k0, int64_t block_cols) {
               tile_gemm(block_rows, block_cols, D, static_cast<scalar_t>(scale),
-                        queries.operand(b, h, r0 + first),
-                        keys.operand(b, g, k0, /*transposed=*/true), 0, scores.data(), block_cols);
+                        query_tile.operand(r0 + first), key_tile.operand(k0, /*transposed=*/true),
+                        0, scores.data(), block_cols);
               for (int64_t r = first; r < first + block_rows; ++r) {
                 scalar_t* row = scores.data() + (r - first) * block_cols;
                 const SeenKeys seen = seen_in(p, b, r0 + r, k0, block_cols);
@@ -278,40 +365,41 @@ int64_t forward_tiles(const Problem& p, const at::Tensor& q, const at::Tensor& k
                     online_softmax_row(row + seen.first, seen.end - seen.first,
                                        block_cols - seen.first, row_max[r], row_sum[r]);
                 if (rescale != 1) {
-                  scalar_t* o_row = o + r * outputs.row_stride;
+                  scalar_t* o_row = o + r * o_stride;
                   for (int64_t d = 0; d < D; ++d) o_row[d] *= rescale;
                 }
               }
               tile_gemm(block_rows, D, block_cols, scalar_t{1},
                         {as_operand(scores.data(), block_rows * block_cols, rounded), block_cols},
-                        values.operand(b, g, k0), 1, o + first * outputs.row_stride,
-                        outputs.row_stride);
+                        value_tile.operand(k0), 1, o + first * o_stride, o_stride);
             });
       }
       if (!p.key_end.empty()) {
         skipped += tiles(causal_keys_seen_by(p, r0 + rows - 1), kAttentionKeyTile) - computed_tiles;
       }
       for (int64_t r = 0; r < rows; ++r) {  // rows that see no key: out 0, lse -inf
-        scalar_t* o_row = o + r * outputs.row_stride;
+        scalar_t* o_row = o + r * o_stride;
         const scalar_t sum = row_sum[r];
         if (sum > 0) {
           for (int64_t d = 0; d < D; ++d) o_row[d] /= sum;
         }
         *lses.at(b, h, r0 + r) = sum > 0 ? row_max[r] + std::log(sum) : -kInf;
       }
+      outputs.store(b, h, r0, rows);
     }
   });
   return skipped;
 }
 
-// dout, q, k, v and out are input_t; lse, dq, dk and dv scalar_t.
-template <typename scalar_t, typename input_t = scalar_t>
+// dout, q, k, v, out and the gradients are input_t, multiplied as operand_t; lse and the sums
+// are scalar_t.
+template <typename scalar_t, typename operand_t, typename input_t>
 void backward_tiles(const Problem& p, const at::Tensor& dout, const at::Tensor& q,
                     const at::Tensor& k, const at::Tensor& v, const at::Tensor& lse,
                     const at::Tensor& out, double scale, at::Tensor& dq, at::Tensor& dk,
                     at::Tensor& dv) {
   const Rows<input_t> queries(q), keys(k), values(v), douts(dout), outputs(out);
-  const Rows<scalar_t> lses(lse.unsqueeze(-1)), dqs(dq), dks(dk), dvs(dv);
+  const Rows<scalar_t> lses(lse.unsqueeze(-1));
   const int64_t D = p.D;
   const auto scale_as = static_cast<scalar_t>(scale);
   // One task per (batch, kv head): it owns the dq rows of the query heads sharing the kv
@@ -319,17 +407,24 @@ void backward_tiles(const Problem& p, const at::Tensor& dout, const at::Tensor& 
   // pair costs five products.
   TaskQueue queue(p.B * p.K);
   run_on_threads(queue.threads(), [&] {
+    TileLoader<operand_t, input_t> query_tiles(queries, D, kAttentionQueryTile),
+        dout_tiles(douts, D, kAttentionQueryTile), key_heads(keys, D, p.Tk),
+        value_heads(values, D, p.Tk);
+    SumRows<scalar_t, input_t> dq_rows(dq, D, kAttentionQueryTile), dk_rows(dk, D, p.Tk),
+        dv_rows(dv, D, p.Tk);
     std::vector<scalar_t> probabilities(kAttentionQueryTile * kAttentionKeyTile);  // (rows, cols)
     std::vector<scalar_t> score_grads(kAttentionQueryTile * kAttentionKeyTile);    // (rows, cols)
     std::vector<scalar_t> deltas(kAttentionQueryTile);  // rowsum(dout * out) of a query tile
     // The bf16 rounding of P, then (P_in read) of dS: one scratch for both.
-    std::vector<input_t> rounded = rounded_tile<input_t, scalar_t>();
+    std::vector<operand_t> rounded = rounded_tile<operand_t, scalar_t>();
     for (int64_t task; queue.take(task);) {
       const int64_t b = task / p.K, g = task % p.K;
-      zero_rows(dks, b, g, 0, p.Tk, D);
-      zero_rows(dvs, b, g, 0, p.Tk, D);
+      const Tile<operand_t> key_head = key_heads.load(b, g, 0, p.Tk),
+                            value_head = value_heads.load(b, g, 0, p.Tk);
+      scalar_t* dk_head = dk_rows.begin(b, g, 0, p.Tk);
+      scalar_t* dv_head = dv_rows.begin(b, g, 0, p.Tk);
+      const int64_t dk_stride = dk_rows.row_stride(), dv_stride = dv_rows.row_stride();
       for (int64_t h = g * p.group; h < (g + 1) * p.group; ++h) {
-        zero_rows(dqs, b, h, 0, p.Tq, D);
         for (int64_t r0 = 0; r0 < p.Tq; r0 += kAttentionQueryTile) {
           const int64_t rows = std::min(kAttentionQueryTile, p.Tq - r0);
           for (int64_t r = 0; r < rows; ++r) {
@@ -340,6 +435,10 @@ void backward_tiles(const Problem& p, const at::Tensor& dout, const at::Tensor& 
             }
             deltas[r] = dot;
           }
+          const Tile<operand_t> query_tile = query_tiles.load(b, h, r0, rows),
+                                dout_tile = dout_tiles.load(b, h, r0, rows);
+          scalar_t* dq_tile = dq_rows.begin(b, h, r0, rows);
+          const int64_t dq_stride = dq_rows.row_stride();
           const int64_t visible = keys_seen_by(p, b, r0 + rows - 1);
           for (int64_t j0 = first_key_tile_start(p, b, r0); j0 < visible; j0 += kAttentionKeyTile) {
             const int64_t cols = std::min(kAttentionKeyTile, visible - j0);
@@ -349,8 +448,8 @@ void backward_tiles(const Problem& p, const at::Tensor& dout, const at::Tensor& 
                   const int64_t row = r0 + first;
                   scalar_t* P = probabilities.data();
                   scalar_t* dS = score_grads.data();
-                  tile_gemm(block_rows, block_cols, D, scale_as, queries.operand(b, h, row),
-                            keys.operand(b, g, k0, /*transposed=*/true), 0, P, block_cols);
+                  tile_gemm(block_rows, block_cols, D, scale_as, query_tile.operand(row),
+                            key_head.operand(k0, /*transposed=*/true), 0, P, block_cols);
                   for (int64_t r = 0; r < block_rows; ++r) {
                     scalar_t* P_row = P + r * block_cols;
                     const SeenKeys seen = seen_in(p, b, row + r, k0, block_cols);
@@ -359,30 +458,53 @@ void backward_tiles(const Problem& p, const at::Tensor& dout, const at::Tensor& 
                                       block_cols - seen.first, *lses.at(b, h, row + r));
                   }
                   // dv_j += p^T dout
-                  const input_t* P_in = as_operand(P, block_rows * block_cols, rounded);
+                  const operand_t* P_in = as_operand(P, block_rows * block_cols, rounded);
                   tile_gemm(block_cols, D, block_rows, scalar_t{1},
-                            {P_in, block_cols, /*transposed=*/true}, douts.operand(b, h, row), 1,
-                            dvs.at(b, g, k0), dvs.row_stride);
+                            {P_in, block_cols, /*transposed=*/true}, dout_tile.operand(row), 1,
+                            dv_head + k0 * dv_stride, dv_stride);
                   // dp = dout v_j^T, then ds = p * (dp - delta) in its place
-                  tile_gemm(block_rows, block_cols, D, scalar_t{1}, douts.operand(b, h, row),
-                            values.operand(b, g, k0, /*transposed=*/true), 0, dS, block_cols);
+                  tile_gemm(block_rows, block_cols, D, scalar_t{1}, dout_tile.operand(row),
+                            value_head.operand(k0, /*transposed=*/true), 0, dS, block_cols);
                   for (int64_t r = 0; r < block_rows; ++r) {
                     score_gradient_row(P + r * block_cols, dS + r * block_cols, block_cols,
                                        deltas[first + r]);
                   }
                   // dq += ds k_j * scale, dk_j += ds^T q * scale
-                  const input_t* dS_in = as_operand(dS, block_rows * block_cols, rounded);
+                  const operand_t* dS_in = as_operand(dS, block_rows * block_cols, rounded);
                   tile_gemm(block_rows, D, block_cols, scale_as, {dS_in, block_cols},
-                            keys.operand(b, g, k0), 1, dqs.at(b, h, row), dqs.row_stride);
+                            key_head.operand(k0), 1, dq_tile + first * dq_stride, dq_stride);
                   tile_gemm(block_cols, D, block_rows, scale_as,
-                            {dS_in, block_cols, /*transposed=*/true}, queries.operand(b, h, row), 1,
-                            dks.at(b, g, k0), dks.row_stride);
+                            {dS_in, block_cols, /*transposed=*/true}, query_tile.operand(row), 1,
+                            dk_head + k0 * dk_stride, dk_stride);
                 });
           }
+          dq_rows.store(b, h, r0, rows);
         }
       }
+      dk_rows.store(b, g, 0, p.Tk);
+      dv_rows.store(b, g, 0, p.Tk);
     }
   });
+}
+
+// The kernels for q's dtype: float64 throughout; float32; bf16 multiplied as bf16 where
+// attention_tiles_in_bf16 (tile_gemm.h) holds, else like float16 widened to float32 tile by
+// tile. F is called with a null pointer of the operand type and one of the input type.
+template <typename F>
+auto dispatch_inputs(at::ScalarType dtype, F&& f) {
+  switch (dtype) {
+    case at::kDouble:
+      return f(static_cast<double*>(nullptr), static_cast<double*>(nullptr));
+    case at::kFloat:
+      return f(static_cast<float*>(nullptr), static_cast<float*>(nullptr));
+    case at::kBFloat16:
+      if (attention_tiles_in_bf16()) {
+        return f(static_cast<c10::BFloat16*>(nullptr), static_cast<c10::BFloat16*>(nullptr));
+      }
+      return f(static_cast<float*>(nullptr), static_cast<c10::BFloat16*>(nullptr));
+    default:  // float16 (describe took no other dtype)
+      return f(static_cast<float*>(nullptr), static_cast<c10::Half*>(nullptr));
+  }
 }
 
 }  // namespace
@@ -392,21 +514,18 @@ AttentionForward blockwise_attention_forward(const at::Tensor& q, const at::Tens
                                              std::optional<AttentionPositions> positions,
                                              const AttentionDocuments& documents) {
   const Problem p = describe(q, k, v, positions, documents);
-  const at::ScalarType operands = operand_dtype(p, q);
-  const at::Tensor qa = operand_rows(q, operands), ka = operand_rows(k, operands),
-                   va = operand_rows(v, operands);
-  const at::TensorOptions accumulate = q.options().dtype(p.accumulate);
-  at::Tensor out = rows_major(p.B, p.H, p.Tq, p.D, accumulate);
-  at::Tensor lse = at::empty({p.B, p.H, p.Tq}, accumulate);
-  int64_t skipped = 0;
-  if (p.accumulate == at::kDouble) {
-    skipped = forward_tiles<double>(p, qa, ka, va, scale, out, lse);
-  } else if (operands == at::kBFloat16) {
-    skipped = forward_tiles<float, c10::BFloat16>(p, qa, ka, va, scale, out, lse);
-  } else {
-    skipped = forward_tiles<float>(p, qa, ka, va, scale, out, lse);
-  }
-  return {out.to(q.scalar_type()), lse, skipped};
+  const at::ScalarType dtype = q.scalar_type();
+  const at::Tensor qs = stored_rows(q, dtype), ks = stored_rows(k, dtype),
+                   vs = stored_rows(v, dtype);
+  at::Tensor out = rows_major(p.B, p.H, p.Tq, p.D, q.options());
+  at::Tensor lse = at::empty({p.B, p.H, p.Tq}, q.options().dtype(p.accumulate));
+  const int64_t skipped = dispatch_inputs(dtype, [&](auto* operand, auto* input) {
+    using operand_t = std::remove_pointer_t<decltype(operand)>;
+    using input_t = std::remove_pointer_t<decltype(input)>;
+    using scalar_t = std::conditional_t<std::is_same_v<input_t, double>, double, float>;
+    return forward_tiles<scalar_t, operand_t, input_t>(p, qs, ks, vs, scale, out, lse);
+  });
+  return {out, lse, skipped};
 }
 
 AttentionGradients blockwise_attention_backward(const at::Tensor& dout, const at::Tensor& q,
@@ -416,23 +535,22 @@ AttentionGradients blockwise_attention_backward(const at::Tensor& dout, const at
                                                 std::optional<AttentionPositions> positions,
                                                 const AttentionDocuments& documents) {
   const Problem p = describe(q, k, v, positions, documents);
-  const at::ScalarType operands = operand_dtype(p, q);
-  const at::Tensor qa = operand_rows(q, operands), ka = operand_rows(k, operands),
-                   va = operand_rows(v, operands), douta = operand_rows(dout, operands);
-  const at::Tensor outa = operand_rows(out, operands), lsea = lse.to(p.accumulate);
+  const at::ScalarType dtype = q.scalar_type();
+  const at::Tensor qs = stored_rows(q, dtype), ks = stored_rows(k, dtype),
+                   vs = stored_rows(v, dtype), douts = stored_rows(dout, dtype),
+                   outs = stored_rows(out, dtype), lses = lse.to(p.accumulate);
   // Zeroed by the task that owns the rows.
-  const at::TensorOptions accumulate = q.options().dtype(p.accumulate);
-  at::Tensor dq = rows_major(p.B, p.H, p.Tq, p.D, accumulate);
-  at::Tensor dk = rows_major(p.B, p.K, p.Tk, p.D, accumulate);
-  at::Tensor dv = rows_major(p.B, p.K, p.Tk, p.D, accumulate);
-  if (p.accumulate == at::kDouble) {
-    backward_tiles<double>(p, douta, qa, ka, va, lsea, outa, scale, dq, dk, dv);
-  } else if (operands == at::kBFloat16) {
-    backward_tiles<float, c10::BFloat16>(p, douta, qa, ka, va, lsea, outa, scale, dq, dk, dv);
-  } else {
-    backward_tiles<float>(p, douta, qa, ka, va, lsea, outa, scale, dq, dk, dv);
-  }
-  return {dq.to(q.scalar_type()), dk.to(k.scalar_type()), dv.to(v.scalar_type())};
+  at::Tensor dq = rows_major(p.B, p.H, p.Tq, p.D, q.options());
+  at::Tensor dk = rows_major(p.B, p.K, p.Tk, p.D, q.options());
+  at::Tensor dv = rows_major(p.B, p.K, p.Tk, p.D, q.options());
+  dispatch_inputs(dtype, [&](auto* operand, auto* input) {
+    using operand_t = std::remove_pointer_t<decltype(operand)>;
+    using input_t = std::remove_pointer_t<decltype(input)>;
+    using scalar_t = std::conditional_t<std::is_same_v<input_t, double>, double, float>;
+    backward_tiles<scalar_t, operand_t, input_t>(p, douts, qs, ks, vs, lses, outs, scale, dq, dk,
+                                                 dv);
+  });
+  return {dq, dk, dv};
 }
 
 namespace {

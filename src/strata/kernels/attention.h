@@ -17,7 +17,9 @@
 // documents the kernel does exactly the causal work it did before.
 //
 // Precision: float64 in, float64 throughout; float32, bfloat16 and float16 in, float32
-// accumulation (tiles are read in float32), output in the input's dtype.
+// accumulation, output and gradients in the input's dtype. 16-bit inputs are read in place:
+// each tile is widened to float32 as the products need it (or multiplied as bf16, tile_gemm.h),
+// and the sums are rounded once into the result, with no whole-tensor copy on the way in or out.
 #pragma once
 #include <ATen/ATen.h>
 

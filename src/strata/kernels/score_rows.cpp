@@ -184,6 +184,21 @@ template <typename T>
   }
 }
 
+[[gnu::always_inline]] inline void widen_bf16_body(const c10::BFloat16* values, float* widened,
+                                                   int64_t n) {
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    Floats lanes;
+    load(lanes, values + i, kLanes);
+    std::memcpy(widened + i, &lanes, sizeof lanes);
+  }
+  if (i < n) {
+    Floats lanes;
+    load(lanes, values + i, n - i);
+    std::memcpy(widened + i, &lanes, (n - i) * sizeof(float));
+  }
+}
+
 [[gnu::always_inline]] inline void exp_in_place_body(float* values, int64_t n) {
   exp_shifted_and_sum(values, n, 0.0f);
 }
@@ -217,6 +232,8 @@ STRATA_VECTOR_PATHS(void, gathered_weighted_sum,
                     (weights, rows, row_stride, slots, count, D, out))
 STRATA_VECTOR_PATHS(void, round_to_bf16, (const float* values, c10::BFloat16* rounded, int64_t n),
                     (values, rounded, n))
+STRATA_VECTOR_PATHS(void, widen_bf16, (const c10::BFloat16* values, float* widened, int64_t n),
+                    (values, widened, n))
 STRATA_VECTOR_PATHS(void, exp_in_place, (float* values, int64_t n), (values, n))
 
 #if defined(STRATA_VECTOR_TARGETS)

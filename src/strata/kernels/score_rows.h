@@ -61,6 +61,10 @@ void gathered_scores_row(const c10::BFloat16* query, const c10::BFloat16* rows, 
 // bf16 (tile_gemm.h).
 void round_to_bf16(const float* values, c10::BFloat16* rounded, int64_t n);
 
+// n bf16 values as float32 (exact): the attention kernel's q, k, v and dout tiles where it
+// multiplies bf16 inputs as float32 (tile_gemm.h).
+void widen_bf16(const c10::BFloat16* values, float* widened, int64_t n);
+
 // exp on each of n values in place, as the float rows compute it (for tests).
 void exp_in_place(float* values, int64_t n);
 
