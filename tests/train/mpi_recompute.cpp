@@ -109,7 +109,9 @@ TEST(Recompute, FullKeepsAFractionOfTheActivations) {
 // The activation memory of shared/reference/formulas.md (Korthikanti et al. 2022), item by
 // item for strata's layer (docs/parallelism.md, "Activation recomputation"): e bytes per
 // element (4 in fp32, 2 in bf16), n = s*b tokens of one microbatch, F = 4h, a heads.
-//   both norm inputs, kept in float32 whatever e:        2 * 4 * n*h
+//   both norm inputs, e bytes (float32 for float16, whose
+//   norms run on float32 copies; bf16's fused kernel keeps its
+//   bf16 input, kernels/norm_rows.h):                      2 * e_norm * n*h
 //   the q/kv and out-projection inputs, Q, K, V:          5 * e * n*h (K = V = h wide here)
 //   the MLP input, up-projection output, GELU output:     e * (n*h + 2 * n*F)
 //   attention core (dropped by selective recompute, which repeats only the eager core here):
@@ -118,7 +120,7 @@ TEST(Recompute, FullKeepsAFractionOfTheActivations) {
 // Korthikanti's 34*s*b*h + 5*a*s*s*b bytes are these items at e = 2 with two dropout masks
 // (1 byte each per element) and the dropout's own copy of the softmax, which strata lacks.
 // Full recomputation keeps each layer's input e*n*h, plus one layer's items while that layer
-// is recomputed. The head keeps the final norm's float32 input, its e-byte output, the
+// is recomputed. The head keeps the final norm's e_norm-byte input, its e-byte output, the
 // float32 log-probabilities 4*n*V and, at the peak, their gradient.
 double activation_formula_bytes(const Config& config, Recompute mode) {
   const ModelConfig& model = config.model;
@@ -127,10 +129,11 @@ double activation_formula_bytes(const Config& config, Recompute mode) {
   const double s = static_cast<double>(model.seq_len), h = static_cast<double>(model.d_model);
   const double a = static_cast<double>(model.n_heads), F = 4 * h;
   const double L = static_cast<double>(model.n_layers), V = static_cast<double>(model.vocab_size);
-  const double kept = 2 * 4 * n * h + 5 * e * n * h + e * (n * h + 2 * n * F);
+  const double e_norm = config.train.precision == Precision::fp16 ? 4.0 : e;
+  const double kept = 2 * e_norm * n * h + 5 * e * n * h + e * (n * h + 2 * n * F);
   const double core =
       model.attention == AttentionKernel::blockwise ? 4 * a * n : (4 + (e < 4 ? e : 0)) * a * s * n;
-  const double head = 4 * n * h + e * n * h + 2 * 4 * n * V;
+  const double head = e_norm * n * h + e * n * h + 2 * 4 * n * V;
   // 16-bit products that run in float32 on CPU (the routes the run's probe chose for each
   // class, kernels/matmul.h: fp16 always, bf16 where it is faster) hold a float32 result of
   // 4*n*F until it is rounded, on top of whatever the peak holds: the forward's up-projection

@@ -5,6 +5,7 @@
 
 #include "strata/core/error.h"
 #include "strata/dist/comm.h"
+#include "strata/kernels/norm_rows.h"
 #include "strata/model/activation.h"
 #include "strata/model/gpt.h"
 #include "strata/model/recompute.h"
@@ -25,11 +26,17 @@ at::Tensor GPT::leave_tp(const at::Tensor& x, bool sequence_parallel) {
 }
 
 at::Tensor GPT::norm(const at::Tensor& x, size_t weight_index, size_t bias_index) const {
-  // In float32 (float64) whatever the model computes in; the result in x's dtype.
+  // In float32 (float64) whatever the model computes in; the result in x's dtype. bf16 on the
+  // CPU by the fused kernel, which reads and writes bf16 and computes in float32.
+  const bool layernorm = block_.norm == Norm::layernorm;
+  if (norm_rows_takes(x)) {
+    return norm_rows(x, weight(weight_index), layernorm ? weight(bias_index) : at::Tensor(),
+                     block_.norm_eps, layernorm);
+  }
   const auto wide = at::promote_types(x.scalar_type(), at::kFloat);
   const at::Tensor xw = x.to(wide), w = weight(weight_index).to(wide);
   at::Tensor y;
-  if (block_.norm == Norm::layernorm) {
+  if (layernorm) {
     y = at::layer_norm(xw, {config_.d_model}, w, weight(bias_index).to(wide), block_.norm_eps);
   } else {
     y = xw * at::rsqrt(xw.pow(2).mean(-1, /*keepdim=*/true) + block_.norm_eps) * w;
