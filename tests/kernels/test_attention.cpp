@@ -322,36 +322,47 @@ TEST(BlockwiseAttention, WidenedTilesEqualFloat32CopiesRounded) {
                           {1, 2, 1, 20, 2 * kK + 3, 8, 2 * kK - 17, 0}};
   for (const Shape& s : shapes) {
     for (at::ScalarType dtype : {at::kBFloat16, at::kHalf}) {
-      const std::string name = describe(s) + (dtype == at::kHalf ? " float16" : " bfloat16");
-      const Inputs in = make_inputs(s, dtype, 29);
-      at::NoGradGuard no_grad;
-      const double scale = 0.125;
-      const AttentionPositions positions{s.query_position, s.key_position};
-      // Two documents per batch row, the second from the middle of the keys.
-      const at::Tensor key_documents =
-          (at::arange(s.Tk, at::kLong) >= s.Tk / 2).to(at::kLong).expand({s.B, s.Tk}).contiguous();
-      const AttentionDocuments documents{
-          key_documents.narrow(1, s.query_position - s.key_position, s.Tq).contiguous(),
-          key_documents};
-      auto wide = [](const at::Tensor& x) { return x.detach().to(at::kFloat); };
-      const AttentionForward got =
-          blockwise_attention_forward(in.q, in.k, in.v, scale, positions, documents);
-      const AttentionForward want = blockwise_attention_forward(wide(in.q), wide(in.k), wide(in.v),
-                                                                scale, positions, documents);
-      EXPECT_EQ(got.out.scalar_type(), dtype) << name;
-      EXPECT_TRUE(at::equal(got.out, want.out.to(dtype))) << name << " out";
-      EXPECT_TRUE(at::equal(got.lse, want.lse)) << name << " lse";
-      EXPECT_EQ(got.skipped_tiles, want.skipped_tiles) << name;
-      const at::Tensor dout = in.weights;
-      const AttentionGradients grads = blockwise_attention_backward(
-          dout, in.q, in.k, in.v, got.out, got.lse, scale, positions, documents);
-      const AttentionGradients wants =
-          blockwise_attention_backward(wide(dout), wide(in.q), wide(in.k), wide(in.v),
-                                       wide(got.out), got.lse, scale, positions, documents);
-      EXPECT_TRUE(at::equal(grads.dq, wants.dq.to(dtype))) << name << " dq";
-      EXPECT_TRUE(at::equal(grads.dk, wants.dk.to(dtype))) << name << " dk";
-      EXPECT_TRUE(at::equal(grads.dv, wants.dv.to(dtype))) << name << " dv";
-      EXPECT_GT(grads.dq.abs().sum().item<double>(), 0) << name;
+      for (bool views : {false, true}) {
+        const std::string name = describe(s) + (dtype == at::kHalf ? " float16" : " bfloat16") +
+                                 (views ? ", (B, T, heads, D) views" : "");
+        Inputs in = make_inputs(s, dtype, 29);
+        if (views) {  // as the model passes them: rows heads * D apart
+          auto view = [](const at::Tensor& x) {
+            return x.detach().transpose(1, 2).contiguous().transpose(1, 2);
+          };
+          in = {view(in.q), view(in.k), view(in.v), view(in.weights)};
+        }
+        at::NoGradGuard no_grad;
+        const double scale = 0.125;
+        const AttentionPositions positions{s.query_position, s.key_position};
+        // Two documents per batch row, the second from the middle of the keys.
+        const at::Tensor key_documents = (at::arange(s.Tk, at::kLong) >= s.Tk / 2)
+                                             .to(at::kLong)
+                                             .expand({s.B, s.Tk})
+                                             .contiguous();
+        const AttentionDocuments documents{
+            key_documents.narrow(1, s.query_position - s.key_position, s.Tq).contiguous(),
+            key_documents};
+        auto wide = [](const at::Tensor& x) { return x.detach().to(at::kFloat); };
+        const AttentionForward got =
+            blockwise_attention_forward(in.q, in.k, in.v, scale, positions, documents);
+        const AttentionForward want = blockwise_attention_forward(
+            wide(in.q), wide(in.k), wide(in.v), scale, positions, documents);
+        EXPECT_EQ(got.out.scalar_type(), dtype) << name;
+        EXPECT_TRUE(at::equal(got.out, want.out.to(dtype))) << name << " out";
+        EXPECT_TRUE(at::equal(got.lse, want.lse)) << name << " lse";
+        EXPECT_EQ(got.skipped_tiles, want.skipped_tiles) << name;
+        const at::Tensor dout = in.weights;
+        const AttentionGradients grads = blockwise_attention_backward(
+            dout, in.q, in.k, in.v, got.out, got.lse, scale, positions, documents);
+        const AttentionGradients wants =
+            blockwise_attention_backward(wide(dout), wide(in.q), wide(in.k), wide(in.v),
+                                         wide(got.out), got.lse, scale, positions, documents);
+        EXPECT_TRUE(at::equal(grads.dq, wants.dq.to(dtype))) << name << " dq";
+        EXPECT_TRUE(at::equal(grads.dk, wants.dk.to(dtype))) << name << " dk";
+        EXPECT_TRUE(at::equal(grads.dv, wants.dv.to(dtype))) << name << " dv";
+        EXPECT_GT(grads.dq.abs().sum().item<double>(), 0) << name;
+      }
     }
   }
 }

@@ -125,6 +125,32 @@ TEST(NormRows, WeightGradientsDoNotDependOnTheThreadCount) {
   }
 }
 
+// Activations of any rank and layout: a (B, T, C) view whose rows are not contiguous gives the
+// bits of its contiguous copy, gradients included.
+TEST(NormRows, TakesStridedActivationsOfAnyRank) {
+  at::manual_seed(11);
+  const at::Tensor base = at::randn({5, 3, 40}).to(at::kBFloat16);
+  const at::Tensor strided = base.transpose(0, 1);  // (3, 5, 40), rows 3 * 40 apart
+  const at::Tensor w = at::randn({40}), b = at::randn({40});
+  const at::Tensor probe = at::randn({3, 5, 40}).to(at::kBFloat16);
+  auto norm = [&](auto& xg, auto& wg, auto& bg) { return norm_rows(xg, wg, bg, 1e-5, true); };
+  const Grads got = differentiate(strided, w, b, probe, norm);
+  const Grads want = differentiate(strided.contiguous(), w, b, probe, norm);
+  EXPECT_EQ(got.y.sizes(), strided.sizes());
+  EXPECT_TRUE(at::equal(got.y, want.y));
+  EXPECT_TRUE(at::equal(got.dx, want.dx));
+  EXPECT_TRUE(at::equal(got.dw, want.dw));
+  EXPECT_TRUE(at::equal(got.db, want.db));
+}
+
+// Its backward runs on raw memory, so a backward that builds a graph is refused, not answered
+// with a zero second derivative.
+TEST(NormRows, RefusesADoubleBackward) {
+  const at::Tensor x = at::randn({4, 8}).to(at::kBFloat16).requires_grad_(true);
+  const at::Tensor y = norm_rows(x, at::ones({8}), at::Tensor(), 1e-5, false);
+  EXPECT_THROW(y.sum().backward({}, /*retain_graph=*/true, /*create_graph=*/true), std::exception);
+}
+
 TEST(NormRows, RefusesAWeightOfAnotherWidth) {
   const at::Tensor x = at::randn({4, 8}).to(at::kBFloat16);
   try {

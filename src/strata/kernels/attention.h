@@ -19,7 +19,10 @@
 // Precision: float64 in, float64 throughout; float32, bfloat16 and float16 in, float32
 // accumulation, output and gradients in the input's dtype. 16-bit inputs are read in place:
 // each tile is widened to float32 as the products need it (or multiplied as bf16, tile_gemm.h),
-// and the sums are rounded once into the result, with no whole-tensor copy on the way in or out.
+// and the sums are rounded once into the result, with no whole-tensor copy on the way in or out
+// (q, k, v, dout and out whose rows are not contiguous are copied once; a backward keeps k, v,
+// dk and dv of one kv head in float32 per thread, 16 Tk D bytes). dout and out are taken in
+// q's dtype: a float32 dout or out with bf16 q is rounded to bf16 first.
 #pragma once
 #include <ATen/ATen.h>
 

@@ -145,23 +145,11 @@ bool vectorized(const at::Tensor& x) {
   return x.scalar_type() == at::kFloat || x.scalar_type() == at::kBFloat16;
 }
 
-// f(first, count) over [0, n) in chunks, on ATen's threads.
-template <typename F>
-void in_chunks(int64_t n, F&& f) {
-  TaskQueue chunks((n + kGeluChunk - 1) / kGeluChunk);
-  run_on_threads(chunks.threads(), [&] {
-    for (int64_t chunk; chunks.take(chunk);) {
-      const int64_t first = chunk * kGeluChunk;
-      f(first, std::min(kGeluChunk, n - first));
-    }
-  });
-}
-
 at::Tensor gelu_tanh_forward(const at::Tensor& input) {
   const at::Tensor x = input.contiguous();
   at::Tensor y = at::empty_like(x);
   const bool bf16 = x.scalar_type() == at::kBFloat16;
-  in_chunks(x.numel(), [&](int64_t first, int64_t count) {
+  for_each_chunk(x.numel(), kGeluChunk, [&](int64_t, int64_t first, int64_t count) {
     if (bf16) {
       const auto* in = reinterpret_cast<const uint16_t*>(x.data_ptr<at::BFloat16>());
       auto* out = reinterpret_cast<uint16_t*>(y.data_ptr<at::BFloat16>());
@@ -177,7 +165,7 @@ at::Tensor gelu_tanh_backward(const at::Tensor& grad, const at::Tensor& input) {
   const at::Tensor x = input.contiguous(), dy = grad.contiguous().to(x.scalar_type());
   at::Tensor dx = at::empty_like(x);
   const bool bf16 = x.scalar_type() == at::kBFloat16;
-  in_chunks(x.numel(), [&](int64_t first, int64_t count) {
+  for_each_chunk(x.numel(), kGeluChunk, [&](int64_t, int64_t first, int64_t count) {
     if (bf16) {
       const auto* in = reinterpret_cast<const uint16_t*>(x.data_ptr<at::BFloat16>());
       const auto* g = reinterpret_cast<const uint16_t*>(dy.data_ptr<at::BFloat16>());

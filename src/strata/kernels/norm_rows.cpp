@@ -3,6 +3,7 @@
 // the blocks in order.
 #include "strata/kernels/norm_rows.h"
 
+#include <ATen/core/grad_mode.h>
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <algorithm>
@@ -160,22 +161,13 @@ STRATA_VECTOR_PATHS(void, norm_backward_row,
                      float* db),
                     (x, dy, w, stats, C, centered, dx, dw, db))
 
-// f(block, first row, rows) for the blocks of kNormRows rows, on ATen's threads.
-template <typename F>
-void in_blocks(int64_t rows, F&& f) {
-  TaskQueue blocks((rows + kNormRows - 1) / kNormRows);
-  run_on_threads(blocks.threads(), [&] {
-    for (int64_t block; blocks.take(block);) {
-      const int64_t first = block * kNormRows;
-      f(block, first, std::min(kNormRows, rows - first));
-    }
-  });
-}
-
 // A (C) parameter as contiguous float32; an empty one (no bias) undefined.
 at::Tensor as_float(const at::Tensor& p) {
   return p.numel() > 0 ? p.to(at::kFloat).contiguous() : at::Tensor();
 }
+
+// Columns per task when the blocks' sums of the weight gradients are added up.
+constexpr int64_t kNormColumns = 256;
 
 struct NormFunction : torch::autograd::Function<NormFunction> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& input,
@@ -189,7 +181,7 @@ struct NormFunction : torch::autograd::Function<NormFunction> {
     const auto* in = x.data_ptr<c10::BFloat16>();
     auto* out = y.data_ptr<c10::BFloat16>();
     const float* b_data = b.defined() ? b.data_ptr<float>() : nullptr;
-    in_blocks(rows, [&](int64_t, int64_t first, int64_t count) {
+    for_each_chunk(rows, kNormRows, [&](int64_t, int64_t first, int64_t count) {
       for (int64_t r = first; r < first + count; ++r) {
         norm_forward_row(in + r * C, w.data_ptr<float>(), b_data, C, static_cast<float>(eps),
                          centered, out + r * C, stats.data_ptr<float>() + 2 * r);
@@ -202,6 +194,9 @@ struct NormFunction : torch::autograd::Function<NormFunction> {
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
+    // The backward runs on raw memory: a gradient of it would silently come out as 0.
+    STRATA_CHECK(!at::GradMode::is_enabled(),
+                 "the bf16 norms have no double backward (backward with create_graph)");
     const auto saved = ctx->get_saved_variables();
     const at::Tensor &x = saved[0], &weight = saved[1], &bias = saved[2], &stats = saved[3];
     const bool centered = ctx->saved_data["centered"].toBool();
@@ -214,17 +209,24 @@ struct NormFunction : torch::autograd::Function<NormFunction> {
     at::Tensor partial = at::zeros({blocks, 2, C}, x.options().dtype(at::kFloat));
     const auto *in = x.data_ptr<c10::BFloat16>(), *grad = dy.data_ptr<c10::BFloat16>();
     auto* out = dx.data_ptr<c10::BFloat16>();
-    in_blocks(rows, [&](int64_t block, int64_t first, int64_t count) {
+    for_each_chunk(rows, kNormRows, [&](int64_t block, int64_t first, int64_t count) {
       float* dw = partial.data_ptr<float>() + block * 2 * C;
       for (int64_t r = first; r < first + count; ++r) {
         norm_backward_row(in + r * C, grad + r * C, w.data_ptr<float>(),
                           stats.data_ptr<float>() + 2 * r, C, centered, out + r * C, dw, dw + C);
       }
     });
-    // The blocks in order (ATen's sum over dim 0 of a contiguous tensor would pick its own
-    // order by the thread count).
+    // The blocks in order for each column, columns split over the threads (ATen's sum over
+    // dim 0 would pick its own order by the thread count).
     at::Tensor sums = at::zeros({2, C}, partial.options());
-    for (int64_t block = 0; block < blocks; ++block) sums.add_(partial[block]);
+    const float* parts = partial.data_ptr<float>();
+    float* total = sums.data_ptr<float>();
+    for_each_chunk(2 * C, kNormColumns, [&](int64_t, int64_t first, int64_t count) {
+      for (int64_t block = 0; block < blocks; ++block) {
+        const float* part = parts + block * 2 * C;
+        for (int64_t c = first; c < first + count; ++c) total[c] += part[c];
+      }
+    });
     const at::Tensor dweight = sums[0].to(weight.scalar_type());
     const at::Tensor dbias = bias.numel() > 0 ? sums[1].to(bias.scalar_type()) : at::Tensor();
     return {dx, dweight, dbias, at::Tensor(), at::Tensor()};

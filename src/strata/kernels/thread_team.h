@@ -6,6 +6,7 @@
 // libtorch loads, so the threads are ATen's own OpenMP threads; and since they run inside a
 // region, oneDNN and ATen called from them stay on their thread instead of forking again.
 #pragma once
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <functional>
@@ -37,5 +38,19 @@ class TaskQueue {
   const int64_t count_;
   std::atomic<int64_t> next_{0};
 };
+
+// f(chunk, first, count) for each chunk of `size` indices covering [0, n) (the last one may be
+// shorter), the chunks taken from a TaskQueue on run_on_threads' threads: elementwise kernels
+// over a tensor, or rows in blocks.
+template <typename F>
+void for_each_chunk(int64_t n, int64_t size, F&& f) {
+  TaskQueue chunks((n + size - 1) / size);
+  run_on_threads(chunks.threads(), [&] {
+    for (int64_t chunk; chunks.take(chunk);) {
+      const int64_t first = chunk * size;
+      f(chunk, first, std::min(size, n - first));
+    }
+  });
+}
 
 }  // namespace strata

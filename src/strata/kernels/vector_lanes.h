@@ -1,4 +1,5 @@
-// 16-lane float vectors for the vectorized kernels (score_rows.cpp, gelu.cpp, skinny_gemm.cpp):
+// 16-lane float vectors for the vectorized kernels (score_rows.cpp, gelu.cpp, skinny_gemm.cpp,
+// norm_rows.cpp, adamw_update.cpp):
 // GCC vector types, which the compiler maps onto whatever registers the variant it builds has
 // (one AVX-512 register, two AVX2 ones, four SSE ones). STRATA_VECTOR_PATHS builds a kernel
 // for those three and calls the one cpu.h chose (vector_path()). Include only from those .cpp
