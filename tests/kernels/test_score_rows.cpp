@@ -160,5 +160,37 @@ TEST(ScoreRows, WidensBf16Exactly) {
   }
 }
 
+// float16 both ways as c10::Half converts, bit for bit: whole vectors and tails, subnormals,
+// the largest half, overflow to inf, ties to even.
+TEST(ScoreRows, ConvertsFloat16AsC10Does) {
+  std::vector<float> values = {0.0f,
+                               -0.0f,
+                               1.0f,
+                               65504.0f,
+                               65520.0f,
+                               -1e6f,
+                               5.96e-8f,
+                               2.98e-8f,
+                               1.0f + 1.0f / 2048,
+                               1.0f + 3.0f / 2048,
+                               6.1e-5f,
+                               -3.3e-6f,
+                               std::numeric_limits<float>::infinity()};
+  for (int i = 0; values.size() < 45; ++i)
+    values.push_back(std::sin(1.3f * i) * std::exp2(i % 36 - 20));
+  for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{15}, int64_t{16}, int64_t{45}}) {
+    std::vector<c10::Half> rounded(values.size(), c10::Half(-7.0f));
+    round_to_half(values.data(), rounded.data(), n);
+    std::vector<float> widened(values.size(), -7.0f);
+    widen_half(rounded.data(), widened.data(), n);
+    for (int64_t i = 0; i < static_cast<int64_t>(values.size()); ++i) {
+      const c10::Half want = i < n ? c10::Half(values[i]) : c10::Half(-7.0f);
+      EXPECT_EQ(rounded[i].x, want.x) << "n " << n << " value " << i << " = " << values[i];
+      const float back = i < n ? static_cast<float>(want) : -7.0f;
+      EXPECT_EQ(std::memcmp(&widened[i], &back, sizeof back), 0) << "n " << n << " value " << i;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace strata

@@ -186,14 +186,19 @@ struct Rows {
   }
 };
 
-// n values of one type as another: bf16 widened on the vector path, float32 rounded to bf16
-// (nearest even, as ATen's conversion), float16 either way through c10::Half.
+// n values of one type as another: bf16 and float16 widened exactly, float32 rounded to them to
+// nearest even (as ATen's conversion), on the vector paths (score_rows.h); anything else one
+// value at a time.
 template <typename from_t, typename to_t>
 void convert(const from_t* from, to_t* to, int64_t n) {
   if constexpr (std::is_same_v<from_t, c10::BFloat16> && std::is_same_v<to_t, float>) {
     widen_bf16(from, to, n);
   } else if constexpr (std::is_same_v<from_t, float> && std::is_same_v<to_t, c10::BFloat16>) {
     round_to_bf16(from, to, n);
+  } else if constexpr (std::is_same_v<from_t, c10::Half> && std::is_same_v<to_t, float>) {
+    widen_half(from, to, n);
+  } else if constexpr (std::is_same_v<from_t, float> && std::is_same_v<to_t, c10::Half>) {
+    round_to_half(from, to, n);
   } else {
     for (int64_t i = 0; i < n; ++i) to[i] = static_cast<to_t>(from[i]);
   }

@@ -8,6 +8,10 @@
 #include <cstring>
 #include <limits>
 
+#if defined(STRATA_VECTOR_TARGETS)
+#include <immintrin.h>
+#endif
+
 #include "strata/core/error.h"
 #include "strata/kernels/vector_lanes.h"
 
@@ -250,6 +254,49 @@ void gathered_scores_row(const c10::BFloat16*, const c10::BFloat16*, int64_t, co
   __builtin_trap();  // never chosen: CpuInfo::bf16_dot needs the vector paths
 }
 #endif
+
+// float16 by F16C's conversions on the AVX-512 path (GCC's vector extension has none for
+// them short of AVX512-FP16), c10::Half's elsewhere: the same values, rounded to nearest even.
+#if defined(STRATA_VECTOR_TARGETS)
+namespace {
+__attribute__((target("avx512f"))) void widen_half_avx512(const c10::Half* values, float* widened,
+                                                          int64_t n) {
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    const __m256i halves = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(values + i));
+    // The zero-masked forms: GCC 12's plain ones start from an "undefined" register it then
+    // warns about (-Wmaybe-uninitialized).
+    _mm512_storeu_ps(widened + i, _mm512_maskz_cvtph_ps(0xFFFF, halves));
+  }
+  for (; i < n; ++i) widened[i] = static_cast<float>(values[i]);
+}
+
+__attribute__((target("avx512f"))) void round_to_half_avx512(const float* values,
+                                                             c10::Half* rounded, int64_t n) {
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    const __m256i halves = _mm512_maskz_cvtps_ph(0xFFFF, _mm512_loadu_ps(values + i),
+                                                 _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(rounded + i), halves);
+  }
+  for (; i < n; ++i) rounded[i] = static_cast<c10::Half>(values[i]);
+}
+}  // namespace
+#endif
+
+void widen_half(const c10::Half* values, float* widened, int64_t n) {
+#if defined(STRATA_VECTOR_TARGETS)
+  if (vector_path() == VectorPath::avx512) return widen_half_avx512(values, widened, n);
+#endif
+  for (int64_t i = 0; i < n; ++i) widened[i] = static_cast<float>(values[i]);
+}
+
+void round_to_half(const float* values, c10::Half* rounded, int64_t n) {
+#if defined(STRATA_VECTOR_TARGETS)
+  if (vector_path() == VectorPath::avx512) return round_to_half_avx512(values, rounded, n);
+#endif
+  for (int64_t i = 0; i < n; ++i) rounded[i] = static_cast<c10::Half>(values[i]);
+}
 
 double online_softmax_row(double* scores, int64_t seen, int64_t cols, double& running_max,
                           double& running_sum) {

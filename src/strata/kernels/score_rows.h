@@ -9,6 +9,7 @@
 // double rows use std::exp, so the float64 path stays exact enough to check the float one.
 #pragma once
 #include <c10/util/BFloat16.h>
+#include <c10/util/Half.h>
 #include <cstdint>
 
 namespace strata {
@@ -64,6 +65,11 @@ void round_to_bf16(const float* values, c10::BFloat16* rounded, int64_t n);
 // n bf16 values as float32 (exact): the attention kernel's q, k, v and dout tiles where it
 // multiplies bf16 inputs as float32 (tile_gemm.h).
 void widen_bf16(const c10::BFloat16* values, float* widened, int64_t n);
+
+// n float16 values as float32 (exact), and n float32 values rounded to float16 (nearest even,
+// as c10::Half rounds): the attention kernel's float16 tiles and results.
+void widen_half(const c10::Half* values, float* widened, int64_t n);
+void round_to_half(const float* values, c10::Half* rounded, int64_t n);
 
 // exp on each of n values in place, as the float rows compute it (for tests).
 void exp_in_place(float* values, int64_t n);
