@@ -47,13 +47,16 @@ at::Tensor GPT::attention(const at::Tensor& x, const BlockParams& block, int64_t
   // Column-parallel projections: this rank's heads, each with its part of the biases.
   at::Tensor q = plus_bias(strata::linear(input, weight(block.q_weight)), block.q_bias)
                      .view({B, T, H_l, D})
-                     .transpose(1, 2);                             // (B, H_l, T, D)
-  at::Tensor kv = strata::linear(input, weight(block.kv_weight));  // (B, T, 2 * K_l * D)
-  at::Tensor k = plus_bias(kv.narrow(-1, 0, K_l * D), block.k_bias)
-                     .view({B, T, K_l, D})
-                     .transpose(1, 2);  // (B, K_l, T, D)
+                     .transpose(1, 2);  // (B, H_l, T, D)
+  // Keys, then values: unbound rather than narrowed, so the backward stacks their gradients
+  // into one (B, T, 2 * K_l * D) tensor once, where each narrow's backward would zero a
+  // tensor of that size, copy its half in and add the two.
+  const std::vector<at::Tensor> kv = strata::linear(input, weight(block.kv_weight))
+                                         .view({B, T, 2, K_l * D})
+                                         .unbind(2);  // (B, T, K_l * D) each
+  at::Tensor k = plus_bias(kv[0], block.k_bias).view({B, T, K_l, D}).transpose(1, 2);
   at::Tensor v =
-      plus_bias(kv.narrow(-1, K_l * D, K_l * D), block.v_bias).view({B, T, K_l, D}).transpose(1, 2);
+      plus_bias(kv[1], block.v_bias).view({B, T, K_l, D}).transpose(1, 2);  // (B, K_l, T, D)
   if (block_.position == PositionEncoding::rope) {
     const at::Tensor positions = positions_of(T, context, false);
     q = rope_.rotate(q, positions);
