@@ -253,7 +253,7 @@ Config unusual_config() {
                  LossMask::completion};
   config.checkpoint = {"ckpt", 18, "none", 0, true};
   config.fault = {0, 2.5, 600.0, true, 3, true};
-  config.log = {"", true, ProgressDisplay::lines, 19, true};
+  config.log = {"", true, ProgressDisplay::lines, 19, true, 21};
   config.serve = {"0.0.0.0", 0, 0.5, 7, 3, 2.5, 0.75, 20, false};
   return config;
 }
@@ -343,7 +343,7 @@ TEST(ConfigParse, ToTomlPrintsEverySectionAndKeyInOrder) {
   const std::vector<std::string> keys = config_keys();
   EXPECT_CONTAINS(text, "[model.moe]\nnum_experts = 0\n");
   EXPECT_CONTAINS(text, "\ninit = \"\"\n");
-  EXPECT_EQ(keys.size(), 92u);
+  EXPECT_EQ(keys.size(), 93u);
   EXPECT_EQ(keys.front(), "model.vocab_size");
   EXPECT_EQ(keys.back(), "serve.threads");
   EXPECT_CONTAINS(text, "[serve]\nhost = \"127.0.0.1\"\nport = 8000\n");

@@ -315,6 +315,8 @@ TEST(ConfigValidate, SizesAndRanges) {
       {"fault.min_hosts=0", "fault.min_hosts (0) must be >= 1"},
       {"log.dir=", "log.dir must not be empty"},
       {"log.every=0", "log.every (0) must be >= 1"},
+      {"log.profile_step=-1", "log.profile_step (-1) must be a step of the run"},
+      {"log.profile_step=1000000000", "log.profile_step (1000000000) must be a step of the run, 1 to"},
       {"serve.host=", "serve.host must not be empty"},
       {"serve.port=65536", "serve.port (65536) must be in [0, 65535]"},
       {"serve.port=-1", "serve.port (-1) must be in [0, 65535]"},

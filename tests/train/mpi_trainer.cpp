@@ -4,6 +4,10 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
 
 #include "strata/ckpt/checkpoint.h"
 #include "test_configs.h"
@@ -80,6 +84,40 @@ TEST(Trainer, ResumeIsBitIdentical) {
 }
 
 // A mesh that is not the config's layout is refused before any work, saying both shapes.
+// log.profile_step: every rank writes the step's operators as a Chrome trace and a table, strata's
+// own kernels named among ATen's operators, and only for that step.
+TEST(Trainer, ProfilesTheStepItIsAskedTo) {
+  Comm world = Comm::world(120);
+  Config config = tiny_run(DataSource::synthetic, 3);
+  config.log.dir = testing::log_dir() + "/profile";  // each rank's process has its own log_dir()
+  config.log.profile_step = 2;
+  train_on(world, config);
+  const std::string base = config.log.dir + "/profile_step_2_rank_" + std::to_string(world.rank());
+  std::ifstream trace_file(base + ".json");
+  ASSERT_TRUE(trace_file.good()) << base << ".json";
+  const nlohmann::json trace = nlohmann::json::parse(trace_file);
+  std::set<std::string> names;
+  for (const auto& event : trace.at("traceEvents")) {
+    EXPECT_EQ(event.at("ph"), "X");
+    EXPECT_GE(event.at("dur").get<double>(), 0.0);
+    names.insert(event.at("name").get<std::string>());
+  }
+  for (const char* name : {"strata::product", "strata::attention_forward",
+                           "strata::attention_backward", "strata::adamw_update", "aten::add_"}) {
+    EXPECT_EQ(names.count(name), 1u) << name;
+  }
+  std::ifstream table_file(base + ".txt");
+  const std::string table((std::istreambuf_iterator<char>(table_file)),
+                          std::istreambuf_iterator<char>());
+  EXPECT_EQ(table.rfind("step 2, rank " + std::to_string(world.rank()) + ": ", 0), 0u) << table;
+  EXPECT_NE(table.find("strata::adamw_update"), std::string::npos) << table;
+  EXPECT_NE(table.find("by operator and input shapes"), std::string::npos) << table;
+  for (const char* other : {"/profile_step_1_rank_", "/profile_step_3_rank_"}) {
+    EXPECT_FALSE(
+        std::filesystem::exists(config.log.dir + other + std::to_string(world.rank()) + ".txt"));
+  }
+}
+
 TEST(Trainer, RefusesAMeshThatIsNotTheConfigsLayout) {
   Comm world = Comm::world(120);
   Comm self = world.split(world.rank(), 0, "self");

@@ -160,6 +160,9 @@ struct LogConfig {
   ProgressDisplay progress = ProgressDisplay::automatic;
   int64_t every = 1;     // plain progress line every N steps
   bool samples = false;  // log.dir/samples_rank_N.jsonl: the rows each step trained on
+  // The step (numbered as the metrics number it, from 1) whose operators each rank profiles
+  // into log.dir/profile_step_N_rank_R.{json,txt} (train/op_profile.h); 0 = none.
+  int64_t profile_step = 0;
 };
 
 // [serve]: `strata serve`, the HTTP server with continuous batching (docs/serving.md).

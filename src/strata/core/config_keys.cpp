@@ -122,6 +122,7 @@ const std::vector<Key>& keys() {
       STRATA_CONFIG_KEY(log, progress),
       STRATA_CONFIG_KEY(log, every),
       STRATA_CONFIG_KEY(log, samples),
+      STRATA_CONFIG_KEY(log, profile_step),
 
       STRATA_CONFIG_KEY(serve, host),
       STRATA_CONFIG_KEY(serve, port),

@@ -193,6 +193,11 @@ void check_checkpoint_fault_and_log(const Config& config, Problems& problems) {
   const LogConfig& log = config.log;
   if (log.dir.empty()) problems.push_back("log.dir must not be empty");
   require_at_least<int64_t>(problems, "log.every", log.every, 1);
+  if (log.profile_step < 0 || log.profile_step > config.train.steps) {
+    problems.push_back(str("log.profile_step (", log.profile_step,
+                           ") must be a step of the run, 1 to ", "train.steps (",
+                           config.train.steps, "), or 0 for none"));
+  }
 }
 
 void check_serve(const ServeConfig& serve, Problems& problems) {

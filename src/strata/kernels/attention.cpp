@@ -30,6 +30,7 @@
 // whose run starts inside a block has the block's leading scores zeroed (SeenKeys::first).
 #include "strata/kernels/attention.h"
 
+#include <ATen/record_function.h>
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <algorithm>
@@ -518,6 +519,7 @@ AttentionForward blockwise_attention_forward(const at::Tensor& q, const at::Tens
                                              const at::Tensor& v, double scale,
                                              std::optional<AttentionPositions> positions,
                                              const AttentionDocuments& documents) {
+  RECORD_FUNCTION("strata::attention_forward", std::vector<c10::IValue>({q, k, v}));
   const Problem p = describe(q, k, v, positions, documents);
   const at::ScalarType dtype = q.scalar_type();
   const at::Tensor qs = stored_rows(q, dtype), ks = stored_rows(k, dtype),
@@ -539,6 +541,7 @@ AttentionGradients blockwise_attention_backward(const at::Tensor& dout, const at
                                                 double scale,
                                                 std::optional<AttentionPositions> positions,
                                                 const AttentionDocuments& documents) {
+  RECORD_FUNCTION("strata::attention_backward", std::vector<c10::IValue>({dout, q, k, v}));
   const Problem p = describe(q, k, v, positions, documents);
   const at::ScalarType dtype = q.scalar_type();
   const at::Tensor qs = stored_rows(q, dtype), ks = stored_rows(k, dtype),

@@ -5,6 +5,7 @@
 // computed through s = (1 + t) / 2, the logistic function of 2u (halves_of_tanh).
 #include "strata/kernels/gelu.h"
 
+#include <ATen/record_function.h>
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <algorithm>
@@ -146,6 +147,7 @@ bool vectorized(const at::Tensor& x) {
 }
 
 at::Tensor gelu_tanh_forward(const at::Tensor& input) {
+  RECORD_FUNCTION("strata::gelu_forward", std::vector<c10::IValue>({input}));
   const at::Tensor x = input.contiguous();
   at::Tensor y = at::empty_like(x);
   const bool bf16 = x.scalar_type() == at::kBFloat16;

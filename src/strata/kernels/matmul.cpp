@@ -1,6 +1,8 @@
 // The product routing (matmul.h): route_product decides, routed_product multiplies as decided.
 #include "strata/kernels/matmul.h"
 
+#include <ATen/record_function.h>
+
 #include <atomic>
 
 #include "strata/kernels/cpu.h"
@@ -194,6 +196,7 @@ at::Tensor product_along(const ProductRoute& route, const at::Tensor& a, const a
 
 at::Tensor routed_product(const at::Tensor& a, const at::Tensor& b, bool a_transposed,
                           bool b_transposed) {
+  RECORD_FUNCTION("strata::product", std::vector<c10::IValue>({a, b}));
   const ProductRoute route = route_product(a, b, a_transposed, b_transposed);
   taken[static_cast<int>(route.path)].fetch_add(1, std::memory_order_relaxed);
   return product_along(route, a, b, a_transposed, b_transposed);
@@ -211,6 +214,7 @@ void routed_product_add(at::Tensor& out, const at::Tensor& a, const at::Tensor& 
     return;
   }
   taken[static_cast<int>(route.path)].fetch_add(1, std::memory_order_relaxed);
+  RECORD_FUNCTION("strata::product_add", std::vector<c10::IValue>({a, b}));
   // 16-bit operands on this route are multiplied as float32 copies (route.in_float32).
   onednn_product(a.to(at::kFloat).contiguous(), b.to(at::kFloat).contiguous(), a_transposed,
                  b_transposed, 1.0f, out);

@@ -4,6 +4,7 @@
 #include "strata/kernels/norm_rows.h"
 
 #include <ATen/core/grad_mode.h>
+#include <ATen/record_function.h>
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <algorithm>
@@ -173,6 +174,7 @@ struct NormFunction : torch::autograd::Function<NormFunction> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& input,
                             const at::Tensor& weight, const at::Tensor& bias, double eps,
                             bool centered) {
+    RECORD_FUNCTION("strata::norm_forward", std::vector<c10::IValue>({input}));
     const at::Tensor x = input.contiguous();
     const int64_t C = x.size(-1), rows = x.numel() / std::max<int64_t>(C, 1);
     const at::Tensor w = as_float(weight), b = as_float(bias);

@@ -4,6 +4,7 @@
 #include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
 #include <ATen/core/grad_mode.h>
+#include <ATen/record_function.h>
 
 #include <array>
 #include <cmath>
@@ -63,6 +64,7 @@ void unfused_update(AdamW::ParamState& state, const at::Tensor& grad, const Upda
 }
 
 void update(AdamW::ParamState& state, const at::Tensor& grad, const Update& u) {
+  RECORD_FUNCTION("strata::adamw_update", std::vector<c10::IValue>({state.value}));
   if (!fused_update(state, grad, u)) unfused_update(state, grad, u);
 }
 

@@ -33,6 +33,7 @@
 #include "strata/parallel/context_parallel.h"
 #include "strata/pipeline/generators.h"
 #include "strata/train/metrics.h"
+#include "strata/train/op_profile.h"
 #include "strata/train/pipeline_executor.h"
 #include "strata/train/watchdog.h"
 
@@ -522,6 +523,11 @@ TrainResult Trainer::run() {
                        " parameters | ", config_.train.global_batch, " x ", config_.model.seq_len,
                        " tokens per step"));
   Watchdog watchdog(config_.fault.step_timeout_s, mesh_.rank());
+  if (config_.log.profile_step > 0 && config_.log.profile_step <= result.first_step) {
+    progress.message(str("strata: log.profile_step ", config_.log.profile_step,
+                         " ran before the resumed step ", result.first_step + 1,
+                         "; nothing is profiled"));
+  }
 
   for (int64_t step = result.first_step; step < config_.train.steps; ++step) {
     inject_fault("step", step, mesh_.rank());
@@ -529,8 +535,18 @@ TrainResult Trainer::run() {
     reset_tracked_peak();
     const int64_t live_before = tracked_bytes_now();
     const auto start = Clock::now();
+    std::optional<StepProfile> profile;
+    if (step + 1 == config_.log.profile_step) {
+      profile.emplace(config_.log.dir, step + 1, mesh_.rank());
+    }
     const StepResult step_result = train_step(step);
     StepMetrics m = step_metrics(step, step_result, seconds_since(start), live_before);
+    if (profile) {
+      const std::string table = profile->finish(m.step_time_s);
+      if (mesh_.rank() == 0)
+        progress.message("strata: step " + std::to_string(m.step) + " profiled: " + table +
+                         " (and .json, a Chrome trace; each rank its own)");
+    }
     if (async_checkpointer_) {
       const std::string committed = async_checkpointer_->poll();
       if (!committed.empty()) result.last_checkpoint = committed;
