@@ -8,10 +8,11 @@
 //   dw = sum over rows of dy xhat,  db = sum over rows of dy
 //
 // Each row is two or three passes of 16-lane vectors (vector_lanes.h) in the forward and two
-// in the backward while it sits in L1, rows split over ATen's threads. No double backward. The model computed these norms in float32 on copies: x
-// widened to float32 before ATen's layer_norm and the result rounded back, and the same two
-// copies of the gradient in the backward, four passes over the activations per norm besides
-// the norm's own, and a float32 copy of x held for the backward. dw and db are summed over
+// in the backward while it sits in L1, rows split over ATen's threads. No double backward.
+// The model computed these norms in float32 on copies: x widened to float32 before ATen's
+// layer_norm and the result rounded back, and the same two copies of the gradient in the
+// backward, four passes over the activations per norm besides the norm's own, and a float32
+// copy of x held for the backward. dw and db are summed over
 // blocks of kNormRows rows and the blocks then in order, so their bits do not depend on the
 // thread count. The weight and bias may be any floating dtype (read as float32); their
 // gradients come back in their dtypes.
