@@ -187,9 +187,12 @@ struct Rows {
   }
 };
 
-// n values of one type as another: bf16 and float16 widened exactly, float32 rounded to them to
-// nearest even (as ATen's conversion), on the vector paths (score_rows.h); anything else one
-// value at a time.
+template <typename>
+constexpr bool kNoConversion = false;
+
+// n values of one 16-bit type widened to float32 exactly, or float32 rounded to it to nearest
+// even (as ATen's conversion), on the vector paths (score_rows.h): the only conversions the
+// kernels instantiate.
 template <typename from_t, typename to_t>
 void convert(const from_t* from, to_t* to, int64_t n) {
   if constexpr (std::is_same_v<from_t, c10::BFloat16> && std::is_same_v<to_t, float>) {
@@ -201,7 +204,7 @@ void convert(const from_t* from, to_t* to, int64_t n) {
   } else if constexpr (std::is_same_v<from_t, float> && std::is_same_v<to_t, c10::Half>) {
     round_to_half(from, to, n);
   } else {
-    for (int64_t i = 0; i < n; ++i) to[i] = static_cast<to_t>(from[i]);
+    static_assert(kNoConversion<from_t>, "attention converts only between float32 and 16 bits");
   }
 }
 
@@ -493,6 +496,10 @@ void backward_tiles(const Problem& p, const at::Tensor& dout, const at::Tensor& 
   });
 }
 
+// The accumulation type of an input type: float64 for float64, else float32 (Problem::accumulate).
+template <typename input_t>
+using sum_t = std::conditional_t<std::is_same_v<input_t, double>, double, float>;
+
 // The kernels for q's dtype: float64 throughout; float32; bf16 multiplied as bf16 where
 // attention_tiles_in_bf16 (tile_gemm.h) holds, else like float16 widened to float32 tile by
 // tile. F is called with a null pointer of the operand type and one of the input type.
@@ -529,8 +536,7 @@ AttentionForward blockwise_attention_forward(const at::Tensor& q, const at::Tens
   const int64_t skipped = dispatch_inputs(dtype, [&](auto* operand, auto* input) {
     using operand_t = std::remove_pointer_t<decltype(operand)>;
     using input_t = std::remove_pointer_t<decltype(input)>;
-    using scalar_t = std::conditional_t<std::is_same_v<input_t, double>, double, float>;
-    return forward_tiles<scalar_t, operand_t, input_t>(p, qs, ks, vs, scale, out, lse);
+    return forward_tiles<sum_t<input_t>, operand_t, input_t>(p, qs, ks, vs, scale, out, lse);
   });
   return {out, lse, skipped};
 }
@@ -554,9 +560,8 @@ AttentionGradients blockwise_attention_backward(const at::Tensor& dout, const at
   dispatch_inputs(dtype, [&](auto* operand, auto* input) {
     using operand_t = std::remove_pointer_t<decltype(operand)>;
     using input_t = std::remove_pointer_t<decltype(input)>;
-    using scalar_t = std::conditional_t<std::is_same_v<input_t, double>, double, float>;
-    backward_tiles<scalar_t, operand_t, input_t>(p, douts, qs, ks, vs, lses, outs, scale, dq, dk,
-                                                 dv);
+    backward_tiles<sum_t<input_t>, operand_t, input_t>(p, douts, qs, ks, vs, lses, outs, scale, dq,
+                                                       dk, dv);
   });
   return {dq, dk, dv};
 }

@@ -12,10 +12,9 @@
 // The model computed these norms in float32 on copies: x widened to float32 before ATen's
 // layer_norm and the result rounded back, and the same two copies of the gradient in the
 // backward, four passes over the activations per norm besides the norm's own, and a float32
-// copy of x held for the backward. dw and db are summed over
-// blocks of kNormRows rows and the blocks then in order, so their bits do not depend on the
-// thread count. The weight and bias may be any floating dtype (read as float32); their
-// gradients come back in their dtypes.
+// copy of x held for the backward. dw and db are summed over blocks of kNormRows rows and the
+// blocks then in order, so their bits do not depend on the thread count. The weight and bias may be
+// any floating dtype (read as float32); their gradients come back in their dtypes.
 #pragma once
 #include <ATen/ATen.h>
 

@@ -8,12 +8,11 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <vector>
 
-#include "strata/core/error.h"
+#include "strata/core/atomic_file.h"
 
 namespace strata {
 namespace {
@@ -62,16 +61,6 @@ std::vector<Event> pair_up(const profiler::thread_event_lists& lists) {
     }
   }
   return events;
-}
-
-void write_atomically(const std::string& path, const std::string& text) {
-  const std::string temporary = path + ".tmp";
-  {
-    std::ofstream out(temporary);
-    out << text;
-    STRATA_REQUIRE(out.good(), "log.profile_step: cannot write ", temporary, "; check log.dir");
-  }
-  std::filesystem::rename(temporary, path);
 }
 
 std::string chrome_trace(const std::vector<Event>& events, int rank) {
@@ -123,22 +112,17 @@ std::string table(const std::vector<Event>& events, int64_t step, int rank, doub
               [](const auto& a, const auto& b) { return a.second.self_us > b.second.self_us; });
     return rows;
   };
+  auto add_row = [&](const Total& t, const std::string& what) {
+    std::snprintf(line, sizeof line, "%10.2f %9.1f%% %10.2f %7lld  ", t.self_us / 1e3,
+                  100.0 * t.self_us / step_us, t.total_us / 1e3, static_cast<long long>(t.calls));
+    text += line + what + "\n";
+  };
   text += "\nby operator\n   self ms  % of step   total ms   calls  operator\n";
-  for (const auto& [name, t] : sorted(by_name)) {
-    std::snprintf(line, sizeof line, "%10.2f %9.1f%% %10.2f %7lld  %s\n", t.self_us / 1e3,
-                  100.0 * t.self_us / step_us, t.total_us / 1e3, static_cast<long long>(t.calls),
-                  name.c_str());
-    text += line;
-  }
+  for (const auto& [name, t] : sorted(by_name)) add_row(t, name);
   text +=
       "\nby operator and input shapes\n   self ms  % of step   total ms   calls  operator  "
       "shapes\n";
-  for (const auto& [key, t] : sorted(by_shape)) {
-    std::snprintf(line, sizeof line, "%10.2f %9.1f%% %10.2f %7lld  %s  %s\n", t.self_us / 1e3,
-                  100.0 * t.self_us / step_us, t.total_us / 1e3, static_cast<long long>(t.calls),
-                  key.first.c_str(), key.second.c_str());
-    text += line;
-  }
+  for (const auto& [key, t] : sorted(by_shape)) add_row(t, key.first + "  " + key.second);
   return text;
 }
 
@@ -160,8 +144,10 @@ std::string StepProfile::finish(double step_seconds) {
   const std::vector<Event> events = pair_up(profiler::disableProfilerLegacy());
   const std::string base =
       dir_ + "/profile_step_" + std::to_string(step_) + "_rank_" + std::to_string(rank_);
-  write_atomically(base + ".json", chrome_trace(events, rank_));
-  write_atomically(base + ".txt", table(events, step_, rank_, step_seconds));
+  const std::string trace = chrome_trace(events, rank_);
+  const std::string text = table(events, step_, rank_, step_seconds);
+  write_file_atomically(base + ".json", trace.data(), trace.size());
+  write_file_atomically(base + ".txt", text.data(), text.size());
   return base + ".txt";
 }
 
